@@ -1,0 +1,9 @@
+//! initguard: keeps pods from waiting forever on a failed initializer or scheduling gate.
+//!
+//! Data flows one way: watches feed the [`tracker`] and [`owners`], the pure [`policy`] decides,
+//! the [`actuator`] writes. See DESIGN.md.
+
+pub mod config;
+pub mod mechanism;
+pub mod policy;
+pub mod sim;

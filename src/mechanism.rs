@@ -1,0 +1,1 @@
+//! Reading pending initializer names and building the bypass JSON Patch, per mechanism.
