@@ -3,6 +3,7 @@
 //! Data flows one way: watches feed the [`tracker`] and [`owners`], the pure [`policy`] decides,
 //! the [`actuator`] writes. See DESIGN.md.
 
+pub mod client;
 pub mod config;
 pub mod mechanism;
 pub mod policy;

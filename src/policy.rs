@@ -41,8 +41,12 @@ pub struct PodView<'a> {
 pub enum OwnerState {
     /// Never observed yet (or the initializer has no owner): counts as up, never triggers a bypass.
     Unknown,
-    Up { since: SystemTime },
-    Down { since: SystemTime },
+    Up {
+        since: SystemTime,
+    },
+    Down {
+        since: SystemTime,
+    },
 }
 
 /// Everything outside the pod that the rule reads.
@@ -125,7 +129,12 @@ pub struct Outcome {
 }
 
 /// Decide what to do about `pod` at `now`.
-pub fn decide(pod: &PodView<'_>, env: &impl Environment, config: &Config, now: SystemTime) -> Outcome {
+pub fn decide(
+    pod: &PodView<'_>,
+    env: &impl Environment,
+    config: &Config,
+    now: SystemTime,
+) -> Outcome {
     let _ = (pod, env, config, now, Mechanism::SchedulingGates);
     unimplemented!("policy helper implements this")
 }
