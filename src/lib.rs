@@ -6,5 +6,6 @@
 pub mod client;
 pub mod config;
 pub mod mechanism;
+pub mod metrics;
 pub mod policy;
 pub mod sim;

@@ -1,0 +1,266 @@
+//! Prometheus metrics (DESIGN.md "Metrics"): one registry, names and labels exactly as listed.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use prometheus::{
+    Encoder, GaugeVec, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
+};
+
+use crate::config::Config;
+use crate::policy::Reason;
+
+/// Most distinct unlisted initializer names given their own label value; the rest are `other`.
+pub const MAX_UNLISTED_LABELS: usize = 50;
+
+/// Buckets for waits from 50 ms to 30 min.
+const WAIT_BUCKETS: &[f64] = &[
+    0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0,
+    1800.0,
+];
+
+/// How a wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The initializer's owner removed it.
+    Initialized,
+    /// initguard removed it.
+    Bypassed,
+    /// The pod went away while waiting.
+    Deleted,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Initialized => "initialized",
+            Outcome::Bypassed => "bypassed",
+            Outcome::Deleted => "deleted",
+        }
+    }
+}
+
+/// Every metric the guard exports.
+pub struct Metrics {
+    registry: Registry,
+    pub waiting_pods: IntGaugeVec,
+    pub oldest_wait_seconds: GaugeVec,
+    pub wait_duration_seconds: HistogramVec,
+    pub bypasses_total: IntCounterVec,
+    pub bypass_errors_total: IntCounterVec,
+    pub owner_up: IntGaugeVec,
+    pub pileup_max_waiting_pods: IntGaugeVec,
+    pub pileups: IntGaugeVec,
+    pub is_leader: IntGauge,
+    pub watch_restarts_total: IntCounterVec,
+    pub build_info: IntGaugeVec,
+    pub deadline_seconds: GaugeVec,
+    pub dry_run: IntGauge,
+    listed: HashSet<String>,
+    unlisted_seen: Mutex<HashSet<String>>,
+}
+
+/// Errors setting up the registry (duplicate or malformed metric definitions).
+#[derive(Debug, thiserror::Error)]
+#[error("registering metrics: {0}")]
+pub struct MetricsError(#[from] prometheus::Error);
+
+impl Metrics {
+    /// A fresh registry with every metric, process metrics, build info and configured deadlines.
+    pub fn new(config: &Config) -> Result<Metrics, MetricsError> {
+        let registry = Registry::new();
+        let m = Metrics {
+            waiting_pods: IntGaugeVec::new(
+                Opts::new("initguard_waiting_pods", "Pods waiting on an initializer."),
+                &["initializer", "opted_in"],
+            )?,
+            oldest_wait_seconds: GaugeVec::new(
+                Opts::new(
+                    "initguard_oldest_wait_seconds",
+                    "Longest current wait on an initializer, in seconds.",
+                ),
+                &["initializer"],
+            )?,
+            wait_duration_seconds: HistogramVec::new(
+                HistogramOpts::new(
+                    "initguard_wait_duration_seconds",
+                    "How long pods waited on an initializer, by how the wait ended.",
+                )
+                .buckets(WAIT_BUCKETS.to_vec()),
+                &["initializer", "outcome"],
+            )?,
+            bypasses_total: IntCounterVec::new(
+                Opts::new(
+                    "initguard_bypasses_total",
+                    "Initializers removed by initguard.",
+                ),
+                &["initializer", "reason"],
+            )?,
+            bypass_errors_total: IntCounterVec::new(
+                Opts::new(
+                    "initguard_bypass_errors_total",
+                    "Bypass attempts that failed for good (after retries).",
+                ),
+                &["initializer"],
+            )?,
+            owner_up: IntGaugeVec::new(
+                Opts::new(
+                    "initguard_owner_up",
+                    "1 while the initializer's owner is up, 0 while down; absent while unknown.",
+                ),
+                &["initializer", "owner_kind"],
+            )?,
+            pileup_max_waiting_pods: IntGaugeVec::new(
+                Opts::new(
+                    "initguard_pileup_max_waiting_pods",
+                    "Most pods sharing one controller that wait on the initializer.",
+                ),
+                &["initializer"],
+            )?,
+            pileups: IntGaugeVec::new(
+                Opts::new(
+                    "initguard_pileups",
+                    "Controllers with at least pileup.threshold pods waiting on the initializer.",
+                ),
+                &["initializer"],
+            )?,
+            is_leader: IntGauge::new(
+                "initguard_is_leader",
+                "1 while this replica leads and may write.",
+            )?,
+            watch_restarts_total: IntCounterVec::new(
+                Opts::new(
+                    "initguard_watch_restarts_total",
+                    "Watch streams restarted after an error.",
+                ),
+                &["resource"],
+            )?,
+            build_info: IntGaugeVec::new(
+                Opts::new(
+                    "initguard_build_info",
+                    "Always 1; labels name the build and mechanism.",
+                ),
+                &["version", "mechanism"],
+            )?,
+            deadline_seconds: GaugeVec::new(
+                Opts::new(
+                    "initguard_deadline_seconds",
+                    "Configured deadline of each listed initializer.",
+                ),
+                &["initializer"],
+            )?,
+            dry_run: IntGauge::new(
+                "initguard_dry_run",
+                "1 when decisions are only logged, not written.",
+            )?,
+            listed: config.initializers.iter().map(|i| i.name.clone()).collect(),
+            unlisted_seen: Mutex::new(HashSet::new()),
+            registry,
+        };
+        let r = &m.registry;
+        r.register(Box::new(m.waiting_pods.clone()))?;
+        r.register(Box::new(m.oldest_wait_seconds.clone()))?;
+        r.register(Box::new(m.wait_duration_seconds.clone()))?;
+        r.register(Box::new(m.bypasses_total.clone()))?;
+        r.register(Box::new(m.bypass_errors_total.clone()))?;
+        r.register(Box::new(m.owner_up.clone()))?;
+        r.register(Box::new(m.pileup_max_waiting_pods.clone()))?;
+        r.register(Box::new(m.pileups.clone()))?;
+        r.register(Box::new(m.is_leader.clone()))?;
+        r.register(Box::new(m.watch_restarts_total.clone()))?;
+        r.register(Box::new(m.build_info.clone()))?;
+        r.register(Box::new(m.deadline_seconds.clone()))?;
+        r.register(Box::new(m.dry_run.clone()))?;
+        #[cfg(target_os = "linux")]
+        r.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))?;
+
+        m.build_info
+            .with_label_values(&[env!("CARGO_PKG_VERSION"), config.mechanism.as_str()])
+            .set(1);
+        for i in &config.initializers {
+            m.deadline_seconds
+                .with_label_values(&[&i.name])
+                .set(i.deadline.as_secs_f64());
+            // Pre-create series so dashboards show zeros rather than gaps.
+            for reason in [Reason::Deadline, Reason::OwnerDown, Reason::Pileup] {
+                m.bypasses_total
+                    .with_label_values(&[&i.name, reason.as_str()]);
+            }
+            m.bypass_errors_total.with_label_values(&[&i.name]);
+        }
+        m.dry_run.set(i64::from(config.dry_run));
+        Ok(m)
+    }
+
+    /// The label value for an initializer name: listed names as they are, the first
+    /// [`MAX_UNLISTED_LABELS`] unlisted names as they are, later ones `other`.
+    pub fn initializer_label<'a>(&self, name: &'a str) -> &'a str {
+        if self.listed.contains(name) {
+            return name;
+        }
+        let mut seen = self.unlisted_seen.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.contains(name) {
+            return name;
+        }
+        if seen.len() < MAX_UNLISTED_LABELS {
+            seen.insert(name.to_owned());
+            return name;
+        }
+        "other"
+    }
+
+    /// Record a finished wait.
+    pub fn observe_wait(&self, initializer: &str, outcome: Outcome, waited: Duration) {
+        let label = self.initializer_label(initializer);
+        self.wait_duration_seconds
+            .with_label_values(&[label, outcome.as_str()])
+            .observe(waited.as_secs_f64());
+    }
+
+    /// Record a bypass written (or decided, in dry-run).
+    pub fn bypassed(&self, initializer: &str, reason: Reason) {
+        let label = self.initializer_label(initializer);
+        self.bypasses_total
+            .with_label_values(&[label, reason.as_str()])
+            .inc();
+    }
+
+    /// Record a bypass that failed for good.
+    pub fn bypass_failed(&self, initializer: &str) {
+        let label = self.initializer_label(initializer);
+        self.bypass_errors_total.with_label_values(&[label]).inc();
+    }
+
+    /// Record a watch stream restart for `resource` (pods, deployments, leases).
+    pub fn watch_restarted(&self, resource: &str) {
+        self.watch_restarts_total
+            .with_label_values(&[resource])
+            .inc();
+    }
+
+    /// Set `initguard_owner_up`; `None` (unknown) removes the series.
+    pub fn set_owner_up(&self, initializer: &str, owner_kind: &str, up: Option<bool>) {
+        match up {
+            Some(up) => self
+                .owner_up
+                .with_label_values(&[initializer, owner_kind])
+                .set(i64::from(up)),
+            None => {
+                let _ = self
+                    .owner_up
+                    .remove_label_values(&[initializer, owner_kind]);
+            }
+        }
+    }
+
+    /// Prometheus text exposition of every metric.
+    pub fn render(&self) -> Result<String, MetricsError> {
+        let mut buf = Vec::new();
+        TextEncoder::new().encode(&self.registry.gather(), &mut buf)?;
+        Ok(String::from_utf8_lossy(&buf).into_owned())
+    }
+}
