@@ -277,3 +277,738 @@ fn plan_initializer(
             |(at, reason)| Plan::BypassAt { at, reason },
         )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{
+        Defaults, InitializerConfig, LeaderElection, ObjectRef, OptIn, OwnerSpec, Pileup,
+        UnlistedPolicy,
+    };
+    use std::collections::HashMap;
+
+    const OPT_IN_LABEL: &str = "initguard.io/bypass";
+    const OPTED_NS: &str = "batch";
+    const SIDECAR: &str = "sidecar.example.com"; // deadline 15s, grace 5s, deployment owner
+    const AUDIT: &str = "audit.example.com"; // deadline 0s, no owner
+    const KUEUE: &str = "kueue.x-k8s.io/admission"; // deadline 10m, grace 30s, lease owner
+    const UNLISTED: &str = "unlisted.example.com";
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    /// An arbitrary fixed origin (2027-01-15) so that tests never read the clock.
+    fn t(offset_secs: i64) -> SystemTime {
+        let origin = SystemTime::UNIX_EPOCH + secs(1_800_000_000);
+        if offset_secs >= 0 {
+            origin + secs(offset_secs.unsigned_abs())
+        } else {
+            origin - secs(offset_secs.unsigned_abs())
+        }
+    }
+
+    fn listed(
+        name: &str,
+        deadline: Duration,
+        grace: Duration,
+        owner: Option<OwnerSpec>,
+    ) -> InitializerConfig {
+        InitializerConfig {
+            name: name.to_string(),
+            deadline,
+            owner_down_grace: grace,
+            probe_interval: secs(2),
+            owner,
+        }
+    }
+
+    fn object(namespace: &str, name: &str) -> ObjectRef {
+        ObjectRef {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        }
+    }
+
+    fn config(mechanism: Mechanism) -> Config {
+        Config {
+            mechanism,
+            opt_in: OptIn {
+                label: OPT_IN_LABEL.to_string(),
+                namespaces: vec![OPTED_NS.to_string()],
+            },
+            defaults: Defaults {
+                deadline: secs(20),
+                owner_down_grace: secs(5),
+                probe_interval: secs(2),
+            },
+            initializers: vec![
+                listed(
+                    SIDECAR,
+                    secs(15),
+                    secs(5),
+                    Some(OwnerSpec::Deployment(object(
+                        "kube-system",
+                        "sidecar-injector",
+                    ))),
+                ),
+                listed(AUDIT, secs(0), secs(5), None),
+                listed(
+                    KUEUE,
+                    secs(600),
+                    secs(30),
+                    Some(OwnerSpec::Lease(object(
+                        "kueue-system",
+                        "c1f6bfd2.kueue.x-k8s.io",
+                    ))),
+                ),
+            ],
+            unlisted_initializers: UnlistedPolicy::Ignore,
+            pileup: Pileup {
+                threshold: 3,
+                action: PileupAction::Alert,
+            },
+            leader_election: LeaderElection {
+                enabled: true,
+                namespace: "kube-system".to_string(),
+                name: "initguard".to_string(),
+                lease_duration: secs(15),
+            },
+            listen: std::net::SocketAddr::from(([0, 0, 0, 0], 9777)),
+            dry_run: false,
+            max_in_flight: 16,
+        }
+    }
+
+    #[derive(Default)]
+    struct FakeEnv {
+        owners: HashMap<String, OwnerState>,
+        piles: HashMap<(ControllerRef, String), u32>,
+    }
+
+    impl FakeEnv {
+        fn owner(mut self, initializer: &str, state: OwnerState) -> Self {
+            self.owners.insert(initializer.to_string(), state);
+            self
+        }
+
+        fn pile(mut self, controller: &ControllerRef, initializer: &str, size: u32) -> Self {
+            self.piles
+                .insert((controller.clone(), initializer.to_string()), size);
+            self
+        }
+    }
+
+    impl Environment for FakeEnv {
+        fn owner_state(&self, initializer: &str) -> OwnerState {
+            self.owners
+                .get(initializer)
+                .copied()
+                .unwrap_or(OwnerState::Unknown)
+        }
+
+        fn pile_size(&self, controller: &ControllerRef, initializer: &str) -> u32 {
+            self.piles
+                .get(&(controller.clone(), initializer.to_string()))
+                .copied()
+                .unwrap_or(0)
+        }
+    }
+
+    fn job() -> ControllerRef {
+        ControllerRef {
+            kind: "Job".to_string(),
+            name: "nightly".to_string(),
+            uid: "6b1d3c1e-0000-4000-8000-000000000001".to_string(),
+        }
+    }
+
+    /// Owns the data a `PodView` borrows.
+    #[derive(Debug, Clone)]
+    struct TestPod {
+        namespace: String,
+        labels: BTreeMap<String, String>,
+        created: SystemTime,
+        controller: Option<ControllerRef>,
+        pending: Vec<String>,
+        head_since: Option<SystemTime>,
+    }
+
+    impl TestPod {
+        /// An opted-in (by label) pod created at `t(0)`.
+        fn new(pending: &[&str]) -> Self {
+            TestPod {
+                namespace: "default".to_string(),
+                labels: BTreeMap::from([
+                    ("app".to_string(), "web".to_string()),
+                    (OPT_IN_LABEL.to_string(), String::new()),
+                ]),
+                created: t(0),
+                controller: None,
+                pending: pending.iter().map(|p| p.to_string()).collect(),
+                head_since: None,
+            }
+        }
+
+        fn not_opted_in(mut self) -> Self {
+            self.labels.remove(OPT_IN_LABEL);
+            self
+        }
+
+        fn created(mut self, at: SystemTime) -> Self {
+            self.created = at;
+            self
+        }
+
+        fn head_since(mut self, at: SystemTime) -> Self {
+            self.head_since = Some(at);
+            self
+        }
+
+        fn controlled_by(mut self, controller: ControllerRef) -> Self {
+            self.controller = Some(controller);
+            self
+        }
+
+        fn view(&self) -> PodView<'_> {
+            PodView {
+                namespace: &self.namespace,
+                name: "web-0",
+                uid: "0f6a1c2e-0000-4000-8000-00000000abcd",
+                labels: &self.labels,
+                created: self.created,
+                controller: self.controller.as_ref(),
+                pending: &self.pending,
+                head_since: self.head_since,
+            }
+        }
+
+        fn decide(&self, env: &FakeEnv, config: &Config, now: SystemTime) -> Outcome {
+            decide(&self.view(), env, config, now)
+        }
+    }
+
+    fn decision(initializer: &str, index: usize, reason: Reason, waited: Duration) -> Decision {
+        Decision {
+            initializer: initializer.to_string(),
+            index,
+            reason,
+            waited,
+        }
+    }
+
+    fn never(why: &'static str) -> Plan {
+        Plan::Never { why }
+    }
+
+    fn plans(outcome: &Outcome) -> Vec<Plan> {
+        outcome.plans.iter().map(|p| p.plan.clone()).collect()
+    }
+
+    // Rule 1: opt-in.
+
+    #[test]
+    fn pod_without_opt_in_is_never_touched_whatever_else_holds() {
+        for mechanism in [Mechanism::SchedulingGates, Mechanism::Initializers] {
+            let mut config = config(mechanism);
+            config.pileup.action = PileupAction::Bypass;
+            let pod = TestPod::new(&[SIDECAR, AUDIT])
+                .not_opted_in()
+                .controlled_by(job());
+            let env = FakeEnv::default()
+                .owner(SIDECAR, OwnerState::Down { since: t(-3600) })
+                .pile(&job(), SIDECAR, 10);
+            let out = pod.decide(&env, &config, t(3600));
+            assert!(out.decisions.is_empty(), "{mechanism:?}: {out:?}");
+            assert_eq!(out.next_wake, None);
+            assert_eq!(
+                plans(&out),
+                vec![
+                    never(Plan::NEVER_NOT_OPTED_IN),
+                    never(Plan::NEVER_NOT_OPTED_IN)
+                ]
+            );
+            assert!(!opted_in(&pod.view(), &config));
+        }
+    }
+
+    #[test]
+    fn wait_is_still_reported_for_pods_without_opt_in() {
+        let pod = TestPod::new(&[SIDECAR]).not_opted_in();
+        let out = pod.decide(
+            &FakeEnv::default(),
+            &config(Mechanism::SchedulingGates),
+            t(42),
+        );
+        assert_eq!(out.plans[0].waited, Some(secs(42)));
+    }
+
+    #[test]
+    fn opt_in_by_label_key_ignores_its_value_and_by_namespace() {
+        let config = config(Mechanism::SchedulingGates);
+        let mut by_label = TestPod::new(&[AUDIT]);
+        by_label
+            .labels
+            .insert(OPT_IN_LABEL.to_string(), "false".to_string());
+        let mut by_namespace = TestPod::new(&[AUDIT]).not_opted_in();
+        by_namespace.namespace = OPTED_NS.to_string();
+        for pod in [by_label, by_namespace] {
+            assert!(opted_in(&pod.view(), &config));
+            let out = pod.decide(&FakeEnv::default(), &config, t(0));
+            assert_eq!(
+                out.decisions,
+                vec![decision(AUDIT, 0, Reason::Deadline, secs(0))]
+            );
+        }
+    }
+
+    // Rule: unlisted initializers.
+
+    #[test]
+    fn unlisted_initializer_is_ignored_by_default() {
+        let pod = TestPod::new(&[UNLISTED]);
+        let env = FakeEnv::default().owner(UNLISTED, OwnerState::Down { since: t(0) });
+        let out = pod.decide(&env, &config(Mechanism::SchedulingGates), t(3600));
+        assert!(out.decisions.is_empty());
+        assert_eq!(out.next_wake, None);
+        assert_eq!(plans(&out), vec![never(Plan::NEVER_UNLISTED)]);
+        assert_eq!(out.plans[0].waited, Some(secs(3600)));
+    }
+
+    #[test]
+    fn unlisted_initializer_uses_default_deadline_when_configured() {
+        let mut config = config(Mechanism::SchedulingGates);
+        config.unlisted_initializers = UnlistedPolicy::Deadline;
+        let pod = TestPod::new(&[UNLISTED]);
+        let env = FakeEnv::default();
+        let before = pod.decide(&env, &config, t(19));
+        assert!(before.decisions.is_empty());
+        assert_eq!(
+            plans(&before),
+            vec![Plan::BypassAt {
+                at: t(20),
+                reason: Reason::Deadline
+            }]
+        );
+        assert_eq!(before.next_wake, Some(t(20)));
+        let after = pod.decide(&env, &config, t(20));
+        assert_eq!(
+            after.decisions,
+            vec![decision(UNLISTED, 0, Reason::Deadline, secs(20))]
+        );
+        assert_eq!(after.next_wake, None);
+    }
+
+    #[test]
+    fn unlisted_owner_down_uses_default_grace() {
+        let mut config = config(Mechanism::SchedulingGates);
+        config.unlisted_initializers = UnlistedPolicy::Deadline;
+        let pod = TestPod::new(&[UNLISTED]);
+        let env = FakeEnv::default().owner(UNLISTED, OwnerState::Down { since: t(1) });
+        let before = pod.decide(&env, &config, t(5));
+        assert_eq!(
+            plans(&before),
+            vec![Plan::BypassAt {
+                at: t(6),
+                reason: Reason::OwnerDown
+            }]
+        );
+        let after = pod.decide(&env, &config, t(6));
+        assert_eq!(
+            after.decisions,
+            vec![decision(UNLISTED, 0, Reason::OwnerDown, secs(6))]
+        );
+    }
+
+    // Rule: deadline.
+
+    #[test]
+    fn deadline_bypasses_exactly_when_reached() {
+        let config = config(Mechanism::SchedulingGates);
+        let pod = TestPod::new(&[SIDECAR]);
+        let env = FakeEnv::default();
+        let early = pod.decide(&env, &config, t(14));
+        assert!(early.decisions.is_empty());
+        assert_eq!(early.next_wake, Some(t(15)));
+        assert_eq!(early.plans[0].waited, Some(secs(14)));
+        let just_before = pod.decide(&env, &config, t(15) - Duration::from_nanos(1));
+        assert!(just_before.decisions.is_empty());
+        let due = pod.decide(&env, &config, t(15));
+        assert_eq!(
+            due.decisions,
+            vec![decision(SIDECAR, 0, Reason::Deadline, secs(15))]
+        );
+        assert_eq!(
+            plans(&due),
+            vec![Plan::Bypass {
+                reason: Reason::Deadline
+            }]
+        );
+        assert_eq!(due.next_wake, None);
+    }
+
+    #[test]
+    fn zero_deadline_bypasses_at_once_even_with_creation_in_the_future() {
+        for created in [t(0), t(3600)] {
+            let pod = TestPod::new(&[AUDIT]).created(created);
+            let out = pod.decide(
+                &FakeEnv::default(),
+                &config(Mechanism::SchedulingGates),
+                t(0),
+            );
+            assert_eq!(
+                out.decisions,
+                vec![decision(AUDIT, 0, Reason::Deadline, secs(0))]
+            );
+        }
+    }
+
+    #[test]
+    fn creation_in_the_future_counts_as_no_wait() {
+        let pod = TestPod::new(&[SIDECAR]).created(t(100));
+        let out = pod.decide(
+            &FakeEnv::default(),
+            &config(Mechanism::SchedulingGates),
+            t(0),
+        );
+        assert!(out.decisions.is_empty());
+        assert_eq!(out.plans[0].waited, Some(Duration::ZERO));
+        // The deadline still counts from the creation time: restart-safe and never early.
+        assert_eq!(out.next_wake, Some(t(115)));
+    }
+
+    #[test]
+    fn deadline_beyond_representable_time_never_fires() {
+        let mut config = config(Mechanism::SchedulingGates);
+        config.initializers[0].deadline = Duration::MAX;
+        let pod = TestPod::new(&[SIDECAR]);
+        let out = pod.decide(&FakeEnv::default(), &config, t(1_000_000));
+        assert!(out.decisions.is_empty());
+        assert_eq!(plans(&out), vec![never(Plan::NEVER_OUT_OF_RANGE)]);
+        assert_eq!(out.next_wake, None);
+    }
+
+    // Rule: owner down.
+
+    #[test]
+    fn unknown_and_up_owners_never_trigger() {
+        let pod = TestPod::new(&[KUEUE]);
+        let config = config(Mechanism::SchedulingGates);
+        for state in [OwnerState::Unknown, OwnerState::Up { since: t(-1000) }] {
+            let env = FakeEnv::default().owner(KUEUE, state);
+            let out = pod.decide(&env, &config, t(599));
+            assert!(out.decisions.is_empty(), "{state:?}");
+            assert_eq!(
+                plans(&out),
+                vec![Plan::BypassAt {
+                    at: t(600),
+                    reason: Reason::Deadline
+                }]
+            );
+        }
+    }
+
+    #[test]
+    fn owner_down_bypasses_once_the_grace_has_passed() {
+        let pod = TestPod::new(&[KUEUE]);
+        let config = config(Mechanism::SchedulingGates);
+        let env = FakeEnv::default().owner(KUEUE, OwnerState::Down { since: t(10) });
+        let within_grace = pod.decide(&env, &config, t(39));
+        assert!(within_grace.decisions.is_empty());
+        assert_eq!(
+            plans(&within_grace),
+            vec![Plan::BypassAt {
+                at: t(40),
+                reason: Reason::OwnerDown
+            }]
+        );
+        assert_eq!(within_grace.next_wake, Some(t(40)));
+        let after = pod.decide(&env, &config, t(40));
+        assert_eq!(
+            after.decisions,
+            vec![decision(KUEUE, 0, Reason::OwnerDown, secs(40))]
+        );
+        assert_eq!(after.next_wake, None);
+    }
+
+    #[test]
+    fn owner_down_since_before_the_pod_existed_counts() {
+        let pod = TestPod::new(&[SIDECAR]);
+        let env = FakeEnv::default().owner(SIDECAR, OwnerState::Down { since: t(-600) });
+        let out = pod.decide(&env, &config(Mechanism::SchedulingGates), t(0));
+        assert_eq!(
+            out.decisions,
+            vec![decision(SIDECAR, 0, Reason::OwnerDown, secs(0))]
+        );
+    }
+
+    #[test]
+    fn later_owner_down_instant_does_not_hide_an_earlier_deadline() {
+        let pod = TestPod::new(&[SIDECAR]);
+        let env = FakeEnv::default().owner(SIDECAR, OwnerState::Down { since: t(12) });
+        let out = pod.decide(&env, &config(Mechanism::SchedulingGates), t(13));
+        assert_eq!(
+            plans(&out),
+            vec![Plan::BypassAt {
+                at: t(15),
+                reason: Reason::Deadline
+            }]
+        );
+        assert_eq!(out.next_wake, Some(t(15)));
+    }
+
+    #[test]
+    fn owner_down_wins_a_tie_with_the_deadline() {
+        let pod = TestPod::new(&[SIDECAR]);
+        let env = FakeEnv::default().owner(SIDECAR, OwnerState::Down { since: t(10) });
+        let config = config(Mechanism::SchedulingGates);
+        let out = pod.decide(&env, &config, t(1));
+        assert_eq!(
+            plans(&out),
+            vec![Plan::BypassAt {
+                at: t(15),
+                reason: Reason::OwnerDown
+            }]
+        );
+        let due = pod.decide(&env, &config, t(15));
+        assert_eq!(
+            due.decisions,
+            vec![decision(SIDECAR, 0, Reason::OwnerDown, secs(15))]
+        );
+    }
+
+    // Rule: pileup.
+
+    #[test]
+    fn pileup_bypasses_only_with_action_bypass_a_controller_and_enough_pods() {
+        let controlled = TestPod::new(&[KUEUE]).controlled_by(job());
+        let orphan = TestPod::new(&[KUEUE]);
+        let mut bypass = config(Mechanism::SchedulingGates);
+        bypass.pileup.action = PileupAction::Bypass;
+        let alert = config(Mechanism::SchedulingGates);
+        let env = |size| FakeEnv::default().pile(&job(), KUEUE, size);
+        let pileup = vec![decision(KUEUE, 0, Reason::Pileup, secs(1))];
+
+        assert_eq!(controlled.decide(&env(3), &bypass, t(1)).decisions, pileup);
+        assert_eq!(controlled.decide(&env(7), &bypass, t(1)).decisions, pileup);
+        for (pod, env, config) in [
+            (&controlled, env(2), &bypass),
+            (&controlled, env(10), &alert),
+            (&orphan, env(10), &bypass),
+        ] {
+            let out = pod.decide(&env, config, t(1));
+            assert!(out.decisions.is_empty(), "{out:?}");
+            assert_eq!(out.next_wake, Some(t(600)));
+        }
+    }
+
+    #[test]
+    fn precedence_is_owner_down_then_deadline_then_pileup() {
+        let mut config = config(Mechanism::SchedulingGates);
+        config.pileup.action = PileupAction::Bypass;
+        let pod = TestPod::new(&[SIDECAR]).controlled_by(job());
+        let piled = || FakeEnv::default().pile(&job(), SIDECAR, 5);
+        let down = OwnerState::Down { since: t(0) };
+
+        let all_three = pod.decide(&piled().owner(SIDECAR, down), &config, t(20));
+        assert_eq!(
+            all_three.decisions,
+            vec![decision(SIDECAR, 0, Reason::OwnerDown, secs(20))]
+        );
+        let deadline_and_pileup = pod.decide(&piled(), &config, t(20));
+        assert_eq!(
+            deadline_and_pileup.decisions,
+            vec![decision(SIDECAR, 0, Reason::Deadline, secs(20))]
+        );
+        let owner_down_and_pileup = pod.decide(&piled().owner(SIDECAR, down), &config, t(6));
+        assert_eq!(
+            owner_down_and_pileup.decisions,
+            vec![decision(SIDECAR, 0, Reason::OwnerDown, secs(6))]
+        );
+        let pileup_only = pod.decide(&piled(), &config, t(6));
+        assert_eq!(
+            pileup_only.decisions,
+            vec![decision(SIDECAR, 0, Reason::Pileup, secs(6))]
+        );
+    }
+
+    // Several initializers.
+
+    #[test]
+    fn gates_are_decided_independently_in_pending_order() {
+        let config = config(Mechanism::SchedulingGates);
+        let pod = TestPod::new(&[KUEUE, SIDECAR, UNLISTED, AUDIT]);
+        let env = FakeEnv::default().owner(KUEUE, OwnerState::Down { since: t(0) });
+        let out = pod.decide(&env, &config, t(10));
+        assert_eq!(
+            out.decisions,
+            vec![decision(AUDIT, 3, Reason::Deadline, secs(10))]
+        );
+        assert_eq!(
+            plans(&out),
+            vec![
+                Plan::BypassAt {
+                    at: t(30),
+                    reason: Reason::OwnerDown
+                },
+                Plan::BypassAt {
+                    at: t(15),
+                    reason: Reason::Deadline
+                },
+                never(Plan::NEVER_UNLISTED),
+                Plan::Bypass {
+                    reason: Reason::Deadline
+                },
+            ]
+        );
+        assert_eq!(out.next_wake, Some(t(15)));
+
+        let later = pod.decide(&env, &config, t(30));
+        assert_eq!(
+            later.decisions,
+            vec![
+                decision(KUEUE, 0, Reason::OwnerDown, secs(30)),
+                decision(SIDECAR, 1, Reason::Deadline, secs(30)),
+                decision(AUDIT, 3, Reason::Deadline, secs(30)),
+            ]
+        );
+        assert_eq!(later.next_wake, None);
+    }
+
+    #[test]
+    fn duplicate_name_is_decided_at_its_first_index_only() {
+        let pod = TestPod::new(&[SIDECAR, AUDIT, SIDECAR]);
+        let out = pod.decide(
+            &FakeEnv::default(),
+            &config(Mechanism::SchedulingGates),
+            t(15),
+        );
+        assert_eq!(
+            out.decisions,
+            vec![
+                decision(SIDECAR, 0, Reason::Deadline, secs(15)),
+                decision(AUDIT, 1, Reason::Deadline, secs(15)),
+            ]
+        );
+        assert_eq!(out.plans[2].plan, never(Plan::NEVER_DUPLICATE));
+        assert_eq!(out.plans[2].waited, Some(secs(15)));
+    }
+
+    #[test]
+    fn empty_pending_list_decides_nothing() {
+        let out = TestPod::new(&[]).decide(
+            &FakeEnv::default(),
+            &config(Mechanism::SchedulingGates),
+            t(0),
+        );
+        assert_eq!(out, Outcome::default());
+    }
+
+    // Legacy initializers.
+
+    #[test]
+    fn legacy_only_the_head_is_in_progress() {
+        let config = config(Mechanism::Initializers);
+        let pod = TestPod::new(&[SIDECAR, AUDIT, KUEUE]).head_since(t(100));
+        let env = FakeEnv::default().owner(KUEUE, OwnerState::Down { since: t(0) });
+        let out = pod.decide(&env, &config, t(110));
+        assert!(out.decisions.is_empty(), "{out:?}");
+        let waits: Vec<_> = out.plans.iter().map(|p| p.waited).collect();
+        assert_eq!(waits, vec![Some(secs(10)), None, None]);
+        assert_eq!(
+            plans(&out),
+            vec![
+                Plan::BypassAt {
+                    at: t(115),
+                    reason: Reason::Deadline
+                },
+                never(Plan::NEVER_NOT_HEAD),
+                never(Plan::NEVER_NOT_HEAD),
+            ]
+        );
+        assert_eq!(out.next_wake, Some(t(115)));
+
+        // The head's clock runs from when it became the head, not from creation.
+        let due = pod.decide(&env, &config, t(115));
+        assert_eq!(
+            due.decisions,
+            vec![decision(SIDECAR, 0, Reason::Deadline, secs(15))]
+        );
+    }
+
+    #[test]
+    fn legacy_head_clock_starts_at_first_observation() {
+        let config = config(Mechanism::Initializers);
+        let pod = TestPod::new(&[SIDECAR]).created(t(-3600));
+        let out = pod.decide(&FakeEnv::default(), &config, t(0));
+        assert!(out.decisions.is_empty());
+        assert_eq!(out.plans[0].waited, Some(Duration::ZERO));
+        assert_eq!(out.next_wake, Some(t(15)));
+    }
+
+    #[test]
+    fn legacy_head_owner_down_and_zero_deadline_apply_at_once() {
+        let config = config(Mechanism::Initializers);
+        let env = FakeEnv::default().owner(KUEUE, OwnerState::Down { since: t(-60) });
+        let kueue_head = TestPod::new(&[KUEUE, SIDECAR]);
+        assert_eq!(
+            kueue_head.decide(&env, &config, t(0)).decisions,
+            vec![decision(KUEUE, 0, Reason::OwnerDown, secs(0))]
+        );
+        let audit_head = TestPod::new(&[AUDIT, KUEUE]);
+        assert_eq!(
+            audit_head.decide(&env, &config, t(0)).decisions,
+            vec![decision(AUDIT, 0, Reason::Deadline, secs(0))]
+        );
+    }
+
+    #[test]
+    fn legacy_unlisted_head_blocks_nothing_and_is_never_removed() {
+        let config = config(Mechanism::Initializers);
+        let pod = TestPod::new(&[UNLISTED, AUDIT]).head_since(t(0));
+        let out = pod.decide(&FakeEnv::default(), &config, t(3600));
+        assert!(out.decisions.is_empty());
+        assert_eq!(
+            plans(&out),
+            vec![never(Plan::NEVER_UNLISTED), never(Plan::NEVER_NOT_HEAD)]
+        );
+        assert_eq!(out.next_wake, None);
+    }
+
+    #[test]
+    fn legacy_pileup_applies_to_the_head_only() {
+        let mut config = config(Mechanism::Initializers);
+        config.pileup.action = PileupAction::Bypass;
+        let pod = TestPod::new(&[KUEUE, SIDECAR]).controlled_by(job());
+        let env = FakeEnv::default()
+            .pile(&job(), KUEUE, 1)
+            .pile(&job(), SIDECAR, 9);
+        assert!(pod.decide(&env, &config, t(0)).decisions.is_empty());
+        let env = env.pile(&job(), KUEUE, 3);
+        assert_eq!(
+            pod.decide(&env, &config, t(0)).decisions,
+            vec![decision(KUEUE, 0, Reason::Pileup, secs(0))]
+        );
+    }
+
+    #[test]
+    fn outcome_serializes_for_status() {
+        let pod = TestPod::new(&[SIDECAR, UNLISTED]);
+        let out = pod.decide(
+            &FakeEnv::default(),
+            &config(Mechanism::SchedulingGates),
+            t(5),
+        );
+        let json = serde_json::to_value(&out).unwrap();
+        assert_eq!(
+            json["plans"][0]["plan"],
+            serde_json::json!({"action": "bypassAt", "at": "2027-01-15T08:00:15Z", "reason": "deadline"})
+        );
+        assert_eq!(
+            json["plans"][1]["plan"],
+            serde_json::json!({"action": "never", "why": "unlisted initializer"})
+        );
+        assert_eq!(json["plans"][0]["waited"], "5s");
+        assert_eq!(json["next_wake"], "2027-01-15T08:00:15Z");
+    }
+}
