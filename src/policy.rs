@@ -1011,4 +1011,282 @@ mod tests {
         assert_eq!(json["plans"][0]["waited"], "5s");
         assert_eq!(json["next_wake"], "2027-01-15T08:00:15Z");
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        const NAMES: [&str; 5] = [SIDECAR, AUDIT, KUEUE, UNLISTED, "other.example.org"];
+
+        /// A random world around one pod: config knobs, owners, piles, clocks.
+        #[derive(Debug, Clone)]
+        struct World {
+            pod: TestPod,
+            config: Config,
+            owners: Vec<(String, OwnerState)>,
+            piles: Vec<(String, u32)>,
+            now: SystemTime,
+        }
+
+        impl World {
+            fn env(&self) -> FakeEnv {
+                let mut env = FakeEnv::default();
+                for (name, state) in &self.owners {
+                    env = env.owner(name, *state);
+                }
+                for (name, size) in &self.piles {
+                    env = env.pile(&job(), name, *size);
+                }
+                env
+            }
+
+            fn decide_at(&self, now: SystemTime) -> Outcome {
+                self.pod.decide(&self.env(), &self.config, now)
+            }
+
+            fn start(&self) -> SystemTime {
+                match self.config.mechanism {
+                    Mechanism::SchedulingGates => self.pod.created,
+                    Mechanism::Initializers => self.pod.head_since.unwrap_or(self.now),
+                }
+            }
+
+            fn grace(&self, name: &str) -> Duration {
+                self.config
+                    .initializer(name)
+                    .map_or(self.config.defaults.owner_down_grace, |i| {
+                        i.owner_down_grace
+                    })
+            }
+
+            fn owner_down_due(&self, name: &str, now: SystemTime) -> bool {
+                match self.env().owner_state(name) {
+                    OwnerState::Down { since } => now >= since + self.grace(name),
+                    _ => false,
+                }
+            }
+        }
+
+        /// Milliseconds around the fixed origin, so instants collide often enough to test ties.
+        fn instant() -> impl Strategy<Value = SystemTime> {
+            (-120_000i64..120_000).prop_map(|ms| {
+                let origin = t(0);
+                let d = Duration::from_millis(ms.unsigned_abs());
+                if ms >= 0 { origin + d } else { origin - d }
+            })
+        }
+
+        fn short_duration() -> impl Strategy<Value = Duration> {
+            prop_oneof![
+                1 => Just(Duration::ZERO),
+                4 => (0u64..60_000).prop_map(Duration::from_millis),
+            ]
+        }
+
+        fn owner_state() -> impl Strategy<Value = OwnerState> {
+            prop_oneof![
+                Just(OwnerState::Unknown),
+                instant().prop_map(|since| OwnerState::Up { since }),
+                instant().prop_map(|since| OwnerState::Down { since }),
+            ]
+        }
+
+        fn world() -> impl Strategy<Value = World> {
+            let pod = (
+                prop::sample::select(vec!["default", OPTED_NS, "kube-system"]),
+                prop::collection::btree_map(
+                    prop::sample::select(vec!["app", OPT_IN_LABEL, "tier", "initguard.io/other"]),
+                    "[a-z]{0,3}",
+                    0..4,
+                ),
+                instant(),
+                any::<bool>(),
+                prop::collection::vec(prop::sample::select(NAMES.to_vec()), 0..6),
+                prop::option::of(instant()),
+            )
+                .prop_map(
+                    |(namespace, labels, created, controlled, pending, head_since)| TestPod {
+                        namespace: namespace.to_string(),
+                        labels: labels
+                            .into_iter()
+                            .map(|(k, v)| (k.to_string(), v))
+                            .collect(),
+                        created,
+                        controller: controlled.then(job),
+                        pending: pending.into_iter().map(str::to_string).collect(),
+                        head_since,
+                    },
+                );
+            let knobs = (
+                prop_oneof![
+                    Just(Mechanism::SchedulingGates),
+                    Just(Mechanism::Initializers)
+                ],
+                prop_oneof![Just(UnlistedPolicy::Ignore), Just(UnlistedPolicy::Deadline)],
+                prop_oneof![Just(PileupAction::Alert), Just(PileupAction::Bypass)],
+                1u32..5,
+                prop::collection::vec((short_duration(), short_duration()), 4),
+            );
+            let owners = prop::collection::vec(owner_state(), NAMES.len());
+            let piles = prop::collection::vec(0u32..6, NAMES.len());
+            (pod, knobs, owners, piles, instant()).prop_map(
+                |(pod, (mechanism, unlisted, action, threshold, timings), owners, piles, now)| {
+                    let mut config = config(mechanism);
+                    config.unlisted_initializers = unlisted;
+                    config.pileup = Pileup { threshold, action };
+                    config.defaults.deadline = timings[3].0;
+                    config.defaults.owner_down_grace = timings[3].1;
+                    for (listed, (deadline, grace)) in config.initializers.iter_mut().zip(&timings)
+                    {
+                        listed.deadline = *deadline;
+                        listed.owner_down_grace = *grace;
+                    }
+                    World {
+                        pod,
+                        config,
+                        owners: NAMES.iter().map(|n| n.to_string()).zip(owners).collect(),
+                        piles: NAMES.iter().map(|n| n.to_string()).zip(piles).collect(),
+                        now,
+                    }
+                },
+            )
+        }
+
+        fn check_invariants(world: &World, out: &Outcome) -> Result<(), TestCaseError> {
+            let pod = &world.pod;
+            let config = &world.config;
+            let now = world.now;
+            let legacy = config.mechanism == Mechanism::Initializers;
+
+            prop_assert_eq!(out.plans.len(), pod.pending.len());
+            for (i, plan) in out.plans.iter().enumerate() {
+                prop_assert_eq!(plan.index, i);
+                prop_assert_eq!(&plan.initializer, &pod.pending[i]);
+                if legacy && i > 0 {
+                    prop_assert_eq!(plan.waited, None, "non-head clock ran");
+                }
+                if let Plan::BypassAt { at, .. } = plan.plan {
+                    prop_assert!(at > now);
+                }
+            }
+
+            if !opted_in(&pod.view(), config) {
+                prop_assert!(out.decisions.is_empty());
+                prop_assert_eq!(out.next_wake, None);
+                for plan in &out.plans {
+                    prop_assert_eq!(&plan.plan, &never(Plan::NEVER_NOT_OPTED_IN));
+                }
+            }
+
+            let mut previous_index = None;
+            let mut decided_names = Vec::new();
+            for d in &out.decisions {
+                prop_assert!(
+                    previous_index < Some(d.index),
+                    "indices not strictly increasing"
+                );
+                previous_index = Some(d.index);
+                prop_assert_eq!(pod.pending.get(d.index), Some(&d.initializer));
+                prop_assert!(!decided_names.contains(&d.initializer), "decided twice");
+                decided_names.push(d.initializer.clone());
+                prop_assert_eq!(&out.plans[d.index].plan, &Plan::Bypass { reason: d.reason });
+                prop_assert_eq!(out.plans[d.index].waited, Some(d.waited));
+                if legacy {
+                    prop_assert_eq!(d.index, 0);
+                }
+                let deadline = config.deadline_for(&d.initializer);
+                prop_assert!(deadline.is_some(), "decided an ignored initializer");
+                let deadline = deadline.unwrap_or_default();
+                let waited = now.duration_since(world.start()).unwrap_or_default();
+                prop_assert_eq!(d.waited, waited);
+                let owner_down = world.owner_down_due(&d.initializer, now);
+                match d.reason {
+                    Reason::OwnerDown => prop_assert!(owner_down),
+                    Reason::Deadline => {
+                        prop_assert!(
+                            d.waited >= deadline,
+                            "deadline decision before the deadline"
+                        );
+                        prop_assert!(!owner_down, "owner_down has precedence");
+                    }
+                    Reason::Pileup => {
+                        prop_assert_eq!(config.pileup.action, PileupAction::Bypass);
+                        prop_assert!(pod.controller.is_some());
+                        let size = world.env().pile_size(&job(), &d.initializer);
+                        prop_assert!(size >= config.pileup.threshold);
+                        prop_assert!(!owner_down && d.waited < deadline, "precedence");
+                    }
+                }
+            }
+            let bypass_plans = out
+                .plans
+                .iter()
+                .filter(|p| matches!(p.plan, Plan::Bypass { .. }))
+                .count();
+            prop_assert_eq!(bypass_plans, out.decisions.len());
+
+            // next_wake: strictly future, the earliest planned instant, and never later than any
+            // future deadline of an initializer that is acted upon but not decided now.
+            let earliest_planned = out
+                .plans
+                .iter()
+                .filter_map(|p| match p.plan {
+                    Plan::BypassAt { at, .. } => Some(at),
+                    _ => None,
+                })
+                .min();
+            prop_assert_eq!(out.next_wake, earliest_planned);
+            if let Some(wake) = out.next_wake {
+                prop_assert!(wake > now);
+            }
+            for plan in &out.plans {
+                if let Plan::BypassAt { .. } = plan.plan {
+                    let deadline = config.deadline_for(&plan.initializer).unwrap_or_default();
+                    let due = world.start() + deadline;
+                    prop_assert!(due > now);
+                    prop_assert!(out.next_wake.is_some_and(|w| w <= due));
+                }
+            }
+            Ok(())
+        }
+
+        proptest! {
+            #[test]
+            fn decide_upholds_the_invariants(world in world()) {
+                let out = world.decide_at(world.now);
+                check_invariants(&world, &out)?;
+                prop_assert_eq!(&world.decide_at(world.now), &out, "not deterministic");
+            }
+
+            #[test]
+            fn nothing_changes_before_next_wake_and_something_does_at_it(
+                world in world(),
+                fraction in 0.0f64..1.0,
+            ) {
+                // Without a recorded head time the legacy clock restarts at every call by design.
+                prop_assume!(
+                    world.config.mechanism == Mechanism::SchedulingGates
+                        || world.pod.head_since.is_some()
+                );
+                let out = world.decide_at(world.now);
+                if let Some(wake) = out.next_wake {
+                    let gap = wake.duration_since(world.now).unwrap_or_default();
+                    let between = world.now + gap.mul_f64(fraction).min(gap.saturating_sub(Duration::from_nanos(1)));
+                    let reasons = |o: &Outcome| -> Vec<(usize, Reason)> {
+                        o.decisions.iter().map(|d| (d.index, d.reason)).collect()
+                    };
+                    prop_assert_eq!(reasons(&world.decide_at(between)), reasons(&out));
+                    let at_wake = world.decide_at(wake);
+                    for p in &out.plans {
+                        if let Plan::BypassAt { at, reason } = p.plan && at == wake {
+                            prop_assert!(
+                                at_wake.decisions.iter().any(|d| d.index == p.index && d.reason == reason),
+                                "planned bypass of {} did not happen at {:?}", p.initializer, wake
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
 }
