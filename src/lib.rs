@@ -7,5 +7,6 @@ pub mod client;
 pub mod config;
 pub mod mechanism;
 pub mod metrics;
+pub mod pod;
 pub mod policy;
 pub mod sim;

@@ -1,0 +1,287 @@
+//! A slim pod: only what the guard reads, decoded straight from the API's JSON.
+//!
+//! The guard may watch tens of thousands of pods; decoding full `k8s_openapi` Pods would parse
+//! and keep managedFields, specs and statuses it never looks at.
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use serde::{Deserialize, Deserializer};
+
+use crate::config::Mechanism;
+const BYPASSED_ANNOTATION: &str = "initguard.io/bypassed";
+use crate::policy::ControllerRef;
+
+/// The parts of a Pod the guard needs.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SlimPod {
+    /// name, namespace, uid, resourceVersion, labels, creationTimestamp, deletionTimestamp and
+    /// the controlling ownerReference only.
+    pub metadata: ObjectMeta,
+    /// `spec.schedulingGates[].name`, in order.
+    pub scheduling_gates: Vec<String>,
+    /// `metadata.initializers.pending[].name`, in order.
+    pub initializers: Vec<String>,
+    /// Whether `metadata.annotations` exists (decides how the bypass patch records itself).
+    pub annotations_present: bool,
+    /// Current value of the `initguard.io/bypassed` annotation.
+    pub bypassed_record: Option<String>,
+    /// `status.phase`.
+    pub phase: Option<String>,
+}
+
+impl SlimPod {
+    /// Pending initializer names for `mechanism`.
+    pub fn pending(&self, mechanism: Mechanism) -> &[String] {
+        match mechanism {
+            Mechanism::SchedulingGates => &self.scheduling_gates,
+            Mechanism::Initializers => &self.initializers,
+        }
+    }
+
+    /// The controlling owner (ownerReference with `controller: true`).
+    pub fn controller(&self) -> Option<ControllerRef> {
+        self.metadata
+            .owner_references
+            .as_deref()?
+            .iter()
+            .find(|o| o.controller == Some(true))
+            .map(|o| ControllerRef {
+                kind: o.kind.clone(),
+                name: o.name.clone(),
+                uid: o.uid.clone(),
+            })
+    }
+
+    /// `metadata.creationTimestamp` as SystemTime.
+    pub fn created(&self) -> Option<SystemTime> {
+        self.metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| SystemTime::from(t.0))
+    }
+
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!(
+            "{}/{}",
+            self.metadata.namespace.as_deref().unwrap_or_default(),
+            self.metadata.name.as_deref().unwrap_or_default()
+        )
+    }
+}
+
+impl kube::Resource for SlimPod {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "Pod".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "pods".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawPod {
+    #[serde(default, deserialize_with = "null_default")]
+    metadata: RawMeta,
+    #[serde(default, deserialize_with = "null_default")]
+    spec: RawSpec,
+    #[serde(default, deserialize_with = "null_default")]
+    status: RawStatus,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct RawMeta {
+    name: Option<String>,
+    namespace: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+    #[serde(default, deserialize_with = "null_default")]
+    labels: BTreeMap<String, String>,
+    annotations: Option<Annotations>,
+    creation_timestamp: Option<Time>,
+    deletion_timestamp: Option<Time>,
+    #[serde(default, deserialize_with = "null_default")]
+    owner_references: Vec<OwnerReference>,
+    #[serde(default, deserialize_with = "null_default")]
+    initializers: RawInitializers,
+}
+
+#[derive(Deserialize, Default)]
+struct RawInitializers {
+    #[serde(default, deserialize_with = "null_default")]
+    pending: Vec<Named>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct RawSpec {
+    #[serde(default, deserialize_with = "null_default")]
+    scheduling_gates: Vec<Named>,
+}
+
+#[derive(Deserialize, Default)]
+struct RawStatus {
+    phase: Option<String>,
+}
+
+/// `{name: ...}` entries; an entry without a string name is kept as "" so indices stay aligned
+/// with the API object (the patch tests name-at-index).
+#[derive(Deserialize)]
+struct Named {
+    #[serde(default, deserialize_with = "lenient_string")]
+    name: String,
+}
+
+/// Keeps only our annotation out of a possibly large map.
+struct Annotations(Option<String>);
+
+impl<'de> Deserialize<'de> for Annotations {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Annotations;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a map of annotations")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Annotations, A::Error> {
+                let mut ours = None;
+                while let Some(key) = map.next_key::<Cow<'de, str>>()? {
+                    if key == BYPASSED_ANNOTATION {
+                        ours = map.next_value::<Option<String>>()?;
+                    } else {
+                        map.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(Annotations(ours))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+fn null_default<'de, D: Deserializer<'de>, T: Deserialize<'de> + Default>(
+    d: D,
+) -> Result<T, D::Error> {
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+fn lenient_string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(match serde_json::Value::deserialize(d)? {
+        serde_json::Value::String(s) => s,
+        _ => String::new(),
+    })
+}
+
+impl<'de> Deserialize<'de> for SlimPod {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let raw = RawPod::deserialize(d)?;
+        let m = raw.metadata;
+        let controller: Vec<OwnerReference> = m
+            .owner_references
+            .into_iter()
+            .filter(|o| o.controller == Some(true))
+            .take(1)
+            .collect();
+        Ok(SlimPod {
+            metadata: ObjectMeta {
+                name: m.name,
+                namespace: m.namespace,
+                uid: m.uid,
+                resource_version: m.resource_version,
+                labels: (!m.labels.is_empty()).then_some(m.labels),
+                creation_timestamp: m.creation_timestamp,
+                deletion_timestamp: m.deletion_timestamp,
+                owner_references: (!controller.is_empty()).then_some(controller),
+                ..ObjectMeta::default()
+            },
+            scheduling_gates: raw
+                .spec
+                .scheduling_gates
+                .into_iter()
+                .map(|n| n.name)
+                .collect(),
+            initializers: m.initializers.pending.into_iter().map(|n| n.name).collect(),
+            annotations_present: m.annotations.is_some(),
+            bypassed_record: m.annotations.and_then(|a| a.0),
+            phase: raw.status.phase,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn decodes_only_what_the_guard_reads() {
+        let pod: SlimPod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": "p", "namespace": "ns", "uid": "u1", "resourceVersion": "42",
+                "creationTimestamp": "2026-11-21T10:00:00Z",
+                "labels": {"initguard.io/bypass": "", "app": "x"},
+                "annotations": {"big": "x".repeat(10_000), "initguard.io/bypassed": "a=deadline@2026-11-21T10:00:20Z"},
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Node", "name": "n", "uid": "nu"},
+                    {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "uid": "ju", "controller": true}
+                ],
+                "managedFields": [{"manager": "kubectl", "operation": "Update"}],
+                "initializers": {"pending": [{"name": "i1"}, {"name": "i2"}]}
+            },
+            "spec": {"containers": [{"name": "c", "image": "busybox"}], "schedulingGates": [{"name": "g1"}, {}]},
+            "status": {"phase": "Pending"}
+        }))
+        .unwrap();
+        assert_eq!(pod.key(), "ns/p");
+        assert_eq!(pod.scheduling_gates, vec!["g1".to_string(), String::new()]);
+        assert_eq!(pod.initializers, vec!["i1".to_string(), "i2".to_string()]);
+        assert_eq!(pod.controller().unwrap().kind, "Job");
+        assert!(pod.annotations_present);
+        assert_eq!(
+            pod.bypassed_record.as_deref(),
+            Some("a=deadline@2026-11-21T10:00:20Z")
+        );
+        assert_eq!(pod.metadata.labels.as_ref().unwrap().len(), 2);
+        assert!(pod.metadata.managed_fields.is_none());
+        assert_eq!(pod.phase.as_deref(), Some("Pending"));
+        assert!(pod.created().is_some());
+    }
+
+    #[test]
+    fn tolerates_nulls_and_missing_fields() {
+        let pod: SlimPod = serde_json::from_value(
+            json!({"metadata": {"name": "p", "labels": null, "annotations": null,
+            "ownerReferences": null, "initializers": null}, "spec": null, "status": null}),
+        )
+        .unwrap();
+        assert!(pod.scheduling_gates.is_empty() && pod.initializers.is_empty());
+        assert!(!pod.annotations_present);
+        let pod: SlimPod = serde_json::from_value(json!({})).unwrap();
+        assert_eq!(pod.key(), "/");
+        assert!(serde_json::from_str::<SlimPod>("{\"metadata\": ").is_err());
+    }
+}
