@@ -7,6 +7,7 @@ pub mod client;
 pub mod config;
 pub mod mechanism;
 pub mod metrics;
+pub mod owners;
 pub mod pod;
 pub mod policy;
 pub mod sim;

@@ -1,0 +1,668 @@
+//! Liveness of the controllers behind the listed initializers (DESIGN.md "owner").
+//!
+//! One watcher or prober per distinct [`OwnerSpec`], however many initializers share it:
+//!
+//! * `deployment` — a watch on that one Deployment; up while `status.availableReplicas >= 1`.
+//! * `lease` — a watch on that one Lease; up while `renewTime + leaseDurationSeconds` lies in
+//!   the future. A lease expires without any event, so a timer is armed for the expiry instant.
+//! * `pods` — a watch on the pods matching a label selector; up while one of them is Ready.
+//! * `http` — a GET every `probeInterval`; up on a 2xx answer within [`PROBE_TIMEOUT`].
+//!
+//! Every owner starts [`OwnerState::Unknown`] and becomes `Up`/`Down` at its first observation
+//! (initial list done, first probe answered). A watch error keeps the last known state: the
+//! watcher relists with backoff and only a completed observation changes the state.
+
+use std::collections::HashMap;
+use std::error::Error as StdError;
+use std::fmt::Write as _;
+use std::future::pending;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{Request, StatusCode, Uri, header};
+use http_body_util::Empty;
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Resource};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::config::{Config, ObjectRef, OwnerSpec};
+use crate::metrics::Metrics;
+use crate::policy::OwnerState;
+
+/// An http owner is down unless it answers 2xx within this time (connect included).
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Floor for `probeInterval`, so a zero or tiny value cannot turn the prober into a busy loop.
+const MIN_PROBE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Liveness of every owner named in the config. Cheap to clone.
+#[derive(Clone)]
+pub struct Owners {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    /// One entry per distinct owner spec.
+    owners: Vec<Owner>,
+    /// Initializer name → index into `owners`.
+    by_initializer: HashMap<String, usize>,
+    /// Bumped on every state change.
+    changes: watch::Sender<u64>,
+    metrics: Arc<Metrics>,
+}
+
+struct Owner {
+    spec: OwnerSpec,
+    /// Human form of the spec, e.g. `kube-system/sidecar-injector`.
+    target: String,
+    /// Initializers using this owner, in config order.
+    initializers: Vec<String>,
+    /// `initializers` joined with `,` for log lines.
+    initializer_list: String,
+    /// Shortest `probeInterval` of the initializers sharing this owner (http only).
+    probe_interval: Duration,
+    state: Mutex<OwnerState>,
+    /// Set at the first observation, never cleared.
+    synced: AtomicBool,
+}
+
+/// One initializer's owner and its state, for `/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReport {
+    pub initializer: String,
+    /// `deployment`, `lease`, `pods` or `http` (the `owner_kind` metric label).
+    pub owner_kind: &'static str,
+    /// The watched object, selector or URL (see [`owner_target`]).
+    pub target: String,
+    /// Serialized inline: `"state": "up", "since": …`.
+    #[serde(flatten)]
+    pub state: OwnerState,
+}
+
+/// How an owner is named in logs, `/readyz` and `/status`: `ns/name` for deployments and
+/// leases, `ns/selector` for pods, the URL for http.
+pub fn owner_target(spec: &OwnerSpec) -> String {
+    match spec {
+        OwnerSpec::Deployment(r) | OwnerSpec::Lease(r) => format!("{}/{}", r.namespace, r.name),
+        OwnerSpec::Pods {
+            namespace,
+            selector,
+        } => format!("{namespace}/{selector}"),
+        OwnerSpec::Http { url } => url.clone(),
+    }
+}
+
+/// A Deployment's owner is up while at least one replica is available.
+pub fn deployment_up(deployment: &Deployment) -> bool {
+    deployment
+        .status
+        .as_ref()
+        .and_then(|s| s.available_replicas)
+        .is_some_and(|n| n >= 1)
+}
+
+/// The instant a Lease expires: `renewTime + leaseDurationSeconds`. None when either is missing
+/// or the duration is negative (such a lease is never up).
+pub fn lease_expiry(lease: &Lease) -> Option<SystemTime> {
+    let spec = lease.spec.as_ref()?;
+    let renewed = SystemTime::from(spec.renew_time.as_ref()?.0);
+    let seconds = u64::try_from(spec.lease_duration_seconds?).ok()?;
+    renewed.checked_add(Duration::from_secs(seconds))
+}
+
+/// A pod counts for its owner while it has condition `Ready=True` and is not being deleted.
+pub fn pod_ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+impl Owners {
+    /// Start one watcher or prober per distinct owner in `config`; they stop when `cancel`
+    /// fires. Must be called inside a Tokio runtime.
+    pub fn spawn(
+        client: kube::Client,
+        config: &Config,
+        metrics: Arc<Metrics>,
+        cancel: CancellationToken,
+    ) -> Owners {
+        let owners = Owners::new(config, metrics);
+        for index in 0..owners.inner.owners.len() {
+            let handle = Handle {
+                inner: owners.inner.clone(),
+                index,
+            };
+            let task = Task {
+                handle,
+                cancel: cancel.clone(),
+            };
+            match &owners.inner.owners[index].spec {
+                OwnerSpec::Deployment(r) => {
+                    tokio::spawn(task.watch::<Deployment, DeploymentModel>(
+                        named_api(&client, r),
+                        name_selector(r),
+                        "deployments",
+                    ));
+                }
+                OwnerSpec::Lease(r) => {
+                    tokio::spawn(task.watch::<Lease, LeaseModel>(
+                        named_api(&client, r),
+                        name_selector(r),
+                        "leases",
+                    ));
+                }
+                OwnerSpec::Pods {
+                    namespace,
+                    selector,
+                } => {
+                    tokio::spawn(task.watch::<Pod, PodsModel>(
+                        Api::namespaced(client.clone(), namespace),
+                        watcher::Config::default().labels(selector),
+                        "pods",
+                    ));
+                }
+                OwnerSpec::Http { url } => {
+                    tokio::spawn(task.probe(url.clone()));
+                }
+            }
+        }
+        owners
+    }
+
+    /// Group the listed initializers by owner; every state starts Unknown.
+    fn new(config: &Config, metrics: Arc<Metrics>) -> Owners {
+        let mut owners: Vec<Owner> = Vec::new();
+        let mut by_spec: HashMap<&OwnerSpec, usize> = HashMap::new();
+        let mut by_initializer = HashMap::new();
+        for init in &config.initializers {
+            let Some(spec) = &init.owner else { continue };
+            let index = *by_spec.entry(spec).or_insert_with(|| {
+                owners.push(Owner {
+                    spec: spec.clone(),
+                    target: owner_target(spec),
+                    initializers: Vec::new(),
+                    initializer_list: String::new(),
+                    probe_interval: init.probe_interval,
+                    state: Mutex::new(OwnerState::Unknown),
+                    synced: AtomicBool::new(false),
+                });
+                owners.len() - 1
+            });
+            let owner = &mut owners[index];
+            owner.initializers.push(init.name.clone());
+            owner.probe_interval = owner.probe_interval.min(init.probe_interval);
+            by_initializer.insert(init.name.clone(), index);
+        }
+        for owner in &mut owners {
+            owner.initializer_list = owner.initializers.join(",");
+        }
+        Owners {
+            inner: Arc::new(Inner {
+                owners,
+                by_initializer,
+                changes: watch::channel(0).0,
+                metrics,
+            }),
+        }
+    }
+
+    /// Current state of the owner of `initializer` (Unknown if it has none or it has not been
+    /// observed yet).
+    pub fn state(&self, initializer: &str) -> OwnerState {
+        match self.inner.by_initializer.get(initializer) {
+            Some(&index) => self.inner.owners[index].state(),
+            None => OwnerState::Unknown,
+        }
+    }
+
+    /// A receiver whose value is bumped whenever any owner state changes.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.inner.changes.subscribe()
+    }
+
+    /// Owners not observed yet (initial list or first probe pending), as `KIND TARGET`, e.g.
+    /// `lease kueue-system/x`.
+    pub fn not_synced(&self) -> Vec<String> {
+        self.inner
+            .owners
+            .iter()
+            .filter(|o| !o.synced.load(Ordering::Acquire))
+            .map(|o| format!("{} {}", o.spec.kind(), o.target))
+            .collect()
+    }
+
+    /// Resolves once every owner has been observed at least once.
+    pub async fn wait_synced(&self) {
+        let mut changes = self.subscribe();
+        while !self.not_synced().is_empty() {
+            if changes.changed().await.is_err() {
+                // Unreachable while `self` holds the sender; never spin if it were.
+                pending::<()>().await;
+            }
+        }
+    }
+
+    /// Per initializer with an owner (config order): its owner and the owner's state.
+    pub fn snapshot(&self) -> Vec<OwnerReport> {
+        let mut reports = Vec::with_capacity(self.inner.by_initializer.len());
+        for owner in &self.inner.owners {
+            let state = owner.state();
+            reports.extend(owner.initializers.iter().map(|name| OwnerReport {
+                initializer: name.clone(),
+                owner_kind: owner.spec.kind(),
+                target: owner.target.clone(),
+                state,
+            }));
+        }
+        reports
+    }
+}
+
+impl std::fmt::Debug for Owners {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.snapshot()).finish()
+    }
+}
+
+impl Owner {
+    fn state(&self) -> OwnerState {
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Write access to one owner's state, held by its watcher or prober.
+struct Handle {
+    inner: Arc<Inner>,
+    index: usize,
+}
+
+impl Handle {
+    fn owner(&self) -> &Owner {
+        &self.inner.owners[self.index]
+    }
+
+    /// Record an observation; on a change of state set the metric of every initializer using
+    /// this owner, log one line and notify subscribers. `detail` says what was observed.
+    fn observe(&self, up: bool, detail: impl FnOnce() -> String) {
+        let owner = self.owner();
+        let now = SystemTime::now();
+        let previous = {
+            let mut state = owner.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let previous = *state;
+            match (previous, up) {
+                (OwnerState::Up { .. }, true) | (OwnerState::Down { .. }, false) => return,
+                _ => {}
+            }
+            *state = if up {
+                OwnerState::Up { since: now }
+            } else {
+                OwnerState::Down { since: now }
+            };
+            previous
+        };
+        owner.synced.store(true, Ordering::Release);
+        let kind = owner.spec.kind();
+        for name in &owner.initializers {
+            let label = self.inner.metrics.initializer_label(name);
+            self.inner.metrics.set_owner_up(label, kind, Some(up));
+        }
+        let detail = detail();
+        if up {
+            info!(
+                initializers = %owner.initializer_list,
+                owner_kind = kind,
+                target = %owner.target,
+                state = "up",
+                detail = %detail,
+                "owner is up"
+            );
+        } else {
+            let up_for = match previous {
+                OwnerState::Up { since } => Some(now.duration_since(since).unwrap_or_default()),
+                _ => None,
+            };
+            warn!(
+                initializers = %owner.initializer_list,
+                owner_kind = kind,
+                target = %owner.target,
+                state = "down",
+                detail = %detail,
+                up_for = up_for.map(|d| tracing::field::display(humantime::format_duration(round_ms(d)))),
+                "owner is down"
+            );
+        }
+        self.inner.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+/// Drop sub-millisecond noise from durations shown to people.
+fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn named_api<K>(client: &kube::Client, r: &ObjectRef) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    Api::namespaced(client.clone(), &r.namespace)
+}
+
+/// Watch exactly one object by name.
+fn name_selector(r: &ObjectRef) -> watcher::Config {
+    watcher::Config::default().fields(&format!("metadata.name={}", r.name))
+}
+
+/// What a watcher remembers about the watched objects (a summary, never whole objects).
+trait Model<K>: Default {
+    fn apply(&mut self, object: K);
+    fn delete(&mut self, object: K);
+    /// Whether the owner is up at `now`, what was observed, and the next instant the answer
+    /// changes without any event.
+    fn evaluate(&self, now: SystemTime) -> Evaluation;
+}
+
+struct Evaluation {
+    up: bool,
+    detail: String,
+    next_change: Option<SystemTime>,
+}
+
+/// The one Deployment, None when it does not exist.
+#[derive(Default)]
+struct DeploymentModel(Option<DeploymentSummary>);
+
+struct DeploymentSummary {
+    up: bool,
+    available: i32,
+}
+
+impl Model<Deployment> for DeploymentModel {
+    fn apply(&mut self, object: Deployment) {
+        self.0 = Some(DeploymentSummary {
+            up: deployment_up(&object),
+            available: object
+                .status
+                .and_then(|s| s.available_replicas)
+                .unwrap_or(0),
+        });
+    }
+
+    fn delete(&mut self, _: Deployment) {
+        self.0 = None;
+    }
+
+    fn evaluate(&self, _: SystemTime) -> Evaluation {
+        match &self.0 {
+            None => Evaluation {
+                up: false,
+                detail: "deployment not found".to_owned(),
+                next_change: None,
+            },
+            Some(d) => Evaluation {
+                up: d.up,
+                detail: format!("{} available replicas", d.available),
+                next_change: None,
+            },
+        }
+    }
+}
+
+/// The one Lease, None when it does not exist.
+#[derive(Default)]
+struct LeaseModel(Option<LeaseSummary>);
+
+struct LeaseSummary {
+    holder: Option<String>,
+    expiry: Option<SystemTime>,
+}
+
+impl Model<Lease> for LeaseModel {
+    fn apply(&mut self, object: Lease) {
+        self.0 = Some(LeaseSummary {
+            expiry: lease_expiry(&object),
+            holder: object.spec.and_then(|s| s.holder_identity),
+        });
+    }
+
+    fn delete(&mut self, _: Lease) {
+        self.0 = None;
+    }
+
+    fn evaluate(&self, now: SystemTime) -> Evaluation {
+        let Some(lease) = &self.0 else {
+            return Evaluation {
+                up: false,
+                detail: "lease not found".to_owned(),
+                next_change: None,
+            };
+        };
+        let holder = lease.holder.as_deref().unwrap_or("");
+        match lease.expiry {
+            None => Evaluation {
+                up: false,
+                detail: format!("lease held by {holder:?} lacks renewTime or leaseDurationSeconds"),
+                next_change: None,
+            },
+            Some(expiry) if expiry > now => Evaluation {
+                up: true,
+                detail: format!(
+                    "lease held by {holder:?} until {}",
+                    humantime::format_rfc3339_millis(expiry)
+                ),
+                next_change: Some(expiry),
+            },
+            Some(expiry) => Evaluation {
+                up: false,
+                detail: format!(
+                    "lease held by {holder:?} expired at {}",
+                    humantime::format_rfc3339_millis(expiry)
+                ),
+                next_change: None,
+            },
+        }
+    }
+}
+
+/// Matching pods by name: whether each is Ready.
+#[derive(Default)]
+struct PodsModel(HashMap<String, bool>);
+
+impl Model<Pod> for PodsModel {
+    fn apply(&mut self, object: Pod) {
+        let ready = pod_ready(&object);
+        if let Some(name) = object.metadata.name {
+            self.0.insert(name, ready);
+        }
+    }
+
+    fn delete(&mut self, object: Pod) {
+        if let Some(name) = &object.metadata.name {
+            self.0.remove(name);
+        }
+    }
+
+    fn evaluate(&self, _: SystemTime) -> Evaluation {
+        let ready = self.0.values().filter(|r| **r).count();
+        Evaluation {
+            up: ready >= 1,
+            detail: format!("{ready} of {} matching pods Ready", self.0.len()),
+            next_change: None,
+        }
+    }
+}
+
+/// One owner's watcher or prober.
+struct Task {
+    handle: Handle,
+    cancel: CancellationToken,
+}
+
+impl Task {
+    /// Follow the objects of `api` selected by `config` and judge them with `M`.
+    async fn watch<K, M>(self, api: Api<K>, config: watcher::Config, resource: &'static str)
+    where
+        K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+        M: Model<K>,
+    {
+        let mut events = pin!(watcher::watcher(api, config).default_backoff());
+        // None until the first initial list is complete: before that nothing is known.
+        let mut live: Option<M> = None;
+        // Objects of a (re)list in progress; replaces `live` atomically when it completes.
+        let mut relist: Option<M> = None;
+        let mut wake: Option<SystemTime> = None;
+        loop {
+            let timer = async {
+                match wake {
+                    Some(at) => {
+                        tokio::time::sleep(at.duration_since(SystemTime::now()).unwrap_or_default())
+                            .await
+                    }
+                    None => pending().await,
+                }
+            };
+            let changed = tokio::select! {
+                () = self.cancel.cancelled() => return,
+                () = timer => true,
+                event = events.next() => match event {
+                    Some(Ok(Event::Init)) => {
+                        relist = Some(M::default());
+                        false
+                    }
+                    Some(Ok(Event::InitApply(object))) => {
+                        relist.get_or_insert_default().apply(object);
+                        false
+                    }
+                    Some(Ok(Event::InitDone)) => {
+                        live = Some(relist.take().unwrap_or_default());
+                        true
+                    }
+                    Some(Ok(Event::Apply(object))) => live.as_mut().map(|m| m.apply(object)).is_some(),
+                    Some(Ok(Event::Delete(object))) => live.as_mut().map(|m| m.delete(object)).is_some(),
+                    Some(Err(err)) => {
+                        self.handle.inner.metrics.watch_restarted(resource);
+                        let owner = self.handle.owner();
+                        warn!(
+                            initializers = %owner.initializer_list,
+                            owner_kind = owner.spec.kind(),
+                            target = %owner.target,
+                            error = %error_chain(&err),
+                            "owner watch failed; keeping the last known state and retrying"
+                        );
+                        false
+                    }
+                    None => {
+                        // The watcher retries forever; an end means the runtime is going away.
+                        error!(target = %self.handle.owner().target, "owner watch ended");
+                        return;
+                    }
+                },
+            };
+            if changed && let Some(model) = &live {
+                let evaluation = model.evaluate(SystemTime::now());
+                wake = evaluation.next_change;
+                self.handle.observe(evaluation.up, || evaluation.detail);
+            }
+        }
+    }
+
+    /// Probe `url` every `probeInterval` until cancelled.
+    async fn probe(self, url: String) {
+        let owner = self.handle.owner();
+        let uri = match parse_probe_url(&url) {
+            Ok(uri) => uri,
+            Err(reason) => {
+                // Config validation should have refused it; never judge an owner we cannot ask.
+                error!(
+                    initializers = %owner.initializer_list,
+                    url = %url,
+                    reason,
+                    "http owner cannot be probed; its state stays unknown"
+                );
+                return;
+            }
+        };
+        let client = HttpClient::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
+        let mut ticks = tokio::time::interval(owner.probe_interval.max(MIN_PROBE_INTERVAL));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let result = tokio::select! {
+                () = self.cancel.cancelled() => return,
+                _ = ticks.tick() => tokio::select! {
+                    () = self.cancel.cancelled() => return,
+                    result = probe_once(&client, &uri) => result,
+                },
+            };
+            match result {
+                Ok(status) if status.is_success() => {
+                    self.handle.observe(true, || format!("HTTP {status}"))
+                }
+                Ok(status) => self.handle.observe(false, || format!("HTTP {status}")),
+                Err(reason) => self.handle.observe(false, || reason),
+            }
+        }
+    }
+}
+
+/// Only plain `http://` URLs can be probed (no TLS client for probes).
+fn parse_probe_url(url: &str) -> Result<Uri, String> {
+    let uri: Uri = url.parse().map_err(|e| format!("invalid URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http") if uri.host().is_some() => Ok(uri),
+        Some("http") => Err("URL has no host".to_owned()),
+        _ => Err("only http:// URLs are supported".to_owned()),
+    }
+}
+
+/// One GET; the status if it answered within [`PROBE_TIMEOUT`], else why not.
+async fn probe_once(
+    client: &HttpClient<HttpConnector, Empty<Bytes>>,
+    uri: &Uri,
+) -> Result<StatusCode, String> {
+    let request = Request::get(uri.clone())
+        .header(
+            header::USER_AGENT,
+            concat!("initguard/", env!("CARGO_PKG_VERSION")),
+        )
+        .body(Empty::new())
+        .map_err(|e| format!("building request: {e}"))?;
+    match tokio::time::timeout(PROBE_TIMEOUT, client.request(request)).await {
+        // The body is not needed; dropping it closes the connection.
+        Ok(Ok(response)) => Ok(response.status()),
+        Ok(Err(err)) => Err(error_chain(&err)),
+        Err(_) => Err(format!(
+            "no answer within {}",
+            humantime::format_duration(PROBE_TIMEOUT)
+        )),
+    }
+}
+
+/// An error and its sources, `outer: inner: root`.
+fn error_chain(err: &dyn StdError) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let _ = write!(text, ": {cause}");
+        source = cause.source();
+    }
+    text
+}
