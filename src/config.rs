@@ -2,16 +2,49 @@
 //!
 //! CONTRACT (owned by the config helper; other modules rely on these public types and methods):
 //! `Config::from_yaml_str(text, file_label)`, `Config::load(path)`, the resolved types below,
-//! `Config::initializer(name)`, `Config::deadline_for(name)`, `Config::is_opted_in(ns, labels)`.
+//! `Config::initializer(name)`, `Config::deadline_for(name)`, `Config::is_opted_in(ns, labels)`,
+//! [`LabelSelector`] and the Kubernetes name checks in [`names`].
+//!
+//! Pipeline: size and character checks → a yaml-rust2 event pass ([`locate`]: key positions,
+//! duplicate keys, extra documents, nesting limit) → serde_yaml into the raw types ([`raw`],
+//! unknown keys rejected) → [`resolve`] (defaults and every semantic rule, all problems
+//! collected). Every problem is reported as `FILE:LINE:COL: message`.
+//!
+//! An empty file (or one holding only comments or `null`) is rejected: it is far more often a
+//! wrong mount or an empty ConfigMap key than a wish for defaults; `{}` selects every default.
+
+mod locate;
+pub mod names;
+mod raw;
+mod resolve;
+mod selector;
 
 use std::collections::BTreeMap;
+use std::fmt::{self, Write as _};
+use std::io::Read as _;
 use std::net::SocketAddr;
+use std::path::Path;
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+
+pub use resolve::{
+    DEFAULT_DEADLINE, DEFAULT_LEASE_DURATION, DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE,
+    DEFAULT_LISTEN, DEFAULT_MAX_IN_FLIGHT, DEFAULT_OPT_IN_LABEL, DEFAULT_OWNER_DOWN_GRACE,
+    DEFAULT_PILEUP_THRESHOLD, DEFAULT_PROBE_INTERVAL, MAX_DURATION, MAX_IN_FLIGHT_LIMIT,
+    parse_object_ref, validate_http_url,
+};
+pub use selector::{LabelSelector, Requirement, SelectorError, SelectorOp};
+
+/// Largest configuration file accepted, checked before any parsing.
+pub const MAX_CONFIG_BYTES: usize = 1024 * 1024;
+/// Most problems reported for one file; the rest are summarized in one line.
+pub const MAX_REPORTED_ERRORS: usize = 50;
+/// Legacy API servers time a blocked pod CREATE out after about this long.
+pub const LEGACY_CREATE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Where pending initializers live on a pod.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Mechanism {
     /// `spec.schedulingGates[].name` (Kubernetes >= 1.27).
@@ -122,7 +155,7 @@ pub struct ObjectRef {
 }
 
 /// What to do with initializers not listed in the config.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum UnlistedPolicy {
     Ignore,
@@ -136,7 +169,7 @@ pub struct Pileup {
     pub action: PileupAction,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub enum PileupAction {
     Alert,
@@ -197,21 +230,392 @@ pub struct LocatedError {
     pub message: String,
 }
 
+impl LocatedError {
+    fn new(file: &str, line: usize, column: usize, message: impl Into<String>) -> LocatedError {
+        LocatedError {
+            file: file.to_owned(),
+            line,
+            column,
+            message: message.into(),
+        }
+    }
+}
+
+impl ConfigError {
+    fn single(file: &str, line: usize, column: usize, message: impl Into<String>) -> ConfigError {
+        ConfigError {
+            errors: vec![LocatedError::new(file, line, column, message)],
+        }
+    }
+
+    /// Sort by position (unlocated last) and cap the list at [`MAX_REPORTED_ERRORS`].
+    fn from_problems(file: &str, mut errors: Vec<LocatedError>) -> ConfigError {
+        errors.sort_by_key(|e| (e.line == 0, e.line, e.column));
+        if errors.len() > MAX_REPORTED_ERRORS {
+            let hidden = errors.len() - MAX_REPORTED_ERRORS;
+            let (line, column) = (
+                errors[MAX_REPORTED_ERRORS].line,
+                errors[MAX_REPORTED_ERRORS].column,
+            );
+            errors.truncate(MAX_REPORTED_ERRORS);
+            errors.push(LocatedError::new(
+                file,
+                line,
+                column,
+                format!("{hidden} more problems not shown; fix the ones above first"),
+            ));
+        }
+        ConfigError { errors }
+    }
+}
+
+/// 1-based line and column (in characters) of byte offset `at` in `text`.
+fn position_of(text: &str, at: usize) -> (usize, usize) {
+    let before = &text.as_bytes()[..at.min(text.len())];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let line_start = before
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    let column = String::from_utf8_lossy(&before[line_start..])
+        .chars()
+        .count()
+        + 1;
+    (line, column)
+}
+
+/// Characters YAML forbids, and line separators on which the two YAML parsers used here would
+/// disagree about line numbers.
+fn character_problems(text: &str, file: &str) -> Vec<LocatedError> {
+    let mut problems = Vec::new();
+    let (mut line, mut column) = (1usize, 1usize);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        let message = match c {
+            '\t' | '\n' | '\r' => None,
+            '\u{2028}' | '\u{2029}' | '\u{85}' => Some(format!(
+                "the line separator U+{:04X} is not allowed; end lines with a newline",
+                u32::from(c)
+            )),
+            c if c.is_control() || c == '\u{fffe}' || c == '\u{ffff}' => Some(format!(
+                "the control character U+{:04X} is not allowed in YAML",
+                u32::from(c)
+            )),
+            _ => None,
+        };
+        if let Some(message) = message {
+            problems.push(LocatedError::new(file, line, column, message));
+            if problems.len() > MAX_REPORTED_ERRORS {
+                break;
+            }
+        }
+        let breaks = c == '\n' || (c == '\r' && chars.peek() != Some(&'\n'));
+        if breaks {
+            line += 1;
+            column = 1;
+        } else {
+            column += 1;
+        }
+    }
+    problems
+}
+
+/// Turn a serde_yaml error into a located one, without the "at line L column C" it embeds.
+fn serde_problem(
+    e: &serde_yaml::Error,
+    text: &str,
+    file: &str,
+    layout: &locate::Layout,
+) -> ConfigError {
+    let mut message = e.to_string();
+    let (line, column) = match e.location() {
+        Some(loc) => {
+            let suffix = format!(" at line {} column {}", loc.line(), loc.column());
+            if let Some(i) = message.find(&suffix) {
+                message.replace_range(i..i + suffix.len(), "");
+            }
+            let at = text
+                .lines()
+                .nth(loc.line().saturating_sub(1))
+                .and_then(|l| l.chars().nth(loc.column().saturating_sub(1)));
+            if at == Some('\t') {
+                message.push_str(" (a tab: YAML indentation must use spaces)");
+            }
+            (loc.line(), loc.column())
+        }
+        None if message.contains("repetition limit") => {
+            message = format!(
+                "{message}: aliases expand to too many nodes (a YAML alias bomb?); write the \
+                 values out instead"
+            );
+            layout.first_alias.map_or((0, 0), |p| (p.line, p.column))
+        }
+        None => (0, 0),
+    };
+    ConfigError::single(file, line, column, message)
+}
+
 impl Config {
-    /// Read and validate the file at `path`.
-    pub fn load(path: &std::path::Path) -> Result<Config, ConfigError> {
-        let _ = path;
-        unimplemented!("config helper")
+    /// Read and validate the file at `path`. Files over [`MAX_CONFIG_BYTES`] are refused before
+    /// they are read in full; the text must be UTF-8.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let unreadable = |e: std::io::Error| {
+            ConfigError::single(&file, 0, 0, format!("cannot read the configuration: {e}"))
+        };
+        let too_large = |size: u64| {
+            ConfigError::single(
+                &file,
+                1,
+                1,
+                format!(
+                    "the file is {size} bytes; a configuration may be at most 1 MiB \
+                     ({MAX_CONFIG_BYTES} bytes)"
+                ),
+            )
+        };
+        let metadata = std::fs::metadata(path).map_err(unreadable)?;
+        if metadata.is_dir() {
+            return Err(ConfigError::single(
+                &file,
+                0,
+                0,
+                "cannot read the configuration: it is a directory, expected a YAML file",
+            ));
+        }
+        let limit = MAX_CONFIG_BYTES as u64;
+        if metadata.len() > limit {
+            return Err(too_large(metadata.len()));
+        }
+        // Reading one byte past the limit catches files that grow and special files.
+        let mut bytes = Vec::new();
+        std::fs::File::open(path)
+            .and_then(|f| f.take(limit + 1).read_to_end(&mut bytes))
+            .map_err(unreadable)?;
+        if bytes.len() > MAX_CONFIG_BYTES {
+            return Err(too_large(bytes.len() as u64));
+        }
+        let text = String::from_utf8(bytes).map_err(|e| {
+            let at = e.utf8_error().valid_up_to();
+            let bytes = e.as_bytes();
+            let (line, column) = position_of(&String::from_utf8_lossy(&bytes[..at]), at);
+            ConfigError::single(
+                &file,
+                line,
+                column,
+                format!(
+                    "invalid UTF-8 (byte 0x{:02X} at offset {at}); the configuration must be \
+                     UTF-8 text",
+                    bytes.get(at).copied().unwrap_or(0)
+                ),
+            )
+        })?;
+        Config::from_yaml_str(&text, &file)
     }
 
     /// Parse and validate YAML text; `file` labels error locations.
     pub fn from_yaml_str(text: &str, file: &str) -> Result<Config, ConfigError> {
-        let _ = (text, file);
-        unimplemented!("config helper")
+        if text.len() > MAX_CONFIG_BYTES {
+            return Err(ConfigError::single(
+                file,
+                1,
+                1,
+                format!(
+                    "the text is {} bytes; a configuration may be at most 1 MiB \
+                     ({MAX_CONFIG_BYTES} bytes)",
+                    text.len()
+                ),
+            ));
+        }
+        // yaml-rust2 does not skip a byte-order mark; editors do not show one either.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let bad_chars = character_problems(text, file);
+        if !bad_chars.is_empty() {
+            return Err(ConfigError::from_problems(file, bad_chars));
+        }
+        // The event pass runs first: it refuses flow nesting deeper than 255 levels, which
+        // libyaml (inside serde_yaml) would otherwise scan in quadratic time.
+        let layout = locate::scan(text).map_err(|e| {
+            let mut message = format!("invalid YAML: {}", e.message);
+            if message.contains("tab") {
+                message.push_str(" (YAML indentation must use spaces)");
+            }
+            ConfigError::single(file, e.pos.line, e.pos.column, message)
+        })?;
+        if let Some(pos) = layout.extra_document {
+            return Err(ConfigError::single(
+                file,
+                pos.line,
+                pos.column,
+                "expected a single YAML document, found a second one (remove the extra `---` \
+                 or `...`)",
+            ));
+        }
+        if layout.empty {
+            return Err(ConfigError::single(
+                file,
+                1,
+                1,
+                "the file holds no configuration (it is empty, only comments, or null); write \
+                 `{}` to run with every default",
+            ));
+        }
+        if !layout.duplicates.is_empty() {
+            let errors = layout
+                .duplicates
+                .iter()
+                .map(|d| {
+                    LocatedError::new(
+                        file,
+                        d.second.line,
+                        d.second.column,
+                        format!(
+                            "{}: duplicate key, first set at line {} column {}; expected each \
+                             key once per mapping",
+                            d.path, d.first.line, d.first.column
+                        ),
+                    )
+                })
+                .collect();
+            return Err(ConfigError::from_problems(file, errors));
+        }
+        let raw: raw::RawConfig =
+            serde_yaml::from_str(text).map_err(|e| serde_problem(&e, text, file, &layout))?;
+        let mut problems = resolve::Problems::new(file, &layout);
+        let config = resolve::resolve(raw, &mut problems);
+        if problems.list.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError::from_problems(file, problems.list))
+        }
     }
 
-    /// Short human summary for `initguard check-config`.
+    /// Advice about valid but risky settings, shown by `check-config`.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if self.mechanism == Mechanism::Initializers {
+            let mut long: Vec<(&str, Duration)> = self
+                .initializers
+                .iter()
+                .map(|i| (i.name.as_str(), i.deadline))
+                .collect();
+            if self.unlisted_initializers == UnlistedPolicy::Deadline {
+                long.push(("unlisted initializers", self.defaults.deadline));
+            }
+            for (name, deadline) in long {
+                if deadline >= LEGACY_CREATE_TIMEOUT {
+                    warnings.push(format!(
+                        "{name}: deadline {} is not below the ~30s create timeout of legacy API \
+                         servers; creators will time out and retry, piling up pods",
+                        humantime::format_duration(deadline)
+                    ));
+                }
+            }
+        }
+        warnings
+    }
+
+    /// Short human summary for `initguard check-config`: every resolved value, one topic per
+    /// line, ending in a newline.
     pub fn summary(&self) -> String {
-        unimplemented!("config helper")
+        let d = humantime::format_duration;
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = self.write_summary(&mut out, &d);
+        out
+    }
+
+    fn write_summary(
+        &self,
+        out: &mut String,
+        d: &dyn Fn(Duration) -> humantime::FormattedDuration,
+    ) -> fmt::Result {
+        writeln!(out, "mechanism: {}", self.mechanism.as_str())?;
+        let namespaces = if self.opt_in.namespaces.is_empty() {
+            "none".to_owned()
+        } else {
+            self.opt_in.namespaces.join(", ")
+        };
+        writeln!(
+            out,
+            "opt-in: pods labeled {}; namespaces: {namespaces}",
+            self.opt_in.label
+        )?;
+        writeln!(
+            out,
+            "defaults: deadline {}, ownerDownGrace {}, probeInterval {}",
+            d(self.defaults.deadline),
+            d(self.defaults.owner_down_grace),
+            d(self.defaults.probe_interval)
+        )?;
+        writeln!(out, "initializers: {}", self.initializers.len())?;
+        for i in &self.initializers {
+            write!(out, "  {}: deadline {}", i.name, d(i.deadline))?;
+            match &i.owner {
+                None => writeln!(out, ", no owner (deadline only)")?,
+                Some(owner @ OwnerSpec::Http { .. }) => writeln!(
+                    out,
+                    ", grace {}, probe every {}, owner {owner}",
+                    d(i.owner_down_grace),
+                    d(i.probe_interval)
+                )?,
+                Some(owner) => writeln!(out, ", grace {}, owner {owner}", d(i.owner_down_grace))?,
+            }
+        }
+        let unlisted = match self.unlisted_initializers {
+            UnlistedPolicy::Ignore => "ignore (never bypassed)".to_owned(),
+            UnlistedPolicy::Deadline => {
+                format!("deadline (bypassed after {})", d(self.defaults.deadline))
+            }
+        };
+        writeln!(out, "unlisted initializers: {unlisted}")?;
+        let action = match self.pileup.action {
+            PileupAction::Alert => "alert",
+            PileupAction::Bypass => "bypass",
+        };
+        writeln!(
+            out,
+            "pileup: threshold {} pods per controller, action {action}",
+            self.pileup.threshold
+        )?;
+        let le = &self.leader_election;
+        if le.enabled {
+            writeln!(
+                out,
+                "leader election: enabled, lease {}/{}, duration {}",
+                le.namespace,
+                le.name,
+                d(le.lease_duration)
+            )?;
+        } else {
+            writeln!(out, "leader election: disabled")?;
+        }
+        writeln!(out, "listen: {}", self.listen)?;
+        writeln!(out, "dryRun: {}", self.dry_run)?;
+        writeln!(out, "maxInFlight: {}", self.max_in_flight)?;
+        for w in self.warnings() {
+            writeln!(out, "warning: {w}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// `deployment kube-system/sidecar-injector`, `pods quota-system app=quota`, ...
+impl fmt::Display for OwnerSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OwnerSpec::Deployment(r) | OwnerSpec::Lease(r) => write!(f, "{} {r}", self.kind()),
+            OwnerSpec::Pods {
+                namespace,
+                selector,
+            } => write!(f, "pods {namespace} {selector}"),
+            OwnerSpec::Http { url } => write!(f, "http {url}"),
+        }
     }
 }

@@ -1,0 +1,193 @@
+//! The configuration file exactly as written: every key optional, unknown keys rejected.
+//! Defaults are filled in by `resolve`, never here.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
+
+use super::{Mechanism, PileupAction, UnlistedPolicy};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    expecting = "a mapping of initguard settings (mechanism, optIn, defaults, initializers, ...)"
+)]
+pub(super) struct RawConfig {
+    pub mechanism: Option<Mechanism>,
+    pub opt_in: Option<RawOptIn>,
+    pub defaults: Option<RawDefaults>,
+    pub initializers: Option<Vec<RawInitializer>>,
+    pub unlisted_initializers: Option<UnlistedPolicy>,
+    pub pileup: Option<RawPileup>,
+    pub leader_election: Option<RawLeaderElection>,
+    pub listen: Option<String>,
+    pub dry_run: Option<bool>,
+    pub max_in_flight: Option<Count>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    expecting = "a mapping with keys label and namespaces"
+)]
+pub(super) struct RawOptIn {
+    pub label: Option<String>,
+    pub namespaces: Option<Vec<String>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    expecting = "a mapping with keys deadline, ownerDownGrace and probeInterval"
+)]
+pub(super) struct RawDefaults {
+    pub deadline: Option<HumanDuration>,
+    pub owner_down_grace: Option<HumanDuration>,
+    pub probe_interval: Option<HumanDuration>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    expecting = "an initializer entry: a mapping with keys name, deadline, ownerDownGrace, \
+                 probeInterval and owner"
+)]
+pub(super) struct RawInitializer {
+    pub name: Option<String>,
+    pub deadline: Option<HumanDuration>,
+    pub owner_down_grace: Option<HumanDuration>,
+    pub probe_interval: Option<HumanDuration>,
+    pub owner: Option<RawOwner>,
+}
+
+/// A one-key map; parsed as a struct so that zero or several kinds get a clear error.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    expecting = "an owner: a mapping with one of deployment, lease, pods or http"
+)]
+pub(super) struct RawOwner {
+    pub deployment: Option<String>,
+    pub lease: Option<String>,
+    pub pods: Option<RawPods>,
+    pub http: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    expecting = "a mapping with keys namespace and selector"
+)]
+pub(super) struct RawPods {
+    pub namespace: Option<String>,
+    pub selector: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    expecting = "a mapping with keys threshold and action"
+)]
+pub(super) struct RawPileup {
+    pub threshold: Option<Count>,
+    pub action: Option<PileupAction>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    expecting = "a mapping with keys enabled, namespace, name and leaseDuration"
+)]
+pub(super) struct RawLeaderElection {
+    pub enabled: Option<bool>,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub lease_duration: Option<HumanDuration>,
+}
+
+/// A humantime duration string (`20s`, `1m30s`, `0s`). Bare numbers are rejected: a unit is
+/// always required, so `20` cannot silently mean 20 ns or 20 s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct HumanDuration(pub Duration);
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct DurationVisitor;
+
+        impl Visitor<'_> for DurationVisitor {
+            type Value = HumanDuration;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a duration with a unit such as \"20s\", \"1m30s\" or \"0s\"")
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<HumanDuration, E> {
+                humantime::parse_duration(text.trim())
+                    .map(HumanDuration)
+                    .map_err(|e| {
+                        E::custom(format!(
+                            "expected a duration with a unit such as \"20s\", \"1m30s\" or \
+                             \"0s\", got {text:?} ({e})"
+                        ))
+                    })
+            }
+        }
+
+        deserializer.deserialize_str(DurationVisitor)
+    }
+}
+
+/// A non-negative whole number; negative, fractional and oversized values get a clear error
+/// here, range checks happen in `resolve`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Count(pub u64);
+
+impl<'de> Deserialize<'de> for Count {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct CountVisitor;
+
+        impl Visitor<'_> for CountVisitor {
+            type Value = Count;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a whole number")
+            }
+
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Count, E> {
+                Ok(Count(v))
+            }
+
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Count, E> {
+                u64::try_from(v).map(Count).map_err(|_| {
+                    E::custom(format!("expected a whole number of at least 1, got {v}"))
+                })
+            }
+
+            fn visit_u128<E: de::Error>(self, v: u128) -> Result<Count, E> {
+                u64::try_from(v).map(Count).map_err(|_| {
+                    E::custom(format!(
+                        "expected a whole number, got {v} which is too large"
+                    ))
+                })
+            }
+
+            fn visit_i128<E: de::Error>(self, v: i128) -> Result<Count, E> {
+                Err(E::custom(format!(
+                    "expected a whole number of at least 1, got {v}"
+                )))
+            }
+        }
+
+        deserializer.deserialize_any(CountVisitor)
+    }
+}

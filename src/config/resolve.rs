@@ -1,0 +1,506 @@
+//! Raw → resolved conversion: the one place where defaults are filled in, and where every
+//! semantic rule is checked. All problems are collected, each located through the [`Layout`].
+
+use std::collections::HashMap;
+use std::fmt::Display;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::locate::Layout;
+use super::names::{
+    validate_dns1123_label, validate_dns1123_subdomain, validate_initializer_name,
+    validate_qualified_name,
+};
+use super::raw::{Count, HumanDuration, RawConfig, RawInitializer, RawOwner};
+use super::selector::LabelSelector;
+use super::{
+    Config, Defaults, InitializerConfig, LeaderElection, LocatedError, Mechanism, ObjectRef, OptIn,
+    OwnerSpec, Pileup, PileupAction, UnlistedPolicy,
+};
+
+/// Default opt-in label key.
+pub const DEFAULT_OPT_IN_LABEL: &str = "initguard.io/bypass";
+/// Default `defaults.deadline`.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(20);
+/// Default `defaults.ownerDownGrace`.
+pub const DEFAULT_OWNER_DOWN_GRACE: Duration = Duration::from_secs(5);
+/// Default `defaults.probeInterval`.
+pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+/// Default `pileup.threshold`.
+pub const DEFAULT_PILEUP_THRESHOLD: u32 = 3;
+/// Default leader election Lease namespace.
+pub const DEFAULT_LEASE_NAMESPACE: &str = "kube-system";
+/// Default leader election Lease name.
+pub const DEFAULT_LEASE_NAME: &str = "initguard";
+/// Default `leaderElection.leaseDuration`.
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
+/// Default `listen`.
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:9777";
+/// Default `maxInFlight`.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 16;
+/// Largest `maxInFlight`.
+pub const MAX_IN_FLIGHT_LIMIT: usize = 1024;
+/// Longest accepted duration. Anything longer is almost surely a typo, and bounding it keeps
+/// `timestamp + duration` arithmetic far from overflow everywhere downstream.
+pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Collects located problems.
+pub(super) struct Problems<'a> {
+    file: &'a str,
+    layout: &'a Layout,
+    pub list: Vec<LocatedError>,
+}
+
+impl<'a> Problems<'a> {
+    pub fn new(file: &'a str, layout: &'a Layout) -> Problems<'a> {
+        Problems {
+            file,
+            layout,
+            list: Vec::new(),
+        }
+    }
+
+    /// A problem with the value at `path`, pointed at the value.
+    fn value(&mut self, path: &str, message: impl Display) {
+        let pos = self.layout.value(path);
+        self.push(pos, path, message);
+    }
+
+    /// A problem with the entry at `path`, pointed at its key.
+    fn key(&mut self, path: &str, message: impl Display) {
+        let pos = self.layout.key(path);
+        self.push(pos, path, message);
+    }
+
+    fn push(&mut self, pos: Option<super::locate::Pos>, path: &str, message: impl Display) {
+        // Without a position (the two parsers disagreed) the path alone must locate it.
+        let (line, column) = pos.map_or((0, 0), |p| (p.line, p.column));
+        self.list.push(LocatedError {
+            file: self.file.to_owned(),
+            line,
+            column,
+            message: format!("{path}: {message}"),
+        });
+    }
+}
+
+/// Lower bound a duration setting must respect.
+#[derive(Clone, Copy)]
+enum Minimum {
+    /// 0 is meaningful (bypass at once, no grace).
+    Zero,
+    /// Must be greater than zero.
+    Positive,
+    /// At least one second, in whole seconds (Lease `leaseDurationSeconds` is an integer).
+    WholeSeconds,
+}
+
+fn duration(
+    problems: &mut Problems<'_>,
+    path: &str,
+    raw: Option<HumanDuration>,
+    default: Duration,
+    minimum: Minimum,
+) -> Duration {
+    let Some(HumanDuration(d)) = raw else {
+        return default;
+    };
+    let shown = humantime::format_duration(d);
+    if d > MAX_DURATION {
+        problems.value(
+            path,
+            format!("expected a duration of at most 365d, got {shown}"),
+        );
+        return default;
+    }
+    match minimum {
+        Minimum::Zero => {}
+        Minimum::Positive if d.is_zero() => {
+            problems.value(path, "expected a duration greater than 0s, got 0s");
+        }
+        Minimum::Positive => {}
+        Minimum::WholeSeconds if d < Duration::from_secs(1) || d.subsec_nanos() != 0 => {
+            problems.value(
+                path,
+                format!("expected a whole number of seconds of at least 1s, got {shown}"),
+            );
+        }
+        Minimum::WholeSeconds => {}
+    }
+    d
+}
+
+/// `namespace/name`, with a DNS-1123 label namespace and a DNS-1123 subdomain name.
+pub fn parse_object_ref(text: &str) -> Result<ObjectRef, String> {
+    let mut parts = text.split('/');
+    let (Some(namespace), Some(name), None) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(format!("expected \"namespace/name\", got {text:?}"));
+    };
+    validate_dns1123_label(namespace)
+        .map_err(|e| format!("expected \"namespace/name\", got {text:?}: namespace: {e}"))?;
+    validate_dns1123_subdomain(name)
+        .map_err(|e| format!("expected \"namespace/name\", got {text:?}: name: {e}"))?;
+    Ok(ObjectRef {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+    })
+}
+
+/// An `http://` or `https://` URL with a host.
+pub fn validate_http_url(text: &str) -> Result<(), String> {
+    let expected = "expected an http:// or https:// URL with a host, such as \
+                    \"http://10.0.0.5:8080/healthz\"";
+    let url = url::Url::parse(text).map_err(|e| format!("{expected}, got {text:?} ({e})"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "{expected}, got scheme {:?} in {text:?}",
+            url.scheme()
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("{expected}, got {text:?} without a host"));
+    }
+    Ok(())
+}
+
+fn count(
+    problems: &mut Problems<'_>,
+    path: &str,
+    raw: Option<Count>,
+    default: u64,
+    range: std::ops::RangeInclusive<u64>,
+) -> u64 {
+    match raw {
+        None => default,
+        Some(Count(n)) if range.contains(&n) => n,
+        Some(Count(n)) => {
+            problems.value(
+                path,
+                format!(
+                    "expected a whole number from {} to {}, got {n}",
+                    range.start(),
+                    range.end()
+                ),
+            );
+            default
+        }
+    }
+}
+
+fn owner(problems: &mut Problems<'_>, path: &str, raw: RawOwner) -> Option<OwnerSpec> {
+    let mut kinds = Vec::new();
+    let mut specs = Vec::new();
+    if let Some(text) = raw.deployment {
+        kinds.push("deployment");
+        let p = format!("{path}.deployment");
+        match parse_object_ref(&text) {
+            Ok(r) => specs.push(OwnerSpec::Deployment(r)),
+            Err(e) => problems.value(&p, e),
+        }
+    }
+    if let Some(text) = raw.lease {
+        kinds.push("lease");
+        let p = format!("{path}.lease");
+        match parse_object_ref(&text) {
+            Ok(r) => specs.push(OwnerSpec::Lease(r)),
+            Err(e) => problems.value(&p, e),
+        }
+    }
+    if let Some(pods) = raw.pods {
+        kinds.push("pods");
+        let p = format!("{path}.pods");
+        let before = problems.list.len();
+        let namespace = match pods.namespace {
+            None => {
+                problems.key(
+                    &p,
+                    "expected a namespace key (the namespace of the owner's pods)",
+                );
+                String::new()
+            }
+            Some(ns) => {
+                if let Err(e) = validate_dns1123_label(&ns) {
+                    problems.value(&format!("{p}.namespace"), e);
+                }
+                ns
+            }
+        };
+        let selector = match pods.selector {
+            None => {
+                problems.key(
+                    &p,
+                    "expected a selector key (a label selector such as \"app=quota\")",
+                );
+                String::new()
+            }
+            Some(text) => {
+                let sp = format!("{p}.selector");
+                match LabelSelector::parse(&text) {
+                    Ok(s) if s.is_empty() => problems.value(
+                        &sp,
+                        "expected a non-empty label selector such as \"app=quota\"; an empty \
+                         one would count every pod in the namespace as the owner",
+                    ),
+                    Ok(_) => {}
+                    Err(e) => problems.value(
+                        &sp,
+                        format!(
+                            "expected a label selector such as \"app=quota\" or \
+                             \"tier in (a,b),!canary\", got {text:?}: {e}"
+                        ),
+                    ),
+                }
+                text
+            }
+        };
+        if problems.list.len() == before {
+            specs.push(OwnerSpec::Pods {
+                namespace,
+                selector,
+            });
+        }
+    }
+    if let Some(url) = raw.http {
+        kinds.push("http");
+        match validate_http_url(&url) {
+            Ok(()) => specs.push(OwnerSpec::Http { url }),
+            Err(e) => problems.value(&format!("{path}.http"), e),
+        }
+    }
+    match kinds.len() {
+        0 => {
+            problems.key(
+                path,
+                "expected exactly one of deployment, lease, pods or http, got none (omit owner \
+                 for a deadline-only initializer)",
+            );
+            None
+        }
+        1 => specs.pop(),
+        _ => {
+            problems.key(
+                path,
+                format!(
+                    "expected exactly one of deployment, lease, pods or http, got {}",
+                    kinds.join(" and ")
+                ),
+            );
+            None
+        }
+    }
+}
+
+fn initializer(
+    problems: &mut Problems<'_>,
+    index: usize,
+    raw: RawInitializer,
+    defaults: &Defaults,
+) -> InitializerConfig {
+    let path = format!("initializers[{index}]");
+    let name = match raw.name {
+        None => {
+            problems.key(
+                &path,
+                "expected a name key (the initializer or scheduling gate name)",
+            );
+            String::new()
+        }
+        Some(name) => {
+            if let Err(e) = validate_initializer_name(&name) {
+                problems.value(&format!("{path}.name"), e);
+            }
+            name
+        }
+    };
+    InitializerConfig {
+        name,
+        deadline: duration(
+            problems,
+            &format!("{path}.deadline"),
+            raw.deadline,
+            defaults.deadline,
+            Minimum::Zero,
+        ),
+        owner_down_grace: duration(
+            problems,
+            &format!("{path}.ownerDownGrace"),
+            raw.owner_down_grace,
+            defaults.owner_down_grace,
+            Minimum::Zero,
+        ),
+        probe_interval: duration(
+            problems,
+            &format!("{path}.probeInterval"),
+            raw.probe_interval,
+            defaults.probe_interval,
+            Minimum::Positive,
+        ),
+        owner: raw
+            .owner
+            .and_then(|o| owner(problems, &format!("{path}.owner"), o)),
+    }
+}
+
+/// Fill in defaults and check every rule. Returns the configuration even when problems were
+/// found; the caller discards it then.
+pub(super) fn resolve(raw: RawConfig, problems: &mut Problems<'_>) -> Config {
+    let opt_in = raw.opt_in.map_or_else(
+        || OptIn {
+            label: DEFAULT_OPT_IN_LABEL.to_owned(),
+            namespaces: Vec::new(),
+        },
+        |o| {
+            let label = o.label.unwrap_or_else(|| DEFAULT_OPT_IN_LABEL.to_owned());
+            if let Err(e) = validate_qualified_name(&label) {
+                problems.value("optIn.label", format!("expected a label key: {e}"));
+            }
+            let namespaces = o.namespaces.unwrap_or_default();
+            for (i, ns) in namespaces.iter().enumerate() {
+                if let Err(e) = validate_dns1123_label(ns) {
+                    problems.value(&format!("optIn.namespaces[{i}]"), e);
+                }
+            }
+            OptIn { label, namespaces }
+        },
+    );
+
+    let raw_defaults = raw.defaults;
+    let (deadline, grace, probe) = match raw_defaults {
+        Some(d) => (d.deadline, d.owner_down_grace, d.probe_interval),
+        None => (None, None, None),
+    };
+    let defaults = Defaults {
+        deadline: duration(
+            problems,
+            "defaults.deadline",
+            deadline,
+            DEFAULT_DEADLINE,
+            Minimum::Zero,
+        ),
+        owner_down_grace: duration(
+            problems,
+            "defaults.ownerDownGrace",
+            grace,
+            DEFAULT_OWNER_DOWN_GRACE,
+            Minimum::Zero,
+        ),
+        probe_interval: duration(
+            problems,
+            "defaults.probeInterval",
+            probe,
+            DEFAULT_PROBE_INTERVAL,
+            Minimum::Positive,
+        ),
+    };
+
+    let mut initializers = Vec::new();
+    let mut first_index: HashMap<String, usize> = HashMap::new();
+    for (i, raw_init) in raw.initializers.unwrap_or_default().into_iter().enumerate() {
+        let init = initializer(problems, i, raw_init, &defaults);
+        if !init.name.is_empty() {
+            match first_index.get(&init.name) {
+                Some(&first) => {
+                    let line = problems
+                        .layout
+                        .value(&format!("initializers[{first}].name"))
+                        .map_or(String::new(), |p| format!(", line {}", p.line));
+                    problems.value(
+                        &format!("initializers[{i}].name"),
+                        format!(
+                            "duplicate initializer {:?}: already listed at initializers[{first}]{line}; \
+                             expected each name once",
+                            init.name
+                        ),
+                    );
+                }
+                None => {
+                    first_index.insert(init.name.clone(), i);
+                }
+            }
+        }
+        initializers.push(init);
+    }
+
+    let pileup = match raw.pileup {
+        None => Pileup {
+            threshold: DEFAULT_PILEUP_THRESHOLD,
+            action: PileupAction::Alert,
+        },
+        Some(p) => Pileup {
+            threshold: u32::try_from(count(
+                problems,
+                "pileup.threshold",
+                p.threshold,
+                u64::from(DEFAULT_PILEUP_THRESHOLD),
+                1..=u64::from(u32::MAX),
+            ))
+            .unwrap_or(DEFAULT_PILEUP_THRESHOLD),
+            action: p.action.unwrap_or(PileupAction::Alert),
+        },
+    };
+
+    let leader_election = {
+        let le = raw.leader_election;
+        let (enabled, namespace, name, lease) = match le {
+            Some(l) => (l.enabled, l.namespace, l.name, l.lease_duration),
+            None => (None, None, None, None),
+        };
+        let namespace = namespace.unwrap_or_else(|| DEFAULT_LEASE_NAMESPACE.to_owned());
+        if let Err(e) = validate_dns1123_label(&namespace) {
+            problems.value("leaderElection.namespace", e);
+        }
+        let name = name.unwrap_or_else(|| DEFAULT_LEASE_NAME.to_owned());
+        if let Err(e) = validate_dns1123_subdomain(&name) {
+            problems.value("leaderElection.name", e);
+        }
+        LeaderElection {
+            enabled: enabled.unwrap_or(true),
+            namespace,
+            name,
+            lease_duration: duration(
+                problems,
+                "leaderElection.leaseDuration",
+                lease,
+                DEFAULT_LEASE_DURATION,
+                Minimum::WholeSeconds,
+            ),
+        }
+    };
+
+    let default_listen = SocketAddr::from(([0, 0, 0, 0], 9777));
+    let listen = match raw.listen {
+        None => default_listen,
+        Some(text) => text.trim().parse().unwrap_or_else(|_| {
+            problems.value(
+                "listen",
+                format!(
+                    "expected an IP address and port such as \"{DEFAULT_LISTEN}\" or \
+                     \"[::]:9777\", got {text:?}"
+                ),
+            );
+            default_listen
+        }),
+    };
+
+    let max_in_flight = count(
+        problems,
+        "maxInFlight",
+        raw.max_in_flight,
+        DEFAULT_MAX_IN_FLIGHT as u64,
+        1..=MAX_IN_FLIGHT_LIMIT as u64,
+    );
+
+    Config {
+        mechanism: raw.mechanism.unwrap_or(Mechanism::SchedulingGates),
+        opt_in,
+        defaults,
+        initializers,
+        unlisted_initializers: raw.unlisted_initializers.unwrap_or(UnlistedPolicy::Ignore),
+        pileup,
+        leader_election,
+        listen,
+        dry_run: raw.dry_run.unwrap_or(false),
+        // Bounded by MAX_IN_FLIGHT_LIMIT above.
+        max_in_flight: usize::try_from(max_in_flight).unwrap_or(DEFAULT_MAX_IN_FLIGHT),
+    }
+}
