@@ -1,0 +1,265 @@
+//! The resources the simulated API server serves, with their discovery facts.
+
+/// Where objects of a resource are stored. Two API resources may share a storage:
+/// `events` (core/v1) and `events.events.k8s.io` (events.k8s.io/v1) are two views of the
+/// same objects, as on a real server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Storage {
+    Namespaces,
+    Pods,
+    Events,
+    Deployments,
+    Leases,
+}
+
+impl Storage {
+    /// Every storage, in a fixed order (used to index arrays).
+    pub const ALL: [Storage; 5] = [
+        Storage::Namespaces,
+        Storage::Pods,
+        Storage::Events,
+        Storage::Deployments,
+        Storage::Leases,
+    ];
+
+    /// Position in [`Storage::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The resource whose representation is the stored one.
+    pub fn canonical(self) -> &'static ResourceInfo {
+        match self {
+            Storage::Namespaces => &RESOURCES[0],
+            Storage::Pods => &RESOURCES[1],
+            Storage::Events => &RESOURCES[2],
+            Storage::Deployments => &RESOURCES[3],
+            Storage::Leases => &RESOURCES[4],
+        }
+    }
+}
+
+/// Discovery facts and behaviour switches for one API resource.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ResourceInfo {
+    /// API group, "" for core.
+    pub group: &'static str,
+    pub version: &'static str,
+    /// Plural resource name as in URLs (`pods`).
+    pub plural: &'static str,
+    pub singular: &'static str,
+    pub kind: &'static str,
+    pub namespaced: bool,
+    pub short_names: &'static [&'static str],
+    pub categories: &'static [&'static str],
+    /// Subresources served (`status`).
+    pub subresources: &'static [&'static str],
+    pub storage: Storage,
+    /// Fields usable in a field selector besides `metadata.name` and `metadata.namespace`.
+    pub selectable_fields: &'static [&'static str],
+}
+
+impl ResourceInfo {
+    /// `v1` or `group/version`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `pods`, `deployments.apps`: the form used in error messages.
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.to_string()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+
+    /// Whether this resource is the stored representation of its storage.
+    pub fn is_canonical(&self) -> bool {
+        std::ptr::eq(self, self.storage.canonical())
+    }
+
+    /// Whether `status` is a subresource (then the main resource ignores status changes).
+    pub fn has_status(&self) -> bool {
+        self.subresources.contains(&"status")
+    }
+}
+
+/// Verbs advertised in discovery for every resource and subresource.
+pub const RESOURCE_VERBS: &[&str] = &[
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+];
+
+/// Verbs advertised for a `status` subresource.
+pub const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
+
+const EVENT_FIELDS: &[&str] = &[
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
+    "reason",
+    "reportingComponent",
+    "source",
+    "type",
+];
+
+/// Every served resource. The first five are the canonical ones, in [`Storage`] order.
+pub static RESOURCES: [ResourceInfo; 6] = [
+    ResourceInfo {
+        group: "",
+        version: "v1",
+        plural: "namespaces",
+        singular: "namespace",
+        kind: "Namespace",
+        namespaced: false,
+        short_names: &["ns"],
+        categories: &[],
+        subresources: &["status"],
+        storage: Storage::Namespaces,
+        selectable_fields: &["status.phase"],
+    },
+    ResourceInfo {
+        group: "",
+        version: "v1",
+        plural: "pods",
+        singular: "pod",
+        kind: "Pod",
+        namespaced: true,
+        short_names: &["po"],
+        categories: &["all"],
+        subresources: &["status"],
+        storage: Storage::Pods,
+        selectable_fields: &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ],
+    },
+    ResourceInfo {
+        group: "",
+        version: "v1",
+        plural: "events",
+        singular: "event",
+        kind: "Event",
+        namespaced: true,
+        short_names: &["ev"],
+        categories: &[],
+        subresources: &[],
+        storage: Storage::Events,
+        selectable_fields: EVENT_FIELDS,
+    },
+    ResourceInfo {
+        group: "apps",
+        version: "v1",
+        plural: "deployments",
+        singular: "deployment",
+        kind: "Deployment",
+        namespaced: true,
+        short_names: &["deploy"],
+        categories: &["all"],
+        subresources: &["status"],
+        storage: Storage::Deployments,
+        selectable_fields: &[],
+    },
+    ResourceInfo {
+        group: "coordination.k8s.io",
+        version: "v1",
+        plural: "leases",
+        singular: "lease",
+        kind: "Lease",
+        namespaced: true,
+        short_names: &[],
+        categories: &[],
+        subresources: &[],
+        storage: Storage::Leases,
+        selectable_fields: &[],
+    },
+    ResourceInfo {
+        group: "events.k8s.io",
+        version: "v1",
+        plural: "events",
+        singular: "event",
+        kind: "Event",
+        namespaced: true,
+        short_names: &["ev"],
+        categories: &[],
+        subresources: &[],
+        storage: Storage::Events,
+        selectable_fields: &[
+            "regarding.kind",
+            "regarding.namespace",
+            "regarding.name",
+            "regarding.uid",
+            "regarding.apiVersion",
+            "regarding.resourceVersion",
+            "regarding.fieldPath",
+            "reason",
+            "reportingController",
+            "type",
+        ],
+    },
+];
+
+/// The resource served at `/api/v1/PLURAL` (group "") or `/apis/GROUP/VERSION/PLURAL`.
+pub fn lookup(group: &str, version: &str, plural: &str) -> Option<&'static ResourceInfo> {
+    RESOURCES
+        .iter()
+        .find(|r| r.group == group && r.version == version && r.plural == plural)
+}
+
+/// The canonical resource for a plural name as used by the public `Sim` accessors
+/// (`pods`, `deployments`, `leases`, `events`, `namespaces`).
+pub fn by_plural(plural: &str) -> Option<&'static ResourceInfo> {
+    Storage::ALL
+        .iter()
+        .map(|s| s.canonical())
+        .find(|r| r.plural == plural || r.qualified() == plural)
+}
+
+/// The group versions served, in discovery order: ("", "v1") first.
+pub fn group_versions() -> Vec<(&'static str, &'static str)> {
+    let mut out: Vec<(&str, &str)> = Vec::new();
+    for r in &RESOURCES {
+        if !out.contains(&(r.group, r.version)) {
+            out.push((r.group, r.version));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_resources_line_up_with_storage() {
+        for s in Storage::ALL {
+            assert_eq!(s.canonical().storage, s);
+            assert!(s.canonical().is_canonical());
+        }
+        let ev = lookup("events.k8s.io", "v1", "events").unwrap();
+        assert!(!ev.is_canonical());
+        assert_eq!(ev.qualified(), "events.events.k8s.io");
+        assert_eq!(by_plural("deployments").unwrap().api_version(), "apps/v1");
+    }
+}
