@@ -1,0 +1,1060 @@
+//! Checks of the deployment artefacts in `deploy/`: every YAML file parses, the
+//! Kubernetes manifests validate against the API schemas (`kubernetes-validate`),
+//! the shipped configs pass `initguard check-config`, and the static pod,
+//! Deployment, RBAC, monitoring and Dockerfile say what deploy/README.md promises.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde::Deserialize;
+use serde_yaml::Value;
+
+/// Kubernetes version whose schemas the manifests must satisfy.
+const KUBERNETES_VERSION: &str = "1.33";
+/// API groups of CRDs (Prometheus Operator) that kubernetes-validate has no schema for.
+const CRD_GROUPS: &[&str] = &["monitoring.coreos.com"];
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn deploy(file: &str) -> PathBuf {
+    repo().join("deploy").join(file)
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// `*.yaml` / `*.yml` under `dir`, recursively, sorted.
+fn yaml_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for entry in entries {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(yaml_files(&path));
+        } else if matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml")
+        ) {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// All documents of a (multi-document) YAML text; empty documents are dropped.
+fn parse_documents(text: &str, label: &str) -> Result<Vec<Value>, String> {
+    let mut docs = Vec::new();
+    for (i, de) in serde_yaml::Deserializer::from_str(text).enumerate() {
+        let doc = Value::deserialize(de).map_err(|e| format!("{label}: document {i}: {e}"))?;
+        if !doc.is_null() {
+            docs.push(doc);
+        }
+    }
+    Ok(docs)
+}
+
+fn documents(path: &Path) -> Vec<Value> {
+    parse_documents(&read(path), &path.display().to_string()).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Documents that look like Kubernetes objects (string `apiVersion` and `kind`).
+fn is_manifest(doc: &Value) -> bool {
+    doc["apiVersion"].as_str().is_some() && doc["kind"].as_str().is_some()
+}
+
+fn is_crd_kind(doc: &Value) -> bool {
+    let api_version = doc["apiVersion"].as_str().unwrap_or_default();
+    CRD_GROUPS
+        .iter()
+        .any(|g| api_version.starts_with(&format!("{g}/")))
+}
+
+/// The single object of `kind` named `name` in `file`.
+fn object(file: &str, kind: &str, name: &str) -> Value {
+    let found: Vec<Value> = documents(&deploy(file))
+        .into_iter()
+        .filter(|d| {
+            d["kind"].as_str() == Some(kind) && d["metadata"]["name"].as_str() == Some(name)
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "{file}: expected one {kind} {name}");
+    found.into_iter().next().unwrap()
+}
+
+fn str_of<'a>(v: &'a Value, what: &str) -> &'a str {
+    v.as_str()
+        .unwrap_or_else(|| panic!("{what}: expected a string, got {v:?}"))
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_sequence()
+        .map(|s| {
+            s.iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn labels(meta: &Value) -> BTreeMap<String, String> {
+    meta["labels"]
+        .as_mapping()
+        .map(|m| {
+            m.iter()
+                .map(|(k, v)| {
+                    (
+                        str_of(k, "label key").to_owned(),
+                        str_of(v, "label value").to_owned(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether `matchLabels` of `selector` all hold in `labels` (selectors here use matchLabels only).
+fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> bool {
+    assert!(
+        selector["matchExpressions"].is_null(),
+        "selector uses matchExpressions; extend this test"
+    );
+    let wanted = selector["matchLabels"]
+        .as_mapping()
+        .expect("selector without matchLabels");
+    assert!(!wanted.is_empty(), "empty selector matches everything");
+    wanted.iter().all(|(k, v)| {
+        labels.get(str_of(k, "selector key")).map(String::as_str)
+            == Some(str_of(v, "selector value"))
+    })
+}
+
+/// The argument following `flag` in a container's args.
+fn flag_value(container: &Value, flag: &str) -> Option<String> {
+    let args = strings(&container["args"]);
+    args.iter()
+        .position(|a| a == flag)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+fn run_initguard(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_initguard"))
+        .args(args)
+        .output()
+        .expect("run initguard")
+}
+
+/// The shipped config as parsed YAML (for keys the manifests must agree with).
+fn shipped_config() -> Value {
+    documents(&deploy("config.yaml")).remove(0)
+}
+
+fn listen_port() -> u64 {
+    let listen = str_of(&shipped_config()["listen"], "listen").to_owned();
+    listen
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .unwrap_or_else(|| panic!("listen {listen:?} has no port"))
+}
+
+fn static_pod() -> Value {
+    object("static-pod.yaml", "Pod", "initguard")
+}
+
+fn deployment() -> Value {
+    object("deployment.yaml", "Deployment", "initguard")
+}
+
+fn only_container(pod_spec: &Value) -> &Value {
+    let containers = pod_spec["containers"].as_sequence().expect("containers");
+    assert_eq!(containers.len(), 1, "one container expected");
+    &containers[0]
+}
+
+#[test]
+fn every_yaml_file_in_deploy_and_config_parses() {
+    let mut files = yaml_files(&repo().join("deploy"));
+    files.extend(yaml_files(&repo().join("config")));
+    for expected in [
+        "static-pod.yaml",
+        "config.yaml",
+        "rbac.yaml",
+        "rbac-legacy-initializers.yaml",
+        "deployment.yaml",
+        "podmonitor.yaml",
+        "prometheus-scrape.yaml",
+    ] {
+        assert!(
+            files.contains(&deploy(expected)),
+            "deploy/{expected} missing"
+        );
+    }
+    for file in &files {
+        assert!(
+            !documents(file).is_empty(),
+            "{}: no YAML documents",
+            file.display()
+        );
+    }
+}
+
+#[test]
+fn multi_document_parsing_reports_the_broken_document() {
+    let err = parse_documents("a: 1\n---\nb: [\n", "x.yaml").unwrap_err();
+    assert!(err.starts_with("x.yaml: document 1:"), "{err}");
+    assert_eq!(
+        parse_documents("---\na: 1\n---\n", "x.yaml").unwrap().len(),
+        1
+    );
+}
+
+/// How to run kubernetes-validate here, if at all.
+fn kubernetes_validate() -> Option<Vec<String>> {
+    let candidates = [
+        vec!["kubernetes-validate".to_owned()],
+        vec![
+            "python3".to_owned(),
+            "-m".to_owned(),
+            "kubernetes_validate".to_owned(),
+        ],
+    ];
+    candidates.into_iter().find(|cmd| {
+        Command::new(&cmd[0])
+            .args(&cmd[1..])
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+    })
+}
+
+#[test]
+fn kubernetes_manifests_validate_against_the_api_schemas() {
+    let Some(validator) = kubernetes_validate() else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI is set but kubernetes-validate is not installed (pip install kubernetes-validate)"
+        );
+        eprintln!(
+            "SKIPPED kubernetes_manifests_validate_against_the_api_schemas: kubernetes-validate \
+             is not installed (pip install kubernetes-validate); set CI=1 to make this a failure"
+        );
+        return;
+    };
+
+    // Re-emit only built-in objects: CRDs and non-Kubernetes YAML (configs, scrape and
+    // rule files) have no schema there and are checked by structure instead.
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    let mut expected = BTreeSet::new();
+    for file in yaml_files(&repo().join("deploy")) {
+        let manifests: Vec<Value> = documents(&file)
+            .into_iter()
+            .filter(|d| is_manifest(d) && !is_crd_kind(d))
+            .collect();
+        if manifests.is_empty() {
+            continue;
+        }
+        let mut text = String::new();
+        for m in &manifests {
+            expected.insert(format!(
+                "{}/{}",
+                str_of(&m["kind"], "kind").to_lowercase(),
+                str_of(&m["metadata"]["name"], "metadata.name")
+            ));
+            text.push_str("---\n");
+            text.push_str(&serde_yaml::to_string(m).unwrap());
+        }
+        let out = dir.path().join(file.file_name().unwrap());
+        std::fs::write(&out, text).unwrap();
+        files.push(out);
+    }
+    for kind in [
+        "pod",
+        "deployment",
+        "clusterrole",
+        "role",
+        "poddisruptionbudget",
+    ] {
+        assert!(
+            expected.iter().any(|e| e.starts_with(&format!("{kind}/"))),
+            "no {kind} among the manifests"
+        );
+    }
+
+    let out = Command::new(&validator[0])
+        .args(&validator[1..])
+        .args(["--kubernetes-version", KUBERNETES_VERSION, "--strict"])
+        .args(&files)
+        .output()
+        .unwrap();
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "kubernetes-validate failed:\n{report}"
+    );
+    // A manifest without a known schema is only a warning there; here it is a failure.
+    assert!(!report.contains("Couldn't find schema"), "{report}");
+    for resource in &expected {
+        assert!(
+            report.contains(&format!("passed for resource {resource} ")),
+            "{resource} was not validated:\n{report}"
+        );
+    }
+}
+
+#[test]
+fn shipped_configs_pass_check_config_and_agree() {
+    let embedded = object("deployment.yaml", "ConfigMap", "initguard");
+    let embedded = str_of(
+        &embedded["data"]["config.yaml"],
+        "ConfigMap data config.yaml",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let embedded_path = dir.path().join("configmap-config.yaml");
+    std::fs::write(&embedded_path, embedded).unwrap();
+
+    let mut resolved = Vec::new();
+    for path in [deploy("config.yaml"), embedded_path] {
+        let path = path.to_str().unwrap();
+        let out = run_initguard(&["check-config", path]);
+        assert!(
+            out.status.success(),
+            "check-config {path} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = run_initguard(&["check-config", "--output", "json", path]);
+        assert!(out.status.success(), "check-config --output json {path}");
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        resolved.push(json);
+    }
+    assert_eq!(
+        resolved[0], resolved[1],
+        "deploy/config.yaml and the ConfigMap in deploy/deployment.yaml must hold the same settings"
+    );
+}
+
+#[test]
+fn static_pod_mounts_the_files_its_arguments_name() {
+    let pod = static_pod();
+    let spec = &pod["spec"];
+    let container = only_container(spec);
+    for (flag, host_path) in [
+        ("--config", "/etc/initguard/config.yaml"),
+        ("--kubeconfig", "/etc/initguard/kubeconfig"),
+    ] {
+        let arg = flag_value(container, flag).unwrap_or_else(|| panic!("no {flag} argument"));
+        let mount = container["volumeMounts"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|m| m["mountPath"].as_str() == Some(arg.as_str()))
+            .unwrap_or_else(|| panic!("{flag} {arg}: no volumeMount at that path"));
+        assert_eq!(
+            mount["readOnly"].as_bool(),
+            Some(true),
+            "{arg} must be read-only"
+        );
+        let volume_name = str_of(&mount["name"], "volumeMount name");
+        let volume = spec["volumes"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"].as_str() == Some(volume_name))
+            .unwrap_or_else(|| panic!("no volume {volume_name}"));
+        assert_eq!(
+            volume["hostPath"]["path"].as_str(),
+            Some(host_path),
+            "{flag}"
+        );
+        assert_eq!(volume["hostPath"]["type"].as_str(), Some("File"), "{flag}");
+    }
+    // The operator guide tells where deploy/config.yaml goes on each master.
+    let readme = read(&deploy("README.md"));
+    assert!(readme.contains("/etc/initguard/config.yaml"));
+    assert!(readme.contains("/etc/initguard/kubeconfig"));
+}
+
+/// Security context, probes and resources shared by both variants.
+fn assert_hardened(what: &str, pod_spec: &Value, probe_host: Option<&str>) {
+    let container = only_container(pod_spec);
+    let pod_sc = &pod_spec["securityContext"];
+    let sc = &container["securityContext"];
+    let either = |key: &str| {
+        if sc[key].is_null() {
+            pod_sc[key].clone()
+        } else {
+            sc[key].clone()
+        }
+    };
+    assert_eq!(
+        either("runAsNonRoot").as_bool(),
+        Some(true),
+        "{what}: runAsNonRoot"
+    );
+    assert_eq!(
+        either("runAsUser").as_u64(),
+        Some(65532),
+        "{what}: runAsUser"
+    );
+    assert_eq!(
+        either("seccompProfile")["type"].as_str(),
+        Some("RuntimeDefault"),
+        "{what}: seccompProfile"
+    );
+    assert_eq!(sc["readOnlyRootFilesystem"].as_bool(), Some(true), "{what}");
+    assert_eq!(
+        sc["allowPrivilegeEscalation"].as_bool(),
+        Some(false),
+        "{what}"
+    );
+    assert_ne!(sc["privileged"].as_bool(), Some(true), "{what}");
+    assert_eq!(
+        strings(&sc["capabilities"]["drop"]),
+        ["ALL"],
+        "{what}: capabilities"
+    );
+    assert!(
+        sc["capabilities"]["add"].is_null(),
+        "{what}: adds capabilities"
+    );
+
+    let port = listen_port();
+    let named_port = container["ports"]
+        .as_sequence()
+        .and_then(|ports| ports.iter().find(|p| p["name"].as_str() == Some("metrics")))
+        .unwrap_or_else(|| panic!("{what}: no container port named metrics"));
+    assert_eq!(
+        named_port["containerPort"].as_u64(),
+        Some(port),
+        "{what}: metrics port"
+    );
+    for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
+        let get = &container[probe]["httpGet"];
+        assert_eq!(get["path"].as_str(), Some(path), "{what}: {probe}");
+        let probe_port = get["port"].as_u64().or_else(|| {
+            (get["port"].as_str() == Some("metrics"))
+                .then(|| named_port["containerPort"].as_u64())?
+        });
+        assert_eq!(probe_port, Some(port), "{what}: {probe} port");
+        assert_eq!(get["host"].as_str(), probe_host, "{what}: {probe} host");
+    }
+
+    let resources = &container["resources"];
+    assert_eq!(resources["requests"]["cpu"].as_str(), Some("20m"), "{what}");
+    assert_eq!(
+        resources["requests"]["memory"].as_str(),
+        Some("64Mi"),
+        "{what}"
+    );
+    assert_eq!(
+        resources["limits"]["memory"].as_str(),
+        Some("128Mi"),
+        "{what}"
+    );
+
+    assert_eq!(
+        container["image"].as_str(),
+        Some("ghcr.io/initguard/initguard:0.1.0"),
+        "{what}: image"
+    );
+    assert_eq!(
+        strings(&container["command"]),
+        ["/initguard"],
+        "{what}: command"
+    );
+    assert_eq!(
+        strings(&container["args"]).first().map(String::as_str),
+        Some("run"),
+        "{what}"
+    );
+}
+
+#[test]
+fn static_pod_runs_on_masters_hardened_and_critical() {
+    let pod = static_pod();
+    assert_eq!(pod["metadata"]["namespace"].as_str(), Some("kube-system"));
+    let pod_labels = labels(&pod["metadata"]);
+    assert_eq!(
+        pod_labels.get("app.kubernetes.io/name").map(String::as_str),
+        Some("initguard")
+    );
+    let opt_in = str_of(&shipped_config()["optIn"]["label"], "optIn.label").to_owned();
+    assert!(
+        !pod_labels.contains_key(&opt_in),
+        "the static pod explains why it does not carry {opt_in}"
+    );
+
+    let spec = &pod["spec"];
+    assert_eq!(spec["hostNetwork"].as_bool(), Some(true));
+    assert_eq!(
+        spec["priorityClassName"].as_str(),
+        Some("system-node-critical")
+    );
+    // Static pods cannot reference API objects.
+    assert!(spec["serviceAccountName"].is_null());
+    for volume in spec["volumes"].as_sequence().unwrap() {
+        assert!(
+            !volume["hostPath"].is_null(),
+            "static pod volume must be hostPath: {volume:?}"
+        );
+    }
+
+    let tolerations: BTreeSet<(String, String)> = spec["tolerations"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .inspect(|t| {
+            assert_eq!(t["operator"].as_str(), Some("Exists"), "{t:?}");
+            assert!(
+                t["tolerationSeconds"].is_null(),
+                "static pod tolerates forever: {t:?}"
+            );
+        })
+        .map(|t| {
+            (
+                str_of(&t["key"], "key").to_owned(),
+                str_of(&t["effect"], "effect").to_owned(),
+            )
+        })
+        .collect();
+    for (key, effect) in [
+        ("node-role.kubernetes.io/control-plane", "NoSchedule"),
+        ("node-role.kubernetes.io/master", "NoSchedule"),
+        ("node.kubernetes.io/not-ready", "NoExecute"),
+        ("node.kubernetes.io/unreachable", "NoExecute"),
+    ] {
+        assert!(
+            tolerations.contains(&(key.to_owned(), effect.to_owned())),
+            "missing toleration {key}:{effect}"
+        );
+    }
+
+    assert_hardened("static pod", spec, Some("127.0.0.1"));
+    let container = only_container(spec);
+    let ports = container["ports"].as_sequence().unwrap();
+    assert_eq!(
+        ports[0]["hostPort"].as_u64(),
+        ports[0]["containerPort"].as_u64()
+    );
+}
+
+#[test]
+fn deployment_runs_two_opted_in_replicas_apart() {
+    let deployment = deployment();
+    let spec = &deployment["spec"];
+    assert_eq!(
+        deployment["metadata"]["namespace"].as_str(),
+        Some("kube-system")
+    );
+    assert_eq!(spec["replicas"].as_u64(), Some(2));
+    let template_labels = labels(&spec["template"]["metadata"]);
+    assert!(selects(&spec["selector"], &template_labels));
+    // The Deployment must not claim the static pods' mirror pods.
+    let static_labels = labels(&static_pod()["metadata"]);
+    assert!(!selects(&spec["selector"], &static_labels));
+
+    let config = shipped_config();
+    let opt_in = str_of(&config["optIn"]["label"], "optIn.label");
+    assert!(
+        template_labels.contains_key(opt_in),
+        "pod template must carry {opt_in}"
+    );
+    assert_eq!(config["leaderElection"]["enabled"].as_bool(), Some(true));
+
+    let pod_spec = &spec["template"]["spec"];
+    let anti =
+        pod_spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            .as_sequence()
+            .expect("required pod anti-affinity");
+    assert!(anti.iter().any(|term| {
+        term["topologyKey"].as_str() == Some("kubernetes.io/hostname")
+            && selects(&term["labelSelector"], &template_labels)
+    }));
+    assert_hardened("deployment", pod_spec, None);
+
+    let pdb = object("deployment.yaml", "PodDisruptionBudget", "initguard");
+    assert_eq!(pdb["spec"]["minAvailable"].as_u64(), Some(1));
+    assert!(selects(&pdb["spec"]["selector"], &template_labels));
+    assert!(!selects(&pdb["spec"]["selector"], &static_labels));
+
+    // The config file the container is told to read comes from the ConfigMap.
+    let container = only_container(pod_spec);
+    let config_arg = flag_value(container, "--config").expect("--config");
+    assert!(
+        flag_value(container, "--kubeconfig").is_none(),
+        "in-cluster credentials"
+    );
+    let (dir, file) = config_arg.rsplit_once('/').unwrap();
+    let mount = container["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|m| m["mountPath"].as_str() == Some(dir))
+        .unwrap_or_else(|| panic!("nothing mounted at {dir}"));
+    assert_eq!(mount["readOnly"].as_bool(), Some(true));
+    let volume = pod_spec["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .unwrap();
+    let config_map = &volume["configMap"];
+    let config_map_name = str_of(&config_map["name"], "configMap name");
+    let cm = object("deployment.yaml", "ConfigMap", config_map_name);
+    assert!(
+        config_map["items"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .any(|i| i["path"].as_str() == Some(file)
+                && !cm["data"][str_of(&i["key"], "key")].is_null())
+    );
+
+    // Its ServiceAccount exists and is bound by both bindings.
+    let sa = str_of(&pod_spec["serviceAccountName"], "serviceAccountName");
+    object("rbac.yaml", "ServiceAccount", sa);
+    for (kind, name) in [
+        ("ClusterRoleBinding", "initguard"),
+        ("RoleBinding", "initguard-leader-election"),
+    ] {
+        let binding = object("rbac.yaml", kind, name);
+        assert!(
+            binding["subjects"].as_sequence().unwrap().iter().any(|s| {
+                s["kind"].as_str() == Some("ServiceAccount")
+                    && s["name"].as_str() == Some(sa)
+                    && s["namespace"].as_str() == Some("kube-system")
+            }),
+            "{kind} {name} does not bind ServiceAccount {sa}"
+        );
+    }
+}
+
+/// (apiGroup, resource, verb) triples a role grants, checking the rule shapes on the way.
+fn grants(role: &Value) -> BTreeSet<(String, String, String)> {
+    let mut out = BTreeSet::new();
+    for rule in role["rules"].as_sequence().expect("rules") {
+        assert!(
+            rule["nonResourceURLs"].is_null(),
+            "nonResourceURLs: {rule:?}"
+        );
+        for group in strings(&rule["apiGroups"]) {
+            for resource in strings(&rule["resources"]) {
+                for verb in strings(&rule["verbs"]) {
+                    out.insert((group.clone(), resource.clone(), verb));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn triples(list: &[(&str, &str, &[&str])]) -> BTreeSet<(String, String, String)> {
+    list.iter()
+        .flat_map(|(g, r, verbs)| {
+            verbs
+                .iter()
+                .map(|v| ((*g).to_owned(), (*r).to_owned(), (*v).to_owned()))
+        })
+        .collect()
+}
+
+#[test]
+fn cluster_role_grants_exactly_what_the_guard_uses() {
+    let role = object("rbac.yaml", "ClusterRole", "initguard");
+    let granted = grants(&role);
+    for (group, resource, verb) in &granted {
+        assert!(
+            !matches!(
+                verb.as_str(),
+                "delete" | "deletecollection" | "*" | "escalate" | "bind" | "impersonate"
+            ),
+            "ClusterRole grants {verb} on {group}/{resource}"
+        );
+        assert!(
+            !matches!(resource.as_str(), "secrets" | "*") && !resource.contains('/'),
+            "{resource}"
+        );
+        assert_ne!(group, "*");
+    }
+    let expected = triples(&[
+        ("", "pods", &["get", "list", "watch", "patch"]),
+        ("", "events", &["create", "patch"]),
+        ("events.k8s.io", "events", &["create", "patch"]),
+        ("apps", "deployments", &["get", "list", "watch"]),
+        ("coordination.k8s.io", "leases", &["get", "list", "watch"]),
+    ]);
+    assert_eq!(granted, expected);
+
+    let binding = object("rbac.yaml", "ClusterRoleBinding", "initguard");
+    assert_eq!(binding["roleRef"]["kind"].as_str(), Some("ClusterRole"));
+    assert_eq!(binding["roleRef"]["name"].as_str(), Some("initguard"));
+}
+
+#[test]
+fn leader_election_role_is_confined_to_the_guard_lease() {
+    let config = shipped_config();
+    let namespace = str_of(
+        &config["leaderElection"]["namespace"],
+        "leaderElection.namespace",
+    );
+    let lease = str_of(&config["leaderElection"]["name"], "leaderElection.name");
+
+    let role = object("rbac.yaml", "Role", "initguard-leader-election");
+    assert_eq!(role["metadata"]["namespace"].as_str(), Some(namespace));
+    let mut by_name = BTreeSet::new();
+    let mut unnamed = BTreeSet::new();
+    for rule in role["rules"].as_sequence().unwrap() {
+        assert_eq!(strings(&rule["apiGroups"]), ["coordination.k8s.io"]);
+        assert_eq!(strings(&rule["resources"]), ["leases"]);
+        let verbs = strings(&rule["verbs"]);
+        if rule["resourceNames"].is_null() {
+            unnamed.extend(verbs);
+        } else {
+            assert_eq!(strings(&rule["resourceNames"]), [lease]);
+            by_name.extend(verbs);
+        }
+    }
+    // `create` cannot be limited by name; everything else is.
+    assert_eq!(unnamed, BTreeSet::from(["create".to_owned()]));
+    // kube-lease-manager: get, create, patch (strategic merge and apply); `update` for replace.
+    let expected: BTreeSet<String> = ["get", "update", "patch"].map(str::to_owned).into();
+    assert_eq!(by_name, expected);
+
+    let binding = object("rbac.yaml", "RoleBinding", "initguard-leader-election");
+    assert_eq!(binding["metadata"]["namespace"].as_str(), Some(namespace));
+    assert_eq!(binding["roleRef"]["kind"].as_str(), Some("Role"));
+    assert_eq!(
+        binding["roleRef"]["name"].as_str(),
+        Some("initguard-leader-election")
+    );
+}
+
+#[test]
+fn bindings_name_the_static_pod_user_and_the_service_account() {
+    for (file, kind, name) in [
+        ("rbac.yaml", "ClusterRoleBinding", "initguard"),
+        ("rbac.yaml", "RoleBinding", "initguard-leader-election"),
+        (
+            "rbac-legacy-initializers.yaml",
+            "ClusterRoleBinding",
+            "initguard-legacy-initializers",
+        ),
+    ] {
+        let binding = object(file, kind, name);
+        let subjects: BTreeSet<(String, String)> = binding["subjects"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                let ns = s["namespace"]
+                    .as_str()
+                    .map(|n| format!("{n}/"))
+                    .unwrap_or_default();
+                (
+                    str_of(&s["kind"], "kind").to_owned(),
+                    format!("{ns}{}", str_of(&s["name"], "name")),
+                )
+            })
+            .collect();
+        let expected = BTreeSet::from([
+            ("User".to_owned(), "system:initguard".to_owned()),
+            (
+                "ServiceAccount".to_owned(),
+                "kube-system/initguard".to_owned(),
+            ),
+        ]);
+        assert_eq!(subjects, expected, "{file} {kind} {name}");
+    }
+    let legacy = object(
+        "rbac-legacy-initializers.yaml",
+        "ClusterRole",
+        "initguard-legacy-initializers",
+    );
+    assert_eq!(grants(&legacy), triples(&[("", "pods", &["initialize"])]));
+}
+
+#[test]
+fn pod_monitor_selects_both_variants_on_the_metrics_port() {
+    let monitors: Vec<Value> = documents(&deploy("podmonitor.yaml"));
+    assert_eq!(monitors.len(), 1);
+    let pm = &monitors[0];
+    assert_eq!(pm["apiVersion"].as_str(), Some("monitoring.coreos.com/v1"));
+    assert_eq!(pm["kind"].as_str(), Some("PodMonitor"));
+    assert!(
+        pm["metadata"]["name"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty())
+    );
+    assert!(pm["metadata"]["namespace"].as_str().is_some());
+    let spec = &pm["spec"];
+    let endpoints = spec["podMetricsEndpoints"]
+        .as_sequence()
+        .expect("podMetricsEndpoints");
+    assert!(!endpoints.is_empty());
+
+    let static_pod = static_pod();
+    let deployment = deployment();
+    for (what, meta, pod_spec, namespace) in [
+        (
+            "static pod",
+            &static_pod["metadata"],
+            &static_pod["spec"],
+            &static_pod["metadata"]["namespace"],
+        ),
+        (
+            "deployment",
+            &deployment["spec"]["template"]["metadata"],
+            &deployment["spec"]["template"]["spec"],
+            &deployment["metadata"]["namespace"],
+        ),
+    ] {
+        assert!(
+            selects(&spec["selector"], &labels(meta)),
+            "PodMonitor misses the {what}"
+        );
+        let namespace = str_of(namespace, "namespace").to_owned();
+        assert!(
+            spec["namespaceSelector"]["any"].as_bool() == Some(true)
+                || strings(&spec["namespaceSelector"]["matchNames"]).contains(&namespace),
+            "PodMonitor does not look in {namespace}"
+        );
+        let port_names = strings(
+            &only_container(pod_spec)["ports"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(|p| p["name"].clone())
+                .collect::<Value>(),
+        );
+        for endpoint in endpoints {
+            let port = str_of(&endpoint["port"], "endpoint port");
+            assert!(
+                port_names.iter().any(|p| p == port),
+                "{what} has no port {port}"
+            );
+            assert_eq!(endpoint["path"].as_str().unwrap_or("/metrics"), "/metrics");
+        }
+    }
+}
+
+#[test]
+fn scrape_config_targets_masters_on_the_guard_port() {
+    let doc = documents(&deploy("prometheus-scrape.yaml")).remove(0);
+    let jobs = doc["scrape_configs"].as_sequence().expect("scrape_configs");
+    let names: BTreeSet<&str> = jobs
+        .iter()
+        .map(|j| str_of(&j["job_name"], "job_name"))
+        .collect();
+    assert_eq!(names.len(), jobs.len(), "duplicate job_name");
+    let job = &jobs[0];
+    assert_eq!(
+        job["metrics_path"].as_str().unwrap_or("/metrics"),
+        "/metrics"
+    );
+    let sd = job["kubernetes_sd_configs"]
+        .as_sequence()
+        .expect("kubernetes_sd_configs");
+    assert_eq!(sd[0]["role"].as_str(), Some("node"));
+
+    let relabels = job["relabel_configs"]
+        .as_sequence()
+        .expect("relabel_configs");
+    let keep = relabels
+        .iter()
+        .find(|r| r["action"].as_str() == Some("keep"))
+        .expect("a keep rule for masters");
+    assert!(strings(&keep["source_labels"]).contains(
+        &"__meta_kubernetes_node_labelpresent_node_role_kubernetes_io_control_plane".to_owned()
+    ));
+    let address = relabels
+        .iter()
+        .find(|r| r["target_label"].as_str() == Some("__address__"))
+        .expect("a rule rewriting __address__");
+    assert!(strings(&address["source_labels"])[0].starts_with("__meta_kubernetes_node_address_"));
+    let port = listen_port();
+    assert_eq!(
+        address["replacement"].as_str(),
+        Some(format!("${{1}}:{port}").as_str())
+    );
+}
+
+/// Dockerfile instructions with continuations joined and comments dropped.
+fn dockerfile_instructions(text: &str) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in text.lines() {
+        let trimmed = line.trim();
+        if current.is_empty() && (trimmed.is_empty() || trimmed.starts_with('#')) {
+            continue;
+        }
+        if let Some(head) = trimmed.strip_suffix('\\') {
+            current.push_str(head.trim_end());
+            current.push(' ');
+            continue;
+        }
+        current.push_str(trimmed);
+        let (keyword, rest) = current
+            .split_once(char::is_whitespace)
+            .unwrap_or((&current, ""));
+        out.push((keyword.to_uppercase(), rest.trim().to_owned()));
+        current.clear();
+    }
+    out
+}
+
+#[test]
+fn dockerfile_builds_like_ci_and_runs_unprivileged() {
+    let text = read(&deploy("Dockerfile"));
+    let instructions = dockerfile_instructions(&text);
+    let stages: Vec<&String> = instructions
+        .iter()
+        .filter(|(k, _)| k == "FROM")
+        .map(|(_, a)| a)
+        .collect();
+    assert_eq!(stages.len(), 2, "builder and runtime stages");
+
+    let (builder_image, builder_name) = stages[0].split_once(" AS ").expect("named builder stage");
+    let toolchain = builder_image
+        .strip_prefix("rust:")
+        .and_then(|t| t.split('-').next())
+        .expect("rust builder image");
+    let version = |v: &str| -> Vec<u32> { v.split('.').map(|p| p.parse().unwrap()).collect() };
+    let required = rust_version(&read(&repo().join("Cargo.toml")));
+    assert!(
+        version(toolchain) >= version(&required),
+        "builder toolchain {toolchain} is older than rust-version {required}"
+    );
+    assert_eq!(stages[1], "gcr.io/distroless/cc-debian12:nonroot");
+
+    let runtime_start = instructions.iter().rposition(|(k, _)| k == "FROM").unwrap();
+    let (build, runtime) = instructions.split_at(runtime_start);
+    assert!(
+        build
+            .iter()
+            .any(|(k, a)| k == "RUN" && a.contains("cargo build --release --locked")),
+        "builder must run `cargo build --release --locked`"
+    );
+    let copy = format!("--from={builder_name} ");
+    assert!(
+        runtime.iter().any(|(k, a)| k == "COPY"
+            && a.starts_with(&copy)
+            && a.contains("/target/release/initguard /initguard")),
+        "runtime must copy target/release/initguard to /initguard"
+    );
+    let user = runtime
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "USER")
+        .map(|(_, a)| a.clone())
+        .expect("USER in the runtime stage");
+    let uid: u32 = user
+        .split(':')
+        .next()
+        .unwrap()
+        .parse()
+        .expect("numeric USER");
+    assert_eq!(uid, 65532);
+    let last = |keyword: &str| {
+        runtime
+            .iter()
+            .rev()
+            .find(|(k, _)| k == keyword)
+            .map(|(_, a)| serde_json::from_str::<Vec<String>>(a).expect("exec form"))
+            .unwrap_or_else(|| panic!("no {keyword}"))
+    };
+    assert_eq!(last("ENTRYPOINT"), ["/initguard"]);
+    assert_eq!(
+        last("CMD"),
+        ["run", "--config", "/etc/initguard/config.yaml"]
+    );
+    assert!(
+        runtime
+            .iter()
+            .any(|(k, a)| k == "EXPOSE"
+                && a.split_whitespace().any(|p| p == listen_port().to_string())),
+        "EXPOSE the listen port"
+    );
+
+    let ignore = read(&deploy("Dockerfile.dockerignore"));
+    assert!(
+        ignore
+            .lines()
+            .any(|l| matches!(l.trim(), "target" | "target/" | "/target" | "/target/")),
+        "the build context must exclude target/"
+    );
+    assert!(
+        !ignore
+            .lines()
+            .any(|l| matches!(l.trim(), "Cargo.lock" | "src" | "src/"))
+    );
+}
+
+#[test]
+fn dockerfile_parser_joins_continuations() {
+    let parsed = dockerfile_instructions("# c\nFROM a AS b\nRUN x \\\n    y\n\ncmd [\"z\"]\n");
+    assert_eq!(
+        parsed,
+        [
+            ("FROM".to_owned(), "a AS b".to_owned()),
+            ("RUN".to_owned(), "x y".to_owned()),
+            ("CMD".to_owned(), "[\"z\"]".to_owned()),
+        ]
+    );
+}
+
+/// `package.rust-version` from Cargo.toml (no TOML parser among the dependencies).
+fn rust_version(cargo_toml: &str) -> String {
+    let line = cargo_toml
+        .lines()
+        .find(|l| l.trim_start().starts_with("rust-version"))
+        .expect("rust-version in Cargo.toml");
+    line.split_once('=')
+        .unwrap()
+        .1
+        .trim()
+        .trim_matches('"')
+        .to_owned()
+}
+
+#[test]
+fn operator_guide_covers_every_artefact() {
+    let readme = read(&deploy("README.md"));
+    let mut artefacts: Vec<String> = std::fs::read_dir(repo().join("deploy"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n != "README.md")
+        .collect();
+    artefacts.sort();
+    for name in &artefacts {
+        assert!(
+            readme.contains(name.as_str()),
+            "deploy/README.md never mentions {name}"
+        );
+    }
+    for needle in [
+        "dashboards/initguard.json",
+        "prometheus-rules.yaml",
+        "kubeadm kubeconfig user --client-name system:initguard",
+        "docker build -f deploy/Dockerfile -t initguard:dev .",
+        "initguard_bypasses_total",
+        "initguard status",
+        "k8s.opsani.io/initializer",
+        "config/metainit-compat.yaml",
+    ] {
+        assert!(
+            readme.contains(needle),
+            "deploy/README.md never mentions {needle}"
+        );
+    }
+}
