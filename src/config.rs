@@ -502,6 +502,17 @@ impl Config {
             if self.unlisted_initializers == UnlistedPolicy::Deadline {
                 long.push(("unlisted initializers", self.defaults.deadline));
             }
+            for i in &self.initializers {
+                if names::validate_dns1123_subdomain(&i.name).is_err()
+                    || i.name.split('.').count() < 3
+                {
+                    warnings.push(format!(
+                        "{}: Kubernetes 1.8+ accepts only initializer names that are domains with \
+                         at least three dot-separated segments, such as \"sidecar.example.com\"",
+                        i.name
+                    ));
+                }
+            }
             for (name, deadline) in long {
                 if deadline >= LEGACY_CREATE_TIMEOUT {
                     warnings.push(format!(
