@@ -6,7 +6,8 @@
 //! * `lease` — a watch on that one Lease; up while `renewTime + leaseDurationSeconds` lies in
 //!   the future. A lease expires without any event, so a timer is armed for the expiry instant.
 //! * `pods` — a watch on the pods matching a label selector; up while one of them is Ready.
-//! * `http` — a GET every `probeInterval`; up on a 2xx answer within [`PROBE_TIMEOUT`].
+//! * `http` — a GET every `probeInterval`; up on a 2xx answer within [`PROBE_TIMEOUT`]. https
+//!   is verified against the platform's trusted roots.
 //!
 //! Every owner starts [`OwnerState::Unknown`] and becomes `Up`/`Down` at its first observation
 //! (initial list done, first probe answered). A watch error keeps the last known state: the
@@ -26,11 +27,12 @@ use futures::StreamExt;
 use http::{Request, StatusCode, Uri, header};
 use http_body_util::Empty;
 use hyper_util::client::legacy::Client as HttpClient;
-use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::Connect;
 use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
+use kube::client::ConfigExt as _;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource};
@@ -587,22 +589,38 @@ impl Task {
 
     /// Probe `url` every `probeInterval` until cancelled.
     async fn probe(self, url: String) {
-        let owner = self.handle.owner();
         let uri = match parse_probe_url(&url) {
             Ok(uri) => uri,
-            Err(reason) => {
-                // Config validation should have refused it; never judge an owner we cannot ask.
-                error!(
-                    initializers = %owner.initializer_list,
-                    url = %url,
-                    reason,
-                    "http owner cannot be probed; its state stays unknown"
-                );
-                return;
-            }
+            Err(reason) => return self.cannot_probe(&url, &reason),
         };
-        let client = HttpClient::builder(TokioExecutor::new()).build_http::<Empty<Bytes>>();
-        let mut ticks = tokio::time::interval(owner.probe_interval.max(MIN_PROBE_INTERVAL));
+        let builder = HttpClient::builder(TokioExecutor::new());
+        if uri.scheme_str() == Some("https") {
+            // kube's rustls setup with no CA of its own verifies against the platform's roots.
+            match kube::Config::new(uri.clone()).rustls_https_connector() {
+                Ok(connector) => self.probe_loop(builder.build(connector), uri).await,
+                Err(err) => self.cannot_probe(&url, &error_chain(&err)),
+            }
+        } else {
+            self.probe_loop(builder.build_http(), uri).await;
+        }
+    }
+
+    /// Config validation should have refused such a URL; never judge an owner we cannot ask.
+    fn cannot_probe(&self, url: &str, reason: &str) {
+        error!(
+            initializers = %self.handle.owner().initializer_list,
+            url,
+            reason,
+            "http owner cannot be probed; its state stays unknown"
+        );
+    }
+
+    async fn probe_loop<C>(self, client: HttpClient<C, Empty<Bytes>>, uri: Uri)
+    where
+        C: Connect + Clone + Send + Sync + 'static,
+    {
+        let interval = self.handle.owner().probe_interval.max(MIN_PROBE_INTERVAL);
+        let mut ticks = tokio::time::interval(interval);
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             let result = tokio::select! {
@@ -623,21 +641,24 @@ impl Task {
     }
 }
 
-/// Only plain `http://` URLs can be probed (no TLS client for probes).
+/// An `http://` or `https://` URL with a host.
 fn parse_probe_url(url: &str) -> Result<Uri, String> {
     let uri: Uri = url.parse().map_err(|e| format!("invalid URL: {e}"))?;
     match uri.scheme_str() {
-        Some("http") if uri.host().is_some() => Ok(uri),
-        Some("http") => Err("URL has no host".to_owned()),
-        _ => Err("only http:// URLs are supported".to_owned()),
+        Some("http" | "https") if uri.host().is_some_and(|h| !h.is_empty()) => Ok(uri),
+        Some("http" | "https") => Err("URL has no host".to_owned()),
+        _ => Err("only http:// and https:// URLs can be probed".to_owned()),
     }
 }
 
 /// One GET; the status if it answered within [`PROBE_TIMEOUT`], else why not.
-async fn probe_once(
-    client: &HttpClient<HttpConnector, Empty<Bytes>>,
+async fn probe_once<C>(
+    client: &HttpClient<C, Empty<Bytes>>,
     uri: &Uri,
-) -> Result<StatusCode, String> {
+) -> Result<StatusCode, String>
+where
+    C: Connect + Clone + Send + Sync + 'static,
+{
     let request = Request::get(uri.clone())
         .header(
             header::USER_AGENT,
@@ -665,4 +686,268 @@ fn error_chain(err: &dyn StdError) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deployment(status: serde_json::Value) -> Deployment {
+        serde_json::from_value(json!({
+            "metadata": {"name": "d", "namespace": "ns"},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn lease(spec: serde_json::Value) -> Lease {
+        serde_json::from_value(json!({"metadata": {"name": "l", "namespace": "ns"}, "spec": spec}))
+            .unwrap()
+    }
+
+    fn pod(name: &str, ready: &str, deleting: bool) -> Pod {
+        let mut value = json!({
+            "metadata": {"name": name, "namespace": "ns"},
+            "status": {"conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Ready", "status": ready},
+            ]},
+        });
+        if deleting {
+            value["metadata"]["deletionTimestamp"] = json!("2024-05-01T10:00:00Z");
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn at(rfc3339: &str) -> SystemTime {
+        humantime::parse_rfc3339(rfc3339).unwrap()
+    }
+
+    #[test]
+    fn deployment_is_up_with_one_available_replica() {
+        assert!(!deployment_up(&deployment(json!(null))));
+        assert!(!deployment_up(&deployment(json!({"replicas": 2}))));
+        assert!(!deployment_up(&deployment(json!({"availableReplicas": 0}))));
+        assert!(deployment_up(&deployment(json!({"availableReplicas": 1}))));
+        assert!(deployment_up(&deployment(
+            json!({"replicas": 3, "availableReplicas": 3})
+        )));
+    }
+
+    #[test]
+    fn lease_expires_at_renew_time_plus_duration() {
+        let full = lease(json!({
+            "holderIdentity": "a",
+            "renewTime": "2024-05-01T10:00:00.250000Z",
+            "leaseDurationSeconds": 15,
+        }));
+        assert_eq!(lease_expiry(&full), Some(at("2024-05-01T10:00:15.25Z")));
+        let no_renew = lease(json!({"holderIdentity": "a", "leaseDurationSeconds": 15}));
+        assert_eq!(lease_expiry(&no_renew), None);
+        let no_duration = lease(json!({"renewTime": "2024-05-01T10:00:00.000000Z"}));
+        assert_eq!(lease_expiry(&no_duration), None);
+        let negative = lease(json!({
+            "renewTime": "2024-05-01T10:00:00.000000Z",
+            "leaseDurationSeconds": -1,
+        }));
+        assert_eq!(lease_expiry(&negative), None);
+        assert_eq!(lease_expiry(&lease(json!(null))), None);
+    }
+
+    #[test]
+    fn pod_counts_when_ready_and_not_deleting() {
+        assert!(pod_ready(&pod("a", "True", false)));
+        assert!(!pod_ready(&pod("a", "False", false)));
+        assert!(!pod_ready(&pod("a", "Unknown", false)));
+        assert!(!pod_ready(&pod("a", "True", true)));
+        let pending: Pod =
+            serde_json::from_value(json!({"metadata": {"name": "p"}, "status": {}})).unwrap();
+        assert!(!pod_ready(&pending));
+    }
+
+    #[test]
+    fn lease_model_is_up_until_expiry_then_down() {
+        let now = at("2024-05-01T10:00:05Z");
+        let mut model = LeaseModel::default();
+        let missing = model.evaluate(now);
+        assert!(!missing.up);
+        assert_eq!(missing.next_change, None);
+
+        model.apply(lease(json!({
+            "holderIdentity": "a",
+            "renewTime": "2024-05-01T10:00:00.000000Z",
+            "leaseDurationSeconds": 10,
+        })));
+        let live = model.evaluate(now);
+        assert!(live.up, "{}", live.detail);
+        assert_eq!(live.next_change, Some(at("2024-05-01T10:00:10Z")));
+        let expired = model.evaluate(at("2024-05-01T10:00:10Z"));
+        assert!(!expired.up, "expiry instant itself is down");
+        assert_eq!(expired.next_change, None);
+
+        model.apply(lease(json!({"holderIdentity": "a"})));
+        assert!(!model.evaluate(now).up);
+        model.delete(lease(json!(null)));
+        assert!(!model.evaluate(now).up);
+    }
+
+    #[test]
+    fn pods_model_is_up_while_any_pod_is_ready() {
+        let now = SystemTime::now();
+        let mut model = PodsModel::default();
+        assert!(!model.evaluate(now).up);
+        model.apply(pod("a", "False", false));
+        assert!(!model.evaluate(now).up);
+        model.apply(pod("b", "True", false));
+        assert!(model.evaluate(now).up);
+        model.apply(pod("b", "True", true));
+        assert!(!model.evaluate(now).up, "a terminating pod does not count");
+        model.apply(pod("a", "True", false));
+        assert!(model.evaluate(now).up);
+        model.delete(pod("a", "True", false));
+        assert!(!model.evaluate(now).up);
+        assert_eq!(model.0.len(), 1);
+    }
+
+    #[test]
+    fn deployment_model_is_down_when_missing() {
+        let now = SystemTime::now();
+        let mut model = DeploymentModel::default();
+        assert!(!model.evaluate(now).up);
+        model.apply(deployment(json!({"availableReplicas": 2})));
+        assert!(model.evaluate(now).up);
+        model.apply(deployment(json!({"availableReplicas": 0})));
+        assert!(!model.evaluate(now).up);
+        model.apply(deployment(json!({"availableReplicas": 1})));
+        model.delete(deployment(json!(null)));
+        assert!(!model.evaluate(now).up);
+    }
+
+    #[test]
+    fn probe_urls_need_a_scheme_we_speak_and_a_host() {
+        assert!(parse_probe_url("http://10.0.0.5:8080/healthz").is_ok());
+        assert!(parse_probe_url("https://example.com/healthz").is_ok());
+        assert!(parse_probe_url("ftp://example.com/").is_err());
+        assert!(parse_probe_url("/healthz").is_err());
+        assert!(parse_probe_url("not a url").is_err());
+    }
+
+    fn config() -> Config {
+        Config::from_yaml_str(
+            r#"
+defaults: { probeInterval: 5s }
+initializers:
+  - name: a.example.com
+    owner: { deployment: kube-system/injector }
+  - name: b.example.com
+    owner: { deployment: kube-system/injector }
+  - name: c.example.com
+    owner: { lease: kueue-system/leader }
+  - name: d.example.com
+  - name: e.example.com
+    owner: { http: "http://127.0.0.1:1/healthz" }
+  - name: f.example.com
+    probeInterval: 1s
+    owner: { http: "http://127.0.0.1:1/healthz" }
+"#,
+            "test.yaml",
+        )
+        .unwrap()
+    }
+
+    fn owners() -> Owners {
+        let config = config();
+        Owners::new(&config, Arc::new(Metrics::new(&config).unwrap()))
+    }
+
+    #[test]
+    fn initializers_sharing_an_owner_share_one_entry() {
+        let owners = owners();
+        assert_eq!(owners.inner.owners.len(), 3);
+        assert_eq!(
+            owners.not_synced(),
+            [
+                "deployment kube-system/injector",
+                "lease kueue-system/leader",
+                "http http://127.0.0.1:1/healthz",
+            ]
+        );
+        let http = &owners.inner.owners[2];
+        assert_eq!(http.initializers, ["e.example.com", "f.example.com"]);
+        assert_eq!(http.probe_interval, Duration::from_secs(1));
+
+        let snapshot = owners.snapshot();
+        let names: Vec<&str> = snapshot.iter().map(|r| r.initializer.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "a.example.com",
+                "b.example.com",
+                "c.example.com",
+                "e.example.com",
+                "f.example.com"
+            ]
+        );
+        assert!(snapshot.iter().all(|r| r.state == OwnerState::Unknown));
+        assert_eq!(owners.state("d.example.com"), OwnerState::Unknown);
+        assert_eq!(owners.state("unlisted"), OwnerState::Unknown);
+
+        let json = serde_json::to_value(&snapshot[2]).unwrap();
+        assert_eq!(json["ownerKind"], "lease");
+        assert_eq!(json["target"], "kueue-system/leader");
+        assert_eq!(json["state"], "unknown");
+    }
+
+    #[test]
+    fn observations_change_state_only_on_transitions() {
+        let owners = owners();
+        let mut changes = owners.subscribe();
+        let handle = Handle {
+            inner: owners.inner.clone(),
+            index: 0,
+        };
+        let owner_up = |name: &str| {
+            owners
+                .inner
+                .metrics
+                .owner_up
+                .get_metric_with_label_values(&[name, "deployment"])
+                .unwrap()
+                .get()
+        };
+
+        let before = SystemTime::now();
+        handle.observe(true, || "1 available replicas".to_owned());
+        let OwnerState::Up { since: up_since } = owners.state("a.example.com") else {
+            panic!("not up: {:?}", owners.state("a.example.com"));
+        };
+        assert!(up_since >= before);
+        assert_eq!(owners.state("b.example.com"), owners.state("a.example.com"));
+        assert!(changes.has_changed().unwrap());
+        changes.mark_unchanged();
+        assert_eq!(
+            (owner_up("a.example.com"), owner_up("b.example.com")),
+            (1, 1)
+        );
+        assert_eq!(owners.not_synced().len(), 2);
+
+        handle.observe(true, || "2 available replicas".to_owned());
+        assert_eq!(
+            owners.state("a.example.com"),
+            OwnerState::Up { since: up_since }
+        );
+        assert!(!changes.has_changed().unwrap(), "no change, no wake-up");
+
+        handle.observe(false, || "0 available replicas".to_owned());
+        let OwnerState::Down { since } = owners.state("b.example.com") else {
+            panic!("not down: {:?}", owners.state("b.example.com"));
+        };
+        assert!(since >= up_since);
+        assert!(changes.has_changed().unwrap());
+        assert_eq!(
+            (owner_up("a.example.com"), owner_up("b.example.com")),
+            (0, 0)
+        );
+    }
 }
