@@ -3,11 +3,14 @@
 //! Data flows one way: watches feed the [`tracker`] and [`owners`], the pure [`policy`] decides,
 //! the [`actuator`] writes. See DESIGN.md.
 
+pub mod actuator;
 pub mod client;
 pub mod config;
+pub mod leader;
 pub mod mechanism;
 pub mod metrics;
 pub mod owners;
 pub mod pod;
 pub mod policy;
+pub mod tracker;
 pub mod sim;

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference,
 use serde::{Deserialize, Deserializer};
 
 use crate::config::Mechanism;
-const BYPASSED_ANNOTATION: &str = "initguard.io/bypassed";
+use crate::mechanism::BYPASSED_ANNOTATION;
 use crate::policy::ControllerRef;
 
 /// The parts of a Pod the guard needs.

@@ -1,0 +1,423 @@
+//! The one writer: removes a decided initializer with an atomic JSON Patch and records an Event.
+//!
+//! Concurrency is bounded; a failed `test` (the pod changed under us) is never retried blindly:
+//! the pod is re-read and handed back for a fresh decision. Transient API failures are retried
+//! with jittered exponential backoff. Only the leader writes.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use rand::Rng;
+use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::config::Config;
+use crate::mechanism::{BypassTarget, bypass_patch};
+use crate::metrics::Metrics;
+use crate::pod::SlimPod;
+use crate::policy::Reason;
+use crate::tracker::PodKey;
+
+/// Attempts per bypass before it counts as an error.
+const MAX_ATTEMPTS: u32 = 6;
+const BACKOFF_BASE: Duration = Duration::from_millis(200);
+const BACKOFF_MAX: Duration = Duration::from_secs(5);
+/// How long shutdown waits for patches already in flight.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// One decided bypass with everything the patch and the Event need.
+#[derive(Debug, Clone)]
+pub struct BypassJob {
+    pub key: PodKey,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub resource_version: String,
+    pub index: usize,
+    pub initializer: String,
+    pub reason: Reason,
+    pub waited: Duration,
+    pub annotations_present: bool,
+    pub previous_record: Option<String>,
+    /// The owner's state in words, for the Event and the log line.
+    pub owner: String,
+}
+
+/// What became of a job; the control loop learns from every one.
+#[derive(Debug)]
+pub enum Report {
+    /// The initializer is gone; `pod` is the patched pod as the API returned it.
+    Bypassed { job: BypassJob, pod: Box<SlimPod> },
+    /// Dry-run: logged and counted, nothing written.
+    DryRun { job: BypassJob },
+    /// The pod changed under us; `pod` is a fresh read (None: it is gone). Re-decide.
+    Stale {
+        job: BypassJob,
+        pod: Option<Box<SlimPod>>,
+    },
+    /// Failed for good after retries (or forbidden); counted in bypass errors.
+    Failed { job: BypassJob, error: String },
+    /// Not written because this replica is not (or no longer) the leader, or shutting down.
+    Skipped { job: BypassJob },
+}
+
+impl Report {
+    /// The job this report is about.
+    pub fn job(&self) -> &BypassJob {
+        match self {
+            Report::Bypassed { job, .. }
+            | Report::DryRun { job }
+            | Report::Stale { job, .. }
+            | Report::Failed { job, .. }
+            | Report::Skipped { job } => job,
+        }
+    }
+}
+
+/// Handle to submit jobs.
+#[derive(Clone)]
+pub struct Actuator {
+    tx: mpsc::Sender<BypassJob>,
+}
+
+/// Queue of jobs waiting for a free slot.
+const QUEUE: usize = 4096;
+
+impl Actuator {
+    /// Start the actuator; reports go to `reports`. It drains and stops when `cancel` fires.
+    pub fn spawn(
+        client: kube::Client,
+        config: Arc<Config>,
+        metrics: Arc<Metrics>,
+        leader: watch::Receiver<bool>,
+        identity: String,
+        reports: mpsc::UnboundedSender<Report>,
+        cancel: CancellationToken,
+    ) -> (Actuator, tokio::task::JoinHandle<()>) {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "initguard".into(),
+                instance: Some(identity),
+            },
+        );
+        let worker = Worker {
+            client,
+            config,
+            metrics,
+            leader,
+            recorder,
+            reports,
+        };
+        let handle = tokio::spawn(worker.run(rx, cancel));
+        (Actuator { tx }, handle)
+    }
+
+    /// Queue a job; gives it back when the queue is full or the actuator stopped.
+    pub fn try_submit(&self, job: BypassJob) -> Result<(), BypassJob> {
+        self.tx.try_send(job).map_err(|e| match e {
+            mpsc::error::TrySendError::Full(j) | mpsc::error::TrySendError::Closed(j) => j,
+        })
+    }
+}
+
+#[derive(Clone)]
+struct Worker {
+    client: kube::Client,
+    config: Arc<Config>,
+    metrics: Arc<Metrics>,
+    leader: watch::Receiver<bool>,
+    recorder: Recorder,
+    reports: mpsc::UnboundedSender<Report>,
+}
+
+enum Attempt {
+    Done(SlimPod),
+    Stale,
+    Gone,
+    Retry(String),
+    Fatal(String),
+}
+
+impl Worker {
+    async fn run(self, mut rx: mpsc::Receiver<BypassJob>, cancel: CancellationToken) {
+        let slots = Arc::new(Semaphore::new(self.config.max_in_flight.max(1)));
+        let mut tasks = JoinSet::new();
+        loop {
+            let job = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => break,
+                job = rx.recv() => match job { Some(j) => j, None => break },
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+            };
+            let permit = tokio::select! {
+                _ = cancel.cancelled() => { self.report(Report::Skipped { job }); break; }
+                p = Arc::clone(&slots).acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            };
+            let worker = self.clone();
+            let cancel = cancel.clone();
+            tasks.spawn(async move {
+                let report = worker.execute(job, &cancel).await;
+                worker.report(report);
+                drop(permit);
+            });
+        }
+        // Queued but not started: hand back so nothing is lost silently.
+        rx.close();
+        while let Ok(job) = rx.try_recv() {
+            self.report(Report::Skipped { job });
+        }
+        if tokio::time::timeout(DRAIN_TIMEOUT, async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await
+        .is_err()
+        {
+            warn!(
+                in_flight = tasks.len(),
+                "shutdown: abandoning bypass patches still in flight"
+            );
+            tasks.abort_all();
+        }
+    }
+
+    fn report(&self, report: Report) {
+        // The loop may already be gone at shutdown; nothing to do then.
+        let _ = self.reports.send(report);
+    }
+
+    fn is_leader(&self) -> bool {
+        *self.leader.borrow()
+    }
+
+    async fn execute(&self, job: BypassJob, cancel: &CancellationToken) -> Report {
+        if self.config.dry_run {
+            info!(pod = %job.key, initializer = %job.initializer, reason = job.reason.as_str(),
+                waited = ?job.waited, owner = %job.owner, "dry-run: would bypass initializer");
+            self.metrics.bypassed(&job.initializer, job.reason);
+            return Report::DryRun { job };
+        }
+        let api: Api<SlimPod> = Api::namespaced(self.client.clone(), &job.namespace);
+        let mut attempt = 0;
+        loop {
+            if !self.is_leader() || (attempt > 0 && cancel.is_cancelled()) {
+                return Report::Skipped { job };
+            }
+            attempt += 1;
+            match self.attempt(&api, &job).await {
+                Attempt::Done(pod) => {
+                    self.metrics.bypassed(&job.initializer, job.reason);
+                    info!(pod = %job.key, initializer = %job.initializer, reason = job.reason.as_str(),
+                        waited = ?job.waited, owner = %job.owner, "bypassed initializer");
+                    self.publish_event(&job).await;
+                    return Report::Bypassed {
+                        job,
+                        pod: Box::new(pod),
+                    };
+                }
+                Attempt::Stale => {
+                    debug!(pod = %job.key, initializer = %job.initializer, "pod changed; re-reading");
+                    let pod = match api.get_opt(&job.name).await {
+                        Ok(pod) => pod.map(Box::new),
+                        Err(e) => {
+                            warn!(pod = %job.key, error = %e, "re-reading pod after a conflict failed");
+                            None
+                        }
+                    };
+                    return Report::Stale { job, pod };
+                }
+                Attempt::Gone => return Report::Stale { job, pod: None },
+                Attempt::Fatal(error) => {
+                    self.metrics.bypass_failed(&job.initializer);
+                    warn!(pod = %job.key, initializer = %job.initializer, %error, "bypass failed");
+                    return Report::Failed { job, error };
+                }
+                Attempt::Retry(error) if attempt >= MAX_ATTEMPTS => {
+                    self.metrics.bypass_failed(&job.initializer);
+                    warn!(pod = %job.key, initializer = %job.initializer, attempts = attempt, %error,
+                        "bypass failed after retries");
+                    return Report::Failed { job, error };
+                }
+                Attempt::Retry(error) => {
+                    let delay = backoff(attempt);
+                    debug!(pod = %job.key, %error, ?delay, "bypass patch failed; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = cancel.cancelled() => return Report::Skipped { job },
+                    }
+                }
+            }
+        }
+    }
+
+    async fn attempt(&self, api: &Api<SlimPod>, job: &BypassJob) -> Attempt {
+        let target = BypassTarget {
+            uid: &job.uid,
+            resource_version: &job.resource_version,
+            index: job.index,
+            initializer: &job.initializer,
+            annotations_present: job.annotations_present,
+            previous_record: job.previous_record.as_deref(),
+        };
+        let patch = bypass_patch(
+            self.config.mechanism,
+            &target,
+            job.reason,
+            SystemTime::now(),
+        );
+        match api
+            .patch(
+                &job.name,
+                &PatchParams::default(),
+                &Patch::Json::<()>(patch),
+            )
+            .await
+        {
+            Ok(pod) => Attempt::Done(pod),
+            Err(e) => classify(e),
+        }
+    }
+
+    async fn publish_event(&self, job: &BypassJob) {
+        let note = format!(
+            "initguard removed initializer {} ({}) after waiting {}; owner: {}",
+            job.initializer,
+            job.reason.as_str(),
+            humantime::format_duration(Duration::from_secs(job.waited.as_secs())),
+            job.owner
+        );
+        let event = Event {
+            type_: EventType::Warning,
+            reason: "InitializerBypassed".into(),
+            note: Some(truncate(note, 1024)),
+            action: "Bypass".into(),
+            secondary: None,
+        };
+        let reference = ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("Pod".into()),
+            name: Some(job.name.clone()),
+            namespace: Some(job.namespace.clone()),
+            uid: Some(job.uid.clone()),
+            ..ObjectReference::default()
+        };
+        if let Err(e) = self.recorder.publish(&event, &reference).await {
+            // The bypass itself succeeded; a lost Event must not undo or repeat it.
+            warn!(pod = %job.key, error = %e, "could not record InitializerBypassed event");
+        }
+    }
+}
+
+/// Sorts an API error into what to do next.
+fn classify(e: kube::Error) -> Attempt {
+    match e {
+        kube::Error::Api(status) => {
+            let code = status.code;
+            let msg = status.message.clone();
+            match code {
+                404 => Attempt::Gone,
+                409 | 422 => Attempt::Stale,
+                // Servers before JSON Patch tests became 422 answered 500 "Testing value ...".
+                500 if msg.to_ascii_lowercase().contains("testing value") => Attempt::Stale,
+                429 | 500..=599 => Attempt::Retry(format!("{code} {}: {msg}", status.reason)),
+                _ => Attempt::Fatal(format!("{code} {}: {msg}", status.reason)),
+            }
+        }
+        other => Attempt::Retry(other.to_string()),
+    }
+}
+
+/// Full jitter: uniform in [0, min(max, base·2^attempt)].
+fn backoff(attempt: u32) -> Duration {
+    let cap = BACKOFF_BASE
+        .saturating_mul(1 << attempt.min(16))
+        .min(BACKOFF_MAX);
+    let ms = rand::rng().random_range(0..=cap.as_millis() as u64);
+    Duration::from_millis(ms.max(10))
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut end = max;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(code: u16, reason: &str, message: &str) -> kube::Error {
+        let s: kube::core::Status = serde_json::from_value(
+            serde_json::json!({"code": code, "reason": reason, "message": message}),
+        )
+        .unwrap();
+        kube::Error::Api(Box::new(s))
+    }
+
+    #[test]
+    fn classifies_api_errors() {
+        assert!(matches!(
+            classify(status(404, "NotFound", "")),
+            Attempt::Gone
+        ));
+        assert!(matches!(
+            classify(status(409, "Conflict", "")),
+            Attempt::Stale
+        ));
+        assert!(matches!(
+            classify(status(
+                422,
+                "Invalid",
+                "the server rejected our request due to an error in our request"
+            )),
+            Attempt::Stale
+        ));
+        assert!(matches!(
+            classify(status(
+                500,
+                "InternalError",
+                "Testing value /spec/schedulingGates/0/name failed"
+            )),
+            Attempt::Stale
+        ));
+        assert!(matches!(
+            classify(status(500, "InternalError", "etcd timeout")),
+            Attempt::Retry(_)
+        ));
+        assert!(matches!(
+            classify(status(429, "TooManyRequests", "")),
+            Attempt::Retry(_)
+        ));
+        assert!(matches!(
+            classify(status(503, "ServiceUnavailable", "")),
+            Attempt::Retry(_)
+        ));
+        assert!(matches!(
+            classify(status(403, "Forbidden", "no")),
+            Attempt::Fatal(_)
+        ));
+    }
+
+    #[test]
+    fn backoff_is_bounded() {
+        for attempt in 0..40 {
+            assert!(backoff(attempt) <= BACKOFF_MAX);
+        }
+    }
+
+    #[test]
+    fn truncates_on_char_boundary() {
+        assert_eq!(truncate("ééé".into(), 3), "é");
+    }
+}

@@ -1,0 +1,473 @@
+//! The waiting pods: per initializer, per controlling owner, and how each wait ended.
+//!
+//! Pure bookkeeping fed by the pod watch; no I/O and no clock of its own (`now` is passed in).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use crate::config::{Config, Mechanism};
+use crate::metrics::Outcome;
+use crate::pod::SlimPod;
+use crate::policy::{ControllerRef, PodView};
+
+/// `namespace/name`.
+pub type PodKey = String;
+
+/// One pod that waits on at least one initializer.
+#[derive(Debug, Clone)]
+pub struct TrackedPod {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    pub resource_version: String,
+    pub labels: BTreeMap<String, String>,
+    pub created: SystemTime,
+    pub controller: Option<ControllerRef>,
+    pub pending: Vec<String>,
+    /// When the current head became the head (legacy), or was first observed as the head.
+    pub head_since: SystemTime,
+    pub annotations_present: bool,
+    pub bypassed_record: Option<String>,
+    pub opted_in: bool,
+}
+
+impl TrackedPod {
+    /// The policy's view of this pod.
+    pub fn view(&self) -> PodView<'_> {
+        PodView {
+            namespace: &self.namespace,
+            name: &self.name,
+            uid: &self.uid,
+            labels: &self.labels,
+            created: self.created,
+            controller: self.controller.as_ref(),
+            pending: &self.pending,
+            head_since: Some(self.head_since),
+        }
+    }
+}
+
+/// A wait that ended, for `initguard_wait_duration_seconds`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finished {
+    pub initializer: String,
+    pub outcome: Outcome,
+    pub waited: Duration,
+}
+
+/// Aggregates for the gauges, computed at `now`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Aggregates {
+    /// (initializer, opted_in) → waiting pods.
+    pub waiting: BTreeMap<(String, bool), u64>,
+    /// initializer → longest current wait.
+    pub oldest_wait: BTreeMap<String, Duration>,
+    /// initializer → most pods waiting on it that share one controller.
+    pub pile_max: BTreeMap<String, u32>,
+    /// initializer → controllers at or over the pileup threshold.
+    pub pileups: BTreeMap<String, u32>,
+}
+
+/// Every waiting pod the guard knows of.
+#[derive(Debug)]
+pub struct Tracker {
+    config: Arc<Config>,
+    pods: HashMap<PodKey, TrackedPod>,
+    /// (controller uid, initializer) → pods of that controller waiting on it.
+    piles: HashMap<(String, String), u32>,
+    /// controller uid → its waiting pods (to re-decide a whole pile at once).
+    by_controller: HashMap<String, HashSet<PodKey>>,
+    /// (pod uid, initializer) bypassed by this guard and not yet seen gone.
+    bypassed: HashSet<(String, String)>,
+}
+
+impl Tracker {
+    /// An empty tracker.
+    pub fn new(config: Arc<Config>) -> Tracker {
+        Tracker {
+            config,
+            pods: HashMap::new(),
+            piles: HashMap::new(),
+            by_controller: HashMap::new(),
+            bypassed: HashSet::new(),
+        }
+    }
+
+    fn mechanism(&self) -> Mechanism {
+        self.config.mechanism
+    }
+
+    /// Number of waiting pods.
+    pub fn len(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// Whether no pod waits.
+    pub fn is_empty(&self) -> bool {
+        self.pods.is_empty()
+    }
+
+    /// The tracked pod under `key`.
+    pub fn get(&self, key: &str) -> Option<&TrackedPod> {
+        self.pods.get(key)
+    }
+
+    /// All tracked pods.
+    pub fn pods(&self) -> impl Iterator<Item = (&PodKey, &TrackedPod)> {
+        self.pods.iter()
+    }
+
+    /// Pods sharing `key`'s controller (including `key`), for pileup re-evaluation.
+    pub fn siblings(&self, key: &str) -> Vec<PodKey> {
+        let Some(ctrl) = self.pods.get(key).and_then(|p| p.controller.as_ref()) else {
+            return vec![key.to_owned()];
+        };
+        self.by_controller
+            .get(&ctrl.uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Pods of the controller with this uid waiting on `initializer`.
+    pub fn pile_size(&self, controller_uid: &str, initializer: &str) -> u32 {
+        self.piles
+            .get(&(controller_uid.to_owned(), initializer.to_owned()))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Remember that this guard removed `initializer` from the pod, so its disappearance is
+    /// counted as `bypassed` rather than `initialized`.
+    pub fn mark_bypassed(&mut self, uid: &str, initializer: &str) {
+        self.bypassed
+            .insert((uid.to_owned(), initializer.to_owned()));
+    }
+
+    /// Take in the latest state of a pod (watch ADDED/MODIFIED, list item, re-read).
+    pub fn apply(&mut self, pod: &SlimPod, now: SystemTime) -> Vec<Finished> {
+        let key = pod.key();
+        let pending = pod.pending(self.mechanism());
+        let terminating = pod.metadata.deletion_timestamp.is_some();
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+
+        let mut finished = Vec::new();
+        let old = self.remove_entry(&key);
+        let old = match old {
+            Some(old) if old.uid != uid => {
+                // Same name, new pod: the old one is gone.
+                finished.extend(self.finish_all(&old, Outcome::Deleted, now));
+                None
+            }
+            other => other,
+        };
+
+        if pending.is_empty() || terminating {
+            if let Some(old) = old {
+                for name in dedup(&old.pending) {
+                    let o = if terminating && !pending.is_empty() {
+                        Outcome::Deleted
+                    } else {
+                        self.outcome_of(&old.uid, name)
+                    };
+                    finished.push(self.finish(&old, name, o, now));
+                }
+            }
+            return finished;
+        }
+
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let head_since = match &old {
+            Some(old) if old.pending.first() == pending.first() => old.head_since,
+            _ => now,
+        };
+        if let Some(old) = &old {
+            // Names whose count went down ended their wait (duplicates are counted).
+            for name in dedup(&old.pending) {
+                let before = old.pending.iter().filter(|n| *n == name).count();
+                let after = pending.iter().filter(|n| *n == name).count();
+                if after < before {
+                    let o = self.outcome_of(&old.uid, name);
+                    finished.push(self.finish(old, name, o, now));
+                }
+            }
+        }
+        let tracked = TrackedPod {
+            opted_in: self.config.is_opted_in(&namespace, &labels),
+            namespace,
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            uid,
+            resource_version: pod.metadata.resource_version.clone().unwrap_or_default(),
+            labels,
+            created: pod.created().unwrap_or(now),
+            controller: pod.controller(),
+            pending: pending.to_vec(),
+            head_since,
+            annotations_present: pod.annotations_present,
+            bypassed_record: pod.bypassed_record.clone(),
+        };
+        self.insert_entry(key, tracked);
+        finished
+    }
+
+    /// The pod is gone (watch DELETED).
+    pub fn delete(&mut self, key: &str, now: SystemTime) -> Vec<Finished> {
+        match self.remove_entry(key) {
+            Some(old) => self.finish_all(&old, Outcome::Deleted, now),
+            None => Vec::new(),
+        }
+    }
+
+    /// Replace everything with a fresh list (watch restart); pods missing from it are gone.
+    pub fn resync(&mut self, pods: &[SlimPod], now: SystemTime) -> Vec<Finished> {
+        let listed: HashSet<String> = pods.iter().map(SlimPod::key).collect();
+        let gone: Vec<PodKey> = self
+            .pods
+            .keys()
+            .filter(|k| !listed.contains(*k))
+            .cloned()
+            .collect();
+        let mut finished = Vec::new();
+        for key in gone {
+            finished.extend(self.delete(&key, now));
+        }
+        for pod in pods {
+            finished.extend(self.apply(pod, now));
+        }
+        finished
+    }
+
+    /// Gauges at `now`.
+    pub fn aggregates(&self, now: SystemTime) -> Aggregates {
+        let mut agg = Aggregates::default();
+        for pod in self.pods.values() {
+            for (i, name) in pod.pending.iter().enumerate() {
+                if pod.pending[..i].contains(name) {
+                    continue;
+                }
+                *agg.waiting.entry((name.clone(), pod.opted_in)).or_default() += 1;
+                let waited = self.waited(pod, now);
+                let oldest = agg.oldest_wait.entry(name.clone()).or_default();
+                *oldest = (*oldest).max(waited);
+            }
+        }
+        for ((_, name), &count) in &self.piles {
+            let max = agg.pile_max.entry(name.clone()).or_default();
+            *max = (*max).max(count);
+            let piles = agg.pileups.entry(name.clone()).or_default();
+            if count >= self.config.pileup.threshold {
+                *piles += 1;
+            }
+        }
+        agg
+    }
+
+    /// How long `pod` has waited on its initializers: since creation for scheduling gates; for
+    /// legacy initializers since the current head became the head (the others cannot progress
+    /// before it).
+    pub fn waited(&self, pod: &TrackedPod, now: SystemTime) -> Duration {
+        let start = match self.mechanism() {
+            Mechanism::SchedulingGates => pod.created,
+            Mechanism::Initializers => pod.head_since,
+        };
+        now.duration_since(start).unwrap_or_default()
+    }
+
+    fn outcome_of(&mut self, uid: &str, name: &str) -> Outcome {
+        if self.bypassed.remove(&(uid.to_owned(), name.to_owned())) {
+            Outcome::Bypassed
+        } else {
+            Outcome::Initialized
+        }
+    }
+
+    fn finish(&self, pod: &TrackedPod, name: &str, outcome: Outcome, now: SystemTime) -> Finished {
+        Finished {
+            initializer: name.to_owned(),
+            outcome,
+            waited: self.waited(pod, now),
+        }
+    }
+
+    fn finish_all(&mut self, pod: &TrackedPod, outcome: Outcome, now: SystemTime) -> Vec<Finished> {
+        for name in &pod.pending {
+            self.bypassed.remove(&(pod.uid.clone(), name.clone()));
+        }
+        dedup(&pod.pending)
+            .into_iter()
+            .map(|n| self.finish(pod, n, outcome, now))
+            .collect()
+    }
+
+    fn insert_entry(&mut self, key: PodKey, pod: TrackedPod) {
+        if let Some(ctrl) = &pod.controller {
+            for name in dedup(&pod.pending) {
+                *self
+                    .piles
+                    .entry((ctrl.uid.clone(), name.clone()))
+                    .or_default() += 1;
+            }
+            self.by_controller
+                .entry(ctrl.uid.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        self.pods.insert(key, pod);
+    }
+
+    fn remove_entry(&mut self, key: &str) -> Option<TrackedPod> {
+        let pod = self.pods.remove(key)?;
+        if let Some(ctrl) = &pod.controller {
+            for name in dedup(&pod.pending) {
+                let k = (ctrl.uid.clone(), name.clone());
+                if let Some(n) = self.piles.get_mut(&k) {
+                    *n = n.saturating_sub(1);
+                    if *n == 0 {
+                        self.piles.remove(&k);
+                    }
+                }
+            }
+            if let Some(set) = self.by_controller.get_mut(&ctrl.uid) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.by_controller.remove(&ctrl.uid);
+                }
+            }
+        }
+        Some(pod)
+    }
+}
+
+/// Distinct names in first-seen order.
+fn dedup(names: &[String]) -> Vec<&String> {
+    let mut seen = HashSet::new();
+    names.iter().filter(|n| seen.insert(n.as_str())).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn config(mechanism: Mechanism) -> Arc<Config> {
+        let text = format!("mechanism: {}\n", mechanism.as_str());
+        Arc::new(Config::from_yaml_str(&text, "test.yaml").unwrap())
+    }
+
+    fn pod(
+        name: &str,
+        uid: &str,
+        job: Option<&str>,
+        gates: &[&str],
+        labels: serde_json::Value,
+    ) -> SlimPod {
+        let owners = job.map(|j| json!([{"apiVersion": "batch/v1", "kind": "Job", "name": j, "uid": j, "controller": true}]));
+        let gates: Vec<_> = gates.iter().map(|g| json!({"name": g})).collect();
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": "1",
+                "creationTimestamp": "2026-11-21T10:00:00Z", "labels": labels, "ownerReferences": owners,
+                "initializers": {"pending": gates.clone()}},
+            "spec": {"schedulingGates": gates}
+        }))
+        .unwrap()
+    }
+
+    fn t(secs: u64) -> SystemTime {
+        SystemTime::from(jiff::Timestamp::from_second(1_795_255_200).unwrap())
+            + Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn tracks_piles_and_outcomes() {
+        let mut tr = Tracker::new(config(Mechanism::SchedulingGates));
+        let l = json!({"initguard.io/bypass": "y"});
+        assert!(
+            tr.apply(&pod("a", "ua", Some("j"), &["g1", "g2"], l.clone()), t(0))
+                .is_empty()
+        );
+        assert!(
+            tr.apply(&pod("b", "ub", Some("j"), &["g1"], json!({})), t(1))
+                .is_empty()
+        );
+        assert_eq!(tr.pile_size("j", "g1"), 2);
+        assert_eq!(tr.pile_size("j", "g2"), 1);
+        assert_eq!(tr.siblings("ns/a").len(), 2);
+        tr.mark_bypassed("ua", "g1");
+        let f = tr.apply(&pod("a", "ua", Some("j"), &["g2"], l.clone()), t(30));
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].initializer, "g1");
+        assert_eq!(f[0].outcome, Outcome::Bypassed);
+        let f = tr.apply(&pod("a", "ua", Some("j"), &[], l), t(31));
+        assert_eq!(f[0].outcome, Outcome::Initialized);
+        assert!(tr.get("ns/a").is_none());
+        let f = tr.delete("ns/b", t(40));
+        assert_eq!(f[0].outcome, Outcome::Deleted);
+        assert!(tr.is_empty());
+        assert_eq!(tr.pile_size("j", "g1"), 0);
+        assert!(tr.by_controller.is_empty() && tr.piles.is_empty() && tr.bypassed.is_empty());
+    }
+
+    #[test]
+    fn aggregates_count_opt_in_and_oldest() {
+        let mut tr = Tracker::new(config(Mechanism::SchedulingGates));
+        for i in 0..4 {
+            let labels = if i % 2 == 0 {
+                json!({"initguard.io/bypass": ""})
+            } else {
+                json!({})
+            };
+            tr.apply(
+                &pod(
+                    &format!("p{i}"),
+                    &format!("u{i}"),
+                    Some("j"),
+                    &["g"],
+                    labels,
+                ),
+                t(i),
+            );
+        }
+        let agg = tr.aggregates(t(100));
+        assert_eq!(agg.waiting[&("g".to_string(), true)], 2);
+        assert_eq!(agg.waiting[&("g".to_string(), false)], 2);
+        // creationTimestamp is t(0) for all.
+        assert_eq!(agg.oldest_wait["g"], Duration::from_secs(100));
+        assert_eq!(agg.pile_max["g"], 4);
+        assert_eq!(agg.pileups["g"], 1);
+    }
+
+    #[test]
+    fn legacy_head_clock_starts_when_head_changes() {
+        let mut tr = Tracker::new(config(Mechanism::Initializers));
+        tr.apply(&pod("a", "ua", None, &["i1", "i2"], json!({})), t(5));
+        assert_eq!(tr.get("ns/a").unwrap().head_since, t(5));
+        tr.apply(&pod("a", "ua", None, &["i1", "i2"], json!({})), t(7));
+        assert_eq!(tr.get("ns/a").unwrap().head_since, t(5));
+        let f = tr.apply(&pod("a", "ua", None, &["i2"], json!({})), t(9));
+        assert_eq!(f[0].waited, Duration::from_secs(4));
+        assert_eq!(tr.get("ns/a").unwrap().head_since, t(9));
+    }
+
+    #[test]
+    fn recreated_pod_with_same_name_is_a_new_wait() {
+        let mut tr = Tracker::new(config(Mechanism::SchedulingGates));
+        tr.apply(&pod("a", "u1", None, &["g"], json!({})), t(0));
+        let f = tr.apply(&pod("a", "u2", None, &["g"], json!({})), t(3));
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].outcome, Outcome::Deleted);
+        assert_eq!(tr.get("ns/a").unwrap().uid, "u2");
+    }
+
+    #[test]
+    fn resync_drops_pods_missing_from_the_list() {
+        let mut tr = Tracker::new(config(Mechanism::SchedulingGates));
+        tr.apply(&pod("a", "ua", None, &["g"], json!({})), t(0));
+        tr.apply(&pod("b", "ub", None, &["g"], json!({})), t(0));
+        let f = tr.resync(&[pod("b", "ub", None, &["g"], json!({}))], t(2));
+        assert_eq!(f.len(), 1);
+        assert_eq!(tr.len(), 1);
+    }
+}
