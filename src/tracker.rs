@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use crate::config::{Config, Mechanism};
+use crate::mechanism::parse_records;
 use crate::metrics::Outcome;
 use crate::pod::SlimPod;
 use crate::policy::{ControllerRef, PodView};
@@ -80,8 +81,6 @@ pub struct Tracker {
     piles: HashMap<(String, String), u32>,
     /// controller uid → its waiting pods (to re-decide a whole pile at once).
     by_controller: HashMap<String, HashSet<PodKey>>,
-    /// (pod uid, initializer) bypassed by this guard and not yet seen gone.
-    bypassed: HashSet<(String, String)>,
 }
 
 impl Tracker {
@@ -92,7 +91,6 @@ impl Tracker {
             pods: HashMap::new(),
             piles: HashMap::new(),
             by_controller: HashMap::new(),
-            bypassed: HashSet::new(),
         }
     }
 
@@ -139,13 +137,6 @@ impl Tracker {
             .unwrap_or(0)
     }
 
-    /// Remember that this guard removed `initializer` from the pod, so its disappearance is
-    /// counted as `bypassed` rather than `initialized`.
-    pub fn mark_bypassed(&mut self, uid: &str, initializer: &str) {
-        self.bypassed
-            .insert((uid.to_owned(), initializer.to_owned()));
-    }
-
     /// Take in the latest state of a pod (watch ADDED/MODIFIED, list item, re-read).
     pub fn apply(&mut self, pod: &SlimPod, now: SystemTime) -> Vec<Finished> {
         let key = pod.key();
@@ -170,7 +161,7 @@ impl Tracker {
                     let o = if terminating && !pending.is_empty() {
                         Outcome::Deleted
                     } else {
-                        self.outcome_of(&old.uid, name)
+                        outcome_of(&old, pod, name)
                     };
                     finished.push(self.finish(&old, name, o, now));
                 }
@@ -190,7 +181,7 @@ impl Tracker {
                 let before = old.pending.iter().filter(|n| *n == name).count();
                 let after = pending.iter().filter(|n| *n == name).count();
                 if after < before {
-                    let o = self.outcome_of(&old.uid, name);
+                    let o = outcome_of(old, pod, name);
                     finished.push(self.finish(old, name, o, now));
                 }
             }
@@ -276,14 +267,6 @@ impl Tracker {
         now.duration_since(start).unwrap_or_default()
     }
 
-    fn outcome_of(&mut self, uid: &str, name: &str) -> Outcome {
-        if self.bypassed.remove(&(uid.to_owned(), name.to_owned())) {
-            Outcome::Bypassed
-        } else {
-            Outcome::Initialized
-        }
-    }
-
     fn finish(&self, pod: &TrackedPod, name: &str, outcome: Outcome, now: SystemTime) -> Finished {
         Finished {
             initializer: name.to_owned(),
@@ -292,10 +275,7 @@ impl Tracker {
         }
     }
 
-    fn finish_all(&mut self, pod: &TrackedPod, outcome: Outcome, now: SystemTime) -> Vec<Finished> {
-        for name in &pod.pending {
-            self.bypassed.remove(&(pod.uid.clone(), name.clone()));
-        }
+    fn finish_all(&self, pod: &TrackedPod, outcome: Outcome, now: SystemTime) -> Vec<Finished> {
         dedup(&pod.pending)
             .into_iter()
             .map(|n| self.finish(pod, n, outcome, now))
@@ -338,6 +318,24 @@ impl Tracker {
             }
         }
         Some(pod)
+    }
+}
+
+/// A removal is a bypass when the same update added a bypass record for that name (the bypass
+/// patch removes and records atomically), whichever replica wrote it.
+fn outcome_of(old: &TrackedPod, new: &SlimPod, name: &str) -> Outcome {
+    let records = |annotation: Option<&str>| {
+        annotation.map_or(0, |a| {
+            parse_records(a)
+                .iter()
+                .filter(|r| r.initializer == name)
+                .count()
+        })
+    };
+    if records(new.bypassed_record.as_deref()) > records(old.bypassed_record.as_deref()) {
+        Outcome::Bypassed
+    } else {
+        Outcome::Initialized
     }
 }
 
@@ -395,8 +393,9 @@ mod tests {
         assert_eq!(tr.pile_size("j", "g1"), 2);
         assert_eq!(tr.pile_size("j", "g2"), 1);
         assert_eq!(tr.siblings("ns/a").len(), 2);
-        tr.mark_bypassed("ua", "g1");
-        let f = tr.apply(&pod("a", "ua", Some("j"), &["g2"], l.clone()), t(30));
+        let mut bypassed = pod("a", "ua", Some("j"), &["g2"], l.clone());
+        bypassed.bypassed_record = Some("g1=deadline@2026-11-21T10:00:30Z".into());
+        let f = tr.apply(&bypassed, t(30));
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].initializer, "g1");
         assert_eq!(f[0].outcome, Outcome::Bypassed);
@@ -407,7 +406,7 @@ mod tests {
         assert_eq!(f[0].outcome, Outcome::Deleted);
         assert!(tr.is_empty());
         assert_eq!(tr.pile_size("j", "g1"), 0);
-        assert!(tr.by_controller.is_empty() && tr.piles.is_empty() && tr.bypassed.is_empty());
+        assert!(tr.by_controller.is_empty() && tr.piles.is_empty());
     }
 
     #[test]
