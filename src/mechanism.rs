@@ -73,13 +73,14 @@ pub fn record_entry(initializer: &str, reason: Reason, at: SystemTime) -> String
     format!("{initializer}={}@{}", reason.as_str(), rfc3339_seconds(at))
 }
 
-/// `at` as RFC 3339 in UTC with whole seconds; clamped to jiff's range instead of failing.
+/// `at` as RFC 3339 in UTC with whole seconds. Clocks outside 1970..=9999 are clamped to that
+/// range so a record is always well-formed.
 fn rfc3339_seconds(at: SystemTime) -> String {
-    let timestamp = jiff::Timestamp::try_from(at).unwrap_or(if at < SystemTime::UNIX_EPOCH {
-        jiff::Timestamp::MIN
+    let timestamp = if at < SystemTime::UNIX_EPOCH {
+        jiff::Timestamp::UNIX_EPOCH
     } else {
-        jiff::Timestamp::MAX
-    });
+        jiff::Timestamp::try_from(at).unwrap_or(jiff::Timestamp::MAX)
+    };
     // Whole seconds: truncating the fraction keeps the record short and stable.
     let seconds = jiff::Timestamp::from_second(timestamp.as_second()).unwrap_or(timestamp);
     seconds.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
@@ -161,7 +162,8 @@ pub fn bypass_patch(
             }));
         }
         None if target.annotations_present => {
-            // Only the guard's leader writes this key, so adding it cannot clobber anyone else.
+            // `add` would overwrite a value written since the read, but only initguard writes
+            // this key and one leader patches at a time: nobody else's data is at stake.
             ops.push(PatchOperation::Add(AddOperation {
                 path: annotation,
                 value: Value::from(record),
@@ -191,4 +193,581 @@ fn pointer<S: AsRef<str>>(tokens: &[S]) -> PointerBuf {
 
 fn test(path: PointerBuf, value: Value) -> PatchOperation {
     PatchOperation::Test(TestOperation { path, value })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use json_patch::PatchErrorKind;
+    use serde_json::json;
+    use std::time::Duration;
+
+    const UID: &str = "3f9c2a6e-8d41-4b6f-9a53-1c2e7d9b0a41";
+    const RV: &str = "48213";
+    const KEY_POINTER: &str = "/metadata/annotations/initguard.io~1bypassed";
+
+    /// 2026-11-21T15:04:05.250Z.
+    fn at() -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_millis(1_795_273_445_250)
+    }
+
+    /// A gated Job pod as a v1.33 API server returns it.
+    fn gated_pod(gates: &[&str]) -> Value {
+        let gates: Vec<Value> = gates.iter().map(|g| json!({ "name": g })).collect();
+        json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "nightly-29154810-7x2kq",
+                "generateName": "nightly-29154810-",
+                "namespace": "batch",
+                "uid": UID,
+                "resourceVersion": RV,
+                "creationTimestamp": "2026-11-21T15:03:50Z",
+                "labels": {
+                    "batch.kubernetes.io/controller-uid": "9d1b6f0e-2c7a-4e3b-8f5d-6a4c3b2e1f00",
+                    "batch.kubernetes.io/job-name": "nightly-29154810",
+                    "initguard.io/bypass": ""
+                },
+                "ownerReferences": [{
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": "nightly-29154810",
+                    "uid": "9d1b6f0e-2c7a-4e3b-8f5d-6a4c3b2e1f00",
+                    "controller": true,
+                    "blockOwnerDeletion": true
+                }],
+                "managedFields": [{
+                    "manager": "kube-controller-manager",
+                    "operation": "Update",
+                    "apiVersion": "v1",
+                    "time": "2026-11-21T15:03:50Z",
+                    "fieldsType": "FieldsV1",
+                    "fieldsV1": {
+                        "f:metadata": { "f:generateName": {}, "f:labels": { ".": {} } },
+                        "f:spec": { "f:schedulingGates": { ".": {} } }
+                    }
+                }]
+            },
+            "spec": {
+                "containers": [{
+                    "name": "main",
+                    "image": "registry.k8s.io/busybox:1.36",
+                    "command": ["sh", "-c", "echo done"],
+                    "resources": { "requests": { "cpu": "100m" } },
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File",
+                    "imagePullPolicy": "IfNotPresent"
+                }],
+                "restartPolicy": "Never",
+                "terminationGracePeriodSeconds": 30,
+                "dnsPolicy": "ClusterFirst",
+                "serviceAccountName": "default",
+                "securityContext": {},
+                "schedulerName": "default-scheduler",
+                "tolerations": [{
+                    "key": "node.kubernetes.io/not-ready",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300
+                }],
+                "priority": 0,
+                "enableServiceLinks": true,
+                "preemptionPolicy": "PreemptLowerPriority",
+                "schedulingGates": gates
+            },
+            "status": {
+                "phase": "Pending",
+                "conditions": [{
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "lastProbeTime": null,
+                    "lastTransitionTime": "2026-11-21T15:03:50Z",
+                    "reason": "SchedulingGated",
+                    "message": "Scheduling is blocked due to non-empty scheduling gates"
+                }],
+                "qosClass": "Burstable"
+            }
+        })
+    }
+
+    /// An uninitialized pod as a 1.9 API server returns it with `includeUninitialized=true`.
+    fn legacy_pod(pending: &[&str]) -> Value {
+        let pending: Vec<Value> = pending.iter().map(|p| json!({ "name": p })).collect();
+        json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": "web-6d4cf56db6-xk2vb",
+                "generateName": "web-6d4cf56db6-",
+                "namespace": "default",
+                "selfLink": "/api/v1/namespaces/default/pods/web-6d4cf56db6-xk2vb",
+                "uid": UID,
+                "resourceVersion": RV,
+                "creationTimestamp": "2026-11-21T15:03:50Z",
+                "labels": { "app": "web", "pod-template-hash": "2807912862" },
+                "ownerReferences": [{
+                    "apiVersion": "extensions/v1beta1",
+                    "kind": "ReplicaSet",
+                    "name": "web-6d4cf56db6",
+                    "uid": "5b7f0d2c-8e1a-11e8-9c3a-080027f5e0a1",
+                    "controller": true,
+                    "blockOwnerDeletion": true
+                }],
+                "initializers": { "pending": pending }
+            },
+            "spec": {
+                "containers": [{
+                    "name": "nginx",
+                    "image": "nginx:1.13",
+                    "ports": [{ "containerPort": 80, "protocol": "TCP" }],
+                    "resources": {},
+                    "terminationMessagePath": "/dev/termination-log",
+                    "terminationMessagePolicy": "File",
+                    "imagePullPolicy": "IfNotPresent"
+                }],
+                "restartPolicy": "Always",
+                "terminationGracePeriodSeconds": 30,
+                "dnsPolicy": "ClusterFirst",
+                "serviceAccountName": "default",
+                "securityContext": {},
+                "schedulerName": "default-scheduler"
+            },
+            "status": { "phase": "Pending", "qosClass": "BestEffort" }
+        })
+    }
+
+    fn pod(mechanism: Mechanism, pending: &[&str]) -> Value {
+        match mechanism {
+            Mechanism::SchedulingGates => gated_pod(pending),
+            Mechanism::Initializers => legacy_pod(pending),
+        }
+    }
+
+    const BOTH: [Mechanism; 2] = [Mechanism::SchedulingGates, Mechanism::Initializers];
+
+    fn with_annotations(mut pod: Value, annotations: Value) -> Value {
+        pod["metadata"]["annotations"] = annotations;
+        pod
+    }
+
+    /// The target as the guard would build it from `pod`.
+    fn target<'a>(pod: &'a Value, index: usize, initializer: &'a str) -> BypassTarget<'a> {
+        let annotations = pod["metadata"].get("annotations");
+        BypassTarget {
+            uid: pod["metadata"]["uid"].as_str().unwrap(),
+            resource_version: pod["metadata"]["resourceVersion"].as_str().unwrap(),
+            index,
+            initializer,
+            annotations_present: annotations.is_some_and(Value::is_object),
+            previous_record: annotations
+                .and_then(|a| a.get(BYPASSED_ANNOTATION))
+                .and_then(Value::as_str),
+        }
+    }
+
+    /// `pod` with pending entry `index` removed and the annotation set to `record`.
+    fn expected(mechanism: Mechanism, pod: &Value, index: usize, record: &str) -> Value {
+        let mut after = pod.clone();
+        let list = match mechanism {
+            Mechanism::SchedulingGates => &mut after["spec"]["schedulingGates"],
+            Mechanism::Initializers => &mut after["metadata"]["initializers"]["pending"],
+        };
+        list.as_array_mut().unwrap().remove(index);
+        let metadata = after["metadata"].as_object_mut().unwrap();
+        let annotations = metadata.entry("annotations").or_insert_with(|| json!({}));
+        annotations[BYPASSED_ANNOTATION] = Value::from(record);
+        after
+    }
+
+    fn apply(
+        mechanism: Mechanism,
+        pod: &Value,
+        target: &BypassTarget<'_>,
+    ) -> Result<Value, json_patch::PatchError> {
+        let patch = bypass_patch(mechanism, target, Reason::Deadline, at());
+        let mut doc = pod.clone();
+        let result = json_patch::patch(&mut doc, &patch);
+        // A failed patch must leave the document untouched, like the API server does.
+        if result.is_err() {
+            assert_eq!(&doc, pod);
+        }
+        result.map(|()| doc)
+    }
+
+    fn assert_test_failed(result: Result<Value, json_patch::PatchError>) {
+        match result {
+            Err(e) => assert!(matches!(e.kind, PatchErrorKind::TestFailed), "{e}"),
+            Ok(doc) => panic!("patch applied: {doc}"),
+        }
+    }
+
+    // Reading.
+
+    #[test]
+    fn pending_names_reads_both_mechanisms_in_order() {
+        let names = [
+            "kueue.x-k8s.io/admission",
+            "sidecar.example.com",
+            "kueue.x-k8s.io/admission",
+        ];
+        for mechanism in BOTH {
+            assert_eq!(pending_names(mechanism, &pod(mechanism, &names)), names);
+        }
+        // Each mechanism reads only its own list.
+        let gated = gated_pod(&["a.example.com"]);
+        assert!(pending_names(Mechanism::Initializers, &gated).is_empty());
+        let legacy = legacy_pod(&["a.example.com"]);
+        assert!(pending_names(Mechanism::SchedulingGates, &legacy).is_empty());
+    }
+
+    #[test]
+    fn pending_names_tolerates_odd_shapes() {
+        let odd = [
+            json!(null),
+            json!([]),
+            json!("pod"),
+            json!({}),
+            json!({ "spec": null, "metadata": null }),
+            json!({ "spec": { "schedulingGates": null }, "metadata": { "initializers": null } }),
+            json!({ "spec": { "schedulingGates": {} }, "metadata": { "initializers": { "pending": "x" } } }),
+            json!({ "spec": { "schedulingGates": [] }, "metadata": { "initializers": { "pending": [] } } }),
+        ];
+        for doc in &odd {
+            for mechanism in BOTH {
+                assert!(pending_names(mechanism, doc).is_empty(), "{doc}");
+            }
+        }
+        let entries = json!([{ "name": "a" }, {}, { "name": 7 }, null, "b", { "name": null }, { "name": "c", "extra": 1 }]);
+        let doc = json!({ "spec": { "schedulingGates": entries }, "metadata": { "initializers": { "pending": entries } } });
+        for mechanism in BOTH {
+            assert_eq!(pending_names(mechanism, &doc), ["a", "c"]);
+        }
+    }
+
+    #[test]
+    fn pending_pointer_per_mechanism() {
+        assert_eq!(
+            pending_pointer(Mechanism::SchedulingGates, 3),
+            "/spec/schedulingGates/3"
+        );
+        assert_eq!(
+            pending_pointer(Mechanism::Initializers, 0),
+            "/metadata/initializers/pending/0"
+        );
+    }
+
+    // Records.
+
+    #[test]
+    fn record_entry_is_name_reason_and_utc_seconds() {
+        assert_eq!(
+            record_entry("kueue.x-k8s.io/admission", Reason::OwnerDown, at()),
+            "kueue.x-k8s.io/admission=owner_down@2026-11-21T15:04:05Z"
+        );
+        assert_eq!(
+            record_entry("a.example.com", Reason::Pileup, SystemTime::UNIX_EPOCH),
+            "a.example.com=pileup@1970-01-01T00:00:00Z"
+        );
+    }
+
+    #[test]
+    fn record_entry_clamps_extreme_clocks_to_valid_rfc3339() {
+        let years = |n: u64| Duration::from_secs(86_400 * 365 * n);
+        assert_eq!(
+            record_entry(
+                "a",
+                Reason::Deadline,
+                SystemTime::UNIX_EPOCH - years(20_000)
+            ),
+            "a=deadline@1970-01-01T00:00:00Z"
+        );
+        let after = record_entry(
+            "a",
+            Reason::Deadline,
+            SystemTime::UNIX_EPOCH + years(20_000),
+        );
+        assert!(after.starts_with("a=deadline@9999-12-"), "{after}");
+        assert_eq!(
+            after.len(),
+            "a=deadline@9999-12-30T22:00:00Z".len(),
+            "{after}"
+        );
+    }
+
+    #[test]
+    fn parse_records_round_trips_and_skips_junk() {
+        let first = record_entry("kueue.x-k8s.io/admission", Reason::OwnerDown, at());
+        let second = record_entry("sidecar.example.com", Reason::Deadline, at());
+        let annotation = format!("{first},junk,, =deadline@x,a=@x,a=b@, {second} ,no-at=deadline");
+        assert_eq!(
+            parse_records(&annotation),
+            vec![
+                BypassRecord {
+                    initializer: "kueue.x-k8s.io/admission".to_string(),
+                    reason: "owner_down".to_string(),
+                    at: "2026-11-21T15:04:05Z".to_string(),
+                },
+                BypassRecord {
+                    initializer: "sidecar.example.com".to_string(),
+                    reason: "deadline".to_string(),
+                    at: "2026-11-21T15:04:05Z".to_string(),
+                },
+            ]
+        );
+        assert!(parse_records("").is_empty());
+        assert!(parse_records(",,,").is_empty());
+    }
+
+    // The patch itself.
+
+    #[test]
+    fn patch_is_the_documented_sequence_of_operations() {
+        let pod = gated_pod(&["a.example.com", "kueue.x-k8s.io/admission"]);
+        let target = target(&pod, 1, "kueue.x-k8s.io/admission");
+        let patch = bypass_patch(Mechanism::SchedulingGates, &target, Reason::OwnerDown, at());
+        assert_eq!(
+            serde_json::to_value(&patch).unwrap(),
+            json!([
+                { "op": "test", "path": "/metadata/uid", "value": UID },
+                { "op": "test", "path": "/spec/schedulingGates/1/name", "value": "kueue.x-k8s.io/admission" },
+                { "op": "remove", "path": "/spec/schedulingGates/1" },
+                { "op": "test", "path": "/metadata/resourceVersion", "value": RV },
+                { "op": "add", "path": "/metadata/annotations", "value": {
+                    "initguard.io/bypassed": "kueue.x-k8s.io/admission=owner_down@2026-11-21T15:04:05Z"
+                } }
+            ])
+        );
+        let annotated = with_annotations(pod.clone(), json!({ "team": "batch" }));
+        let target = self::target(&annotated, 0, "a.example.com");
+        let patch = bypass_patch(Mechanism::Initializers, &target, Reason::Deadline, at());
+        let ops = serde_json::to_value(&patch).unwrap();
+        assert_eq!(ops[1]["path"], "/metadata/initializers/pending/0/name");
+        assert_eq!(
+            ops[3],
+            json!({ "op": "add", "path": KEY_POINTER, "value": "a.example.com=deadline@2026-11-21T15:04:05Z" })
+        );
+    }
+
+    #[test]
+    fn bypass_removes_exactly_that_entry_and_creates_the_annotations_map() {
+        for mechanism in BOTH {
+            let pod = pod(
+                mechanism,
+                &["a.example.com", "b.example.com", "c.example.com"],
+            );
+            let after = apply(mechanism, &pod, &target(&pod, 1, "b.example.com")).unwrap();
+            assert_eq!(
+                after,
+                expected(
+                    mechanism,
+                    &pod,
+                    1,
+                    "b.example.com=deadline@2026-11-21T15:04:05Z"
+                )
+            );
+            assert_eq!(
+                pending_names(mechanism, &after),
+                ["a.example.com", "c.example.com"]
+            );
+        }
+    }
+
+    #[test]
+    fn bypass_adds_the_key_to_an_existing_annotations_map() {
+        for mechanism in BOTH {
+            let pod = with_annotations(
+                pod(mechanism, &["a.example.com"]),
+                json!({ "kubernetes.io/psp": "restricted", "team": "batch" }),
+            );
+            let after = apply(mechanism, &pod, &target(&pod, 0, "a.example.com")).unwrap();
+            assert_eq!(
+                after,
+                expected(
+                    mechanism,
+                    &pod,
+                    0,
+                    "a.example.com=deadline@2026-11-21T15:04:05Z"
+                )
+            );
+            assert_eq!(after["metadata"]["annotations"]["team"], "batch");
+            assert!(pending_names(mechanism, &after).is_empty());
+        }
+    }
+
+    #[test]
+    fn bypass_appends_to_a_previous_record() {
+        let old = "x.example.com=owner_down@2026-11-21T14:00:00Z";
+        for mechanism in BOTH {
+            let pod = with_annotations(
+                pod(mechanism, &["a.example.com", "b.example.com"]),
+                json!({ BYPASSED_ANNOTATION: old, "team": "batch" }),
+            );
+            let after = apply(mechanism, &pod, &target(&pod, 0, "a.example.com")).unwrap();
+            let record = format!("{old},a.example.com=deadline@2026-11-21T15:04:05Z");
+            assert_eq!(after, expected(mechanism, &pod, 0, &record));
+            assert_eq!(parse_records(&record).len(), 2);
+        }
+    }
+
+    #[test]
+    fn bypass_replaces_an_empty_previous_record_without_a_leading_separator() {
+        let pod = with_annotations(
+            gated_pod(&["a.example.com"]),
+            json!({ BYPASSED_ANNOTATION: "" }),
+        );
+        let after = apply(
+            Mechanism::SchedulingGates,
+            &pod,
+            &target(&pod, 0, "a.example.com"),
+        )
+        .unwrap();
+        assert_eq!(
+            after,
+            expected(
+                Mechanism::SchedulingGates,
+                &pod,
+                0,
+                "a.example.com=deadline@2026-11-21T15:04:05Z"
+            )
+        );
+    }
+
+    #[test]
+    fn bypass_fails_when_the_index_no_longer_holds_that_name() {
+        for mechanism in BOTH {
+            let read = pod(
+                mechanism,
+                &["a.example.com", "b.example.com", "c.example.com"],
+            );
+            let target = target(&read, 1, "b.example.com");
+            // Its owner removed b meanwhile: index 1 now holds c.
+            let now = pod(mechanism, &["a.example.com", "c.example.com"]);
+            assert_test_failed(apply(mechanism, &now, &target));
+            // The list shrank below the index.
+            let shorter = pod(mechanism, &["a.example.com"]);
+            assert!(apply(mechanism, &shorter, &target).is_err());
+            let done = pod(mechanism, &[]);
+            assert!(apply(mechanism, &done, &target).is_err());
+        }
+    }
+
+    #[test]
+    fn bypass_fails_on_a_recreated_pod_with_another_uid() {
+        for mechanism in BOTH {
+            let read = pod(mechanism, &["a.example.com"]);
+            let target = target(&read, 0, "a.example.com");
+            let mut recreated = read.clone();
+            recreated["metadata"]["uid"] = json!("7e0c1b2a-0000-4000-8000-000000000002");
+            assert_test_failed(apply(mechanism, &recreated, &target));
+        }
+    }
+
+    #[test]
+    fn bypass_fails_when_the_previous_record_changed() {
+        let read = with_annotations(
+            gated_pod(&["a.example.com", "b.example.com"]),
+            json!({ BYPASSED_ANNOTATION: "x.example.com=deadline@2026-11-21T14:00:00Z" }),
+        );
+        let target = target(&read, 0, "a.example.com");
+        let mut now = read.clone();
+        now["metadata"]["annotations"][BYPASSED_ANNOTATION] = json!(
+            "x.example.com=deadline@2026-11-21T14:00:00Z,b.example.com=pileup@2026-11-21T15:00:00Z"
+        );
+        assert_test_failed(apply(Mechanism::SchedulingGates, &now, &target));
+        let mut removed = read.clone();
+        removed["metadata"]["annotations"] = json!({});
+        assert!(apply(Mechanism::SchedulingGates, &removed, &target).is_err());
+    }
+
+    #[test]
+    fn bypass_fails_when_the_pod_changed_before_the_annotations_map_is_created() {
+        for mechanism in BOTH {
+            let read = pod(mechanism, &["a.example.com"]);
+            let target = target(&read, 0, "a.example.com");
+            // Someone added their own annotation meanwhile; replacing the map would drop it.
+            let mut now =
+                with_annotations(read.clone(), json!({ "owner.example.com/seen": "true" }));
+            now["metadata"]["resourceVersion"] = json!("48214");
+            assert_test_failed(apply(mechanism, &now, &target));
+        }
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Debug, Clone)]
+        enum Annotations {
+            Absent,
+            WithoutKey,
+            WithRecord(String),
+        }
+
+        fn annotations() -> impl Strategy<Value = Annotations> {
+            prop_oneof![
+                Just(Annotations::Absent),
+                Just(Annotations::WithoutKey),
+                "[a-z.]{1,12}=(deadline|owner_down|pileup)@2026-11-21T1[0-9]:00:00Z"
+                    .prop_map(Annotations::WithRecord),
+            ]
+        }
+
+        fn case() -> impl Strategy<Value = (Mechanism, Vec<String>, usize, Annotations, u64)> {
+            let names =
+                prop::collection::vec("[a-z]{1,6}(\\.[a-z]{1,6}){0,2}(/[a-z~]{1,6})?", 1..8);
+            (
+                prop_oneof![
+                    Just(Mechanism::SchedulingGates),
+                    Just(Mechanism::Initializers)
+                ],
+                names,
+                annotations(),
+                0u64..4_000_000_000,
+            )
+                .prop_flat_map(|(mechanism, names, annotations, secs)| {
+                    let len = names.len();
+                    (
+                        Just(mechanism),
+                        Just(names),
+                        0..len,
+                        Just(annotations),
+                        Just(secs),
+                    )
+                })
+        }
+
+        proptest! {
+            #[test]
+            fn patch_removes_exactly_the_entry_and_records_it(
+                (mechanism, names, index, annotations, secs) in case()
+            ) {
+                let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                let base = pod(mechanism, &refs);
+                let before = match &annotations {
+                    Annotations::Absent => base,
+                    Annotations::WithoutKey => with_annotations(base, json!({ "team": "batch" })),
+                    Annotations::WithRecord(r) => with_annotations(base, json!({ BYPASSED_ANNOTATION: r })),
+                };
+                let when = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+                let reason = Reason::Pileup;
+                let patch = bypass_patch(mechanism, &target(&before, index, &names[index]), reason, when);
+                let mut after = before.clone();
+                json_patch::patch(&mut after, &patch).unwrap();
+
+                let entry = record_entry(&names[index], reason, when);
+                let record = match &annotations {
+                    Annotations::WithRecord(old) => format!("{old},{entry}"),
+                    _ => entry.clone(),
+                };
+                prop_assert_eq!(&after, &expected(mechanism, &before, index, &record));
+                let mut remaining = names.clone();
+                remaining.remove(index);
+                prop_assert_eq!(pending_names(mechanism, &after), remaining);
+                let records = parse_records(&record);
+                prop_assert_eq!(records.last().map(|r| r.initializer.as_str()), Some(names[index].as_str()));
+                prop_assert_eq!(records.last().map(|r| r.reason.as_str()), Some("pileup"));
+            }
+        }
+    }
 }
