@@ -889,6 +889,86 @@ fn scrape_config_targets_masters_on_the_guard_port() {
     );
 }
 
+/// Every string in a JSON tree.
+fn all_strings(v: &serde_json::Value, out: &mut Vec<String>) {
+    match v {
+        serde_json::Value::String(s) => out.push(s.clone()),
+        serde_json::Value::Array(items) => items.iter().for_each(|i| all_strings(i, out)),
+        serde_json::Value::Object(map) => map.values().for_each(|i| all_strings(i, out)),
+        _ => {}
+    }
+}
+
+/// Values of `job="..."` matchers in PromQL expressions.
+fn job_matchers(exprs: &[String]) -> BTreeSet<String> {
+    let mut jobs = BTreeSet::new();
+    for expr in exprs {
+        for (at, _) in expr.match_indices("job=\"") {
+            let rest = &expr[at + "job=\"".len()..];
+            if let Some(end) = rest.find('"') {
+                jobs.insert(rest[..end].to_owned());
+            }
+        }
+    }
+    jobs
+}
+
+#[test]
+fn scrape_jobs_are_the_job_the_rules_and_dashboards_select() {
+    // The job name both scrape paths produce.
+    let scrape = documents(&deploy("prometheus-scrape.yaml")).remove(0);
+    let job = str_of(&scrape["scrape_configs"][0]["job_name"], "job_name").to_owned();
+    let pm = documents(&deploy("podmonitor.yaml")).remove(0);
+    let job_label = str_of(&pm["spec"]["jobLabel"], "PodMonitor jobLabel");
+    for meta in [
+        &static_pod()["metadata"],
+        &deployment()["spec"]["template"]["metadata"],
+    ] {
+        assert_eq!(labels(meta).get(job_label), Some(&job), "PodMonitor job");
+    }
+
+    // Whatever rules and dashboards exist must select that job.
+    let mut exprs = Vec::new();
+    for file in yaml_files(&repo().join("deploy")).into_iter().filter(|f| {
+        f.file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("prometheus-rules")
+    }) {
+        for doc in documents(&file) {
+            all_strings(&serde_json::to_value(doc).unwrap(), &mut exprs);
+        }
+    }
+    if let Ok(entries) = std::fs::read_dir(repo().join("dashboards")) {
+        for entry in entries {
+            let path = entry.unwrap().path();
+            if path.extension().and_then(|e| e.to_str()) == Some("json") {
+                let json: serde_json::Value = serde_json::from_str(&read(&path)).unwrap();
+                all_strings(&json, &mut exprs);
+            }
+        }
+    }
+    for selected in job_matchers(&exprs) {
+        assert_eq!(
+            selected, job,
+            "rules or dashboard select job=\"{selected}\""
+        );
+    }
+}
+
+#[test]
+fn job_matchers_are_found_in_expressions() {
+    let exprs = [
+        "up{job=\"a\"} + x{job=\"b\", y=\"c\"}".to_owned(),
+        "z".to_owned(),
+    ];
+    assert_eq!(
+        job_matchers(&exprs),
+        BTreeSet::from(["a".to_owned(), "b".to_owned()])
+    );
+}
+
 /// Dockerfile instructions with continuations joined and comments dropped.
 fn dockerfile_instructions(text: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
