@@ -727,7 +727,7 @@ fn leader_election_role_is_confined_to_the_guard_lease() {
     }
     // `create` cannot be limited by name; everything else is.
     assert_eq!(unnamed, BTreeSet::from(["create".to_owned()]));
-    // kube-lease-manager: get, create, patch (strategic merge and apply); `update` for replace.
+    // src/leader.rs: get, create, update (replace); kube-lease-manager: get, create, patch.
     let expected: BTreeSet<String> = ["get", "update", "patch"].map(str::to_owned).into();
     assert_eq!(by_name, expected);
 
@@ -1105,6 +1105,52 @@ fn rust_version(cargo_toml: &str) -> String {
         .trim()
         .trim_matches('"')
         .to_owned()
+}
+
+/// Whether the binary's argument parser accepts `args` (clap validates every flag and value
+/// it meets before acting on the trailing `--help`).
+fn cli_accepts(args: &[String]) -> Result<(), String> {
+    let mut with_help: Vec<&str> = args.iter().map(String::as_str).collect();
+    with_help.push("--help");
+    let out = run_initguard(&with_help);
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+#[test]
+fn manifests_and_image_pass_arguments_the_binary_accepts() {
+    let static_pod = static_pod();
+    let deployment = deployment();
+    for (what, container) in [
+        ("static pod", only_container(&static_pod["spec"])),
+        (
+            "deployment",
+            only_container(&deployment["spec"]["template"]["spec"]),
+        ),
+    ] {
+        let args = strings(&container["args"]);
+        cli_accepts(&args).unwrap_or_else(|e| panic!("{what} args {args:?}: {e}"));
+    }
+    let dockerfile = dockerfile_instructions(&read(&deploy("Dockerfile")));
+    let cmd = dockerfile
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "CMD")
+        .map(|(_, a)| serde_json::from_str::<Vec<String>>(a).unwrap())
+        .expect("CMD");
+    cli_accepts(&cmd).unwrap_or_else(|e| panic!("Dockerfile CMD {cmd:?}: {e}"));
+    // The check itself rejects what the binary rejects.
+    assert!(
+        cli_accepts(&[
+            "run".to_owned(),
+            "--log-format".to_owned(),
+            "xml".to_owned()
+        ])
+        .is_err()
+    );
 }
 
 #[test]
