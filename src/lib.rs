@@ -12,5 +12,8 @@ pub mod metrics;
 pub mod owners;
 pub mod pod;
 pub mod policy;
+pub mod run;
+pub mod server;
 pub mod tracker;
 pub mod sim;
+pub mod status;

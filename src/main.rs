@@ -1,10 +1,17 @@
 //! `initguard` command line: parses arguments and wires the library together.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::SystemTime;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use initguard::config::Config;
+use initguard::run::Guard;
+use initguard::status;
+
+/// Where the static pod and the Deployment mount the configuration.
+const DEFAULT_CONFIG: &str = "/etc/initguard/config.yaml";
 
 #[derive(Parser)]
 #[command(
@@ -19,6 +26,28 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Run the guard: watch, decide, bypass; serve /metrics, /healthz, /readyz, /status.
+    Run {
+        #[arg(long, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        /// Kubeconfig file; default $KUBECONFIG or ~/.kube/config, then in-cluster.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Log and count decisions without writing (overrides the config).
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
+    },
+    /// One-shot, read-only report: waiting pods, waits, owner states, planned actions.
+    Status {
+        #[arg(long, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = StatusOutput::Table)]
+        output: StatusOutput,
+    },
     /// Validate a configuration file: exit 0 with a summary, or 2 with located errors.
     CheckConfig {
         /// Path of the YAML configuration.
@@ -34,11 +63,137 @@ enum Output {
     Json,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum StatusOutput {
+    Table,
+    Json,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::CheckConfig { path, output } => check_config(&path, output),
+        Command::Run {
+            config,
+            kubeconfig,
+            dry_run,
+            log_format,
+        } => {
+            init_logging(log_format);
+            run(&config, kubeconfig.as_deref(), dry_run)
+        }
+        Command::Status {
+            config,
+            kubeconfig,
+            output,
+        } => {
+            init_logging(LogFormat::Text);
+            status_report(&config, kubeconfig.as_deref(), output)
+        }
     }
+}
+
+/// Logs go to stderr; `RUST_LOG` refines the default `info`.
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+    }
+}
+
+fn load(path: &Path) -> Result<Config, ExitCode> {
+    Config::load(path).map_err(|e| {
+        eprintln!("{e}");
+        ExitCode::from(2)
+    })
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, ExitCode> {
+    tokio::runtime::Runtime::new().map_err(|e| {
+        eprintln!("error: cannot start the async runtime: {e}");
+        ExitCode::from(1)
+    })
+}
+
+fn run(path: &Path, kubeconfig: Option<&Path>, dry_run: bool) -> ExitCode {
+    let mut config = match load(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    config.dry_run |= dry_run;
+    let config = Arc::new(config);
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    rt.block_on(async move {
+        let client = match status::connect(kubeconfig, &config).await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot connect");
+                return ExitCode::from(1);
+            }
+        };
+        match Guard::start(client, config).await {
+            Ok(guard) => {
+                guard.run_until_signal().await;
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start");
+                ExitCode::from(1)
+            }
+        }
+    })
+}
+
+fn status_report(path: &Path, kubeconfig: Option<&Path>, output: StatusOutput) -> ExitCode {
+    let config = match load(path) {
+        Ok(c) => Arc::new(c),
+        Err(code) => return code,
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    rt.block_on(async move {
+        let report = async {
+            let client = status::connect(kubeconfig, &config).await?;
+            status::gather(client, config).await
+        };
+        match report.await {
+            Ok(report) => {
+                match output {
+                    StatusOutput::Table => {
+                        print!("{}", status::render_table(&report, SystemTime::now()))
+                    }
+                    StatusOutput::Json => match serde_json::to_string_pretty(&report) {
+                        Ok(json) => println!("{json}"),
+                        Err(e) => {
+                            eprintln!("error: cannot render the report as JSON: {e}");
+                            return ExitCode::from(1);
+                        }
+                    },
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(1)
+            }
+        }
+    })
 }
 
 fn check_config(path: &std::path::Path, output: Output) -> ExitCode {

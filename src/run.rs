@@ -1,0 +1,655 @@
+//! `initguard run`: wires watches, owners, policy, actuator, leader election and the HTTP server
+//! into one control loop.
+//!
+//! The loop owns every decision. It re-decides a pod on its own events, on owner state changes,
+//! on leadership changes and at the pod's next wake-up (a timer keyed by the policy's answer, not
+//! a fixed tick). Only one bypass per pod is in flight at a time, and a bypass stays "expected"
+//! until the pod watch shows it, so a stale event can never trigger a second write.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use crate::actuator::{Actuator, BypassJob, Report};
+use crate::config::Config;
+use crate::metrics::{Metrics, MetricsError};
+use crate::owners::{Owners, owner_target};
+use crate::pod::SlimPod;
+use crate::policy::{self, ControllerRef, Environment, OwnerState};
+use crate::tracker::{PodKey, Tracker};
+
+/// How often the loop proves it is alive even when nothing happens.
+const HEARTBEAT: Duration = Duration::from_secs(2);
+/// A control loop silent for this long is reported unhealthy by /healthz.
+pub const STALL_AFTER: Duration = Duration::from_secs(20);
+/// An expected bypass not seen in the pod watch by then is forgotten (the watch may be down);
+/// the pod is re-decided and any new patch still tests the pod's current state.
+const EXPECTATION_TTL: Duration = Duration::from_secs(30);
+/// After a bypass failed for good, try that pod again after this long.
+const RETRY_FAILED_AFTER: Duration = Duration::from_secs(15);
+
+/// Errors that stop the guard.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// State shared between the control loop and the HTTP endpoints.
+pub struct Shared {
+    pub config: Arc<Config>,
+    pub metrics: Arc<Metrics>,
+    pub owners: Owners,
+    pub identity: String,
+    leader: watch::Receiver<bool>,
+    tracker: Mutex<Tracker>,
+    pods_synced: AtomicBool,
+    last_progress: Mutex<Instant>,
+    wedged: AtomicBool,
+    stall_after: Duration,
+}
+
+impl Shared {
+    /// The waiting pods (held briefly: the control loop needs the same lock).
+    pub fn tracker(&self) -> MutexGuard<'_, Tracker> {
+        self.tracker.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether this replica may write now.
+    pub fn is_leader(&self) -> bool {
+        *self.leader.borrow()
+    }
+
+    /// Whether the control loop made progress within the stall window.
+    pub fn healthy(&self) -> bool {
+        self.last_progress
+            .lock()
+            .map(|t| t.elapsed() < self.stall_after)
+            .unwrap_or(false)
+    }
+
+    /// What initial lists are still missing (empty when ready).
+    pub fn not_ready(&self) -> Vec<String> {
+        let mut missing = Vec::new();
+        if !self.pods_synced.load(Ordering::Acquire) {
+            missing.push("pods: initial list not complete".to_owned());
+        }
+        missing.extend(
+            self.owners
+                .not_synced()
+                .into_iter()
+                .map(|o| format!("owner {o}: not observed yet")),
+        );
+        missing
+    }
+
+    /// Test hook: freeze (true) or release (false) the control loop, to exercise /healthz.
+    pub fn set_wedged(&self, wedged: bool) {
+        self.wedged.store(wedged, Ordering::Release);
+    }
+
+    fn progress(&self) {
+        if let Ok(mut t) = self.last_progress.lock() {
+            *t = Instant::now();
+        }
+    }
+}
+
+/// The policy's view of the world outside a pod.
+pub struct Env<'a> {
+    pub tracker: &'a Tracker,
+    pub owners: &'a Owners,
+}
+
+impl Environment for Env<'_> {
+    fn owner_state(&self, initializer: &str) -> OwnerState {
+        self.owners.state(initializer)
+    }
+    fn pile_size(&self, controller: &ControllerRef, initializer: &str) -> u32 {
+        self.tracker.pile_size(&controller.uid, initializer)
+    }
+}
+
+/// A running guard.
+pub struct Guard {
+    pub shared: Arc<Shared>,
+    /// Where the HTTP endpoints listen.
+    pub addr: SocketAddr,
+    cancel: CancellationToken,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Guard {
+    /// Start everything: owners, leader election, actuator, pod watch, control loop, HTTP.
+    pub async fn start(client: kube::Client, config: Arc<Config>) -> Result<Guard, RunError> {
+        Self::start_with(client, config, crate::leader::identity(), STALL_AFTER).await
+    }
+
+    /// As [`Guard::start`] with an explicit identity and stall window (tests).
+    pub async fn start_with(
+        client: kube::Client,
+        config: Arc<Config>,
+        identity: String,
+        stall_after: Duration,
+    ) -> Result<Guard, RunError> {
+        let cancel = CancellationToken::new();
+        let metrics = Arc::new(Metrics::new(&config)?);
+        let owners = Owners::spawn(
+            client.clone(),
+            &config,
+            metrics.clone(),
+            cancel.child_token(),
+        );
+        let leader_cancel = cancel.child_token();
+        let (leader, leader_task) = crate::leader::spawn(
+            client.clone(),
+            &config.leader_election,
+            identity.clone(),
+            metrics.clone(),
+            leader_cancel.clone(),
+        );
+        let shared = Arc::new(Shared {
+            config: config.clone(),
+            metrics: metrics.clone(),
+            owners: owners.clone(),
+            identity: identity.clone(),
+            leader: leader.clone(),
+            tracker: Mutex::new(Tracker::new(config.clone())),
+            pods_synced: AtomicBool::new(false),
+            last_progress: Mutex::new(Instant::now()),
+            wedged: AtomicBool::new(false),
+            stall_after,
+        });
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| RunError::Listen {
+                addr: config.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| RunError::Listen {
+            addr: config.listen,
+            source,
+        })?;
+        let server = tokio::spawn(crate::server::serve(
+            listener,
+            shared.clone(),
+            cancel.child_token(),
+        ));
+
+        let (report_tx, report_rx) = mpsc::unbounded_channel();
+        let actuator_cancel = CancellationToken::new();
+        let (actuator, actuator_task) = Actuator::spawn(
+            client.clone(),
+            config.clone(),
+            metrics,
+            leader.clone(),
+            identity,
+            report_tx,
+            actuator_cancel.clone(),
+        );
+        let control = ControlLoop {
+            shared: shared.clone(),
+            actuator,
+            wakes: Wakes::default(),
+            in_flight: HashMap::new(),
+            dry_run_done: HashSet::new(),
+            init_seen: None,
+        };
+        let loop_cancel = cancel.clone();
+        let main = tokio::spawn(async move {
+            control.run(client, report_rx, leader, loop_cancel).await;
+            // Decisions stop first; then in-flight patches drain; then the lease is released.
+            actuator_cancel.cancel();
+            let _ = actuator_task.await;
+            leader_cancel.cancel();
+            let _ = leader_task.await;
+        });
+        info!(%addr, mechanism = config.mechanism.as_str(), dry_run = config.dry_run, "initguard started");
+        Ok(Guard {
+            shared,
+            addr,
+            cancel,
+            tasks: vec![main, server],
+        })
+    }
+
+    /// Stop taking decisions, finish in-flight patches (bounded), release the lease.
+    pub async fn shutdown(self) {
+        self.cancel.cancel();
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+
+    /// Run until SIGTERM/SIGINT, then shut down gracefully.
+    pub async fn run_until_signal(self) {
+        wait_for_signal().await;
+        info!("shutting down");
+        self.shutdown().await;
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT.
+pub async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot listen for SIGTERM; only Ctrl-C stops the guard");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// A bypass handed to the actuator and not yet seen done in the pod watch.
+struct InFlight {
+    uid: String,
+    initializer: String,
+    /// Count of `initializer` on the pod before the patch.
+    count_before: usize,
+    /// Set once the actuator reports success; the watch must then show it.
+    written_at: Option<Instant>,
+}
+
+/// Per-pod wake-ups ordered by time.
+#[derive(Default)]
+struct Wakes {
+    queue: BTreeSet<(SystemTime, PodKey)>,
+    by_pod: HashMap<PodKey, SystemTime>,
+}
+
+impl Wakes {
+    fn set(&mut self, key: &str, at: Option<SystemTime>) {
+        if let Some(old) = self.by_pod.remove(key) {
+            self.queue.remove(&(old, key.to_owned()));
+        }
+        if let Some(at) = at {
+            self.queue.insert((at, key.to_owned()));
+            self.by_pod.insert(key.to_owned(), at);
+        }
+    }
+
+    /// Keeps the earlier of the current and the new wake-up.
+    fn at_most(&mut self, key: &str, at: SystemTime) {
+        if self.by_pod.get(key).is_none_or(|cur| at < *cur) {
+            self.set(key, Some(at));
+        }
+    }
+
+    fn next(&self) -> Option<SystemTime> {
+        self.queue.first().map(|(t, _)| *t)
+    }
+
+    fn pop_due(&mut self, now: SystemTime) -> Vec<PodKey> {
+        let mut due = Vec::new();
+        while let Some((t, _)) = self.queue.first() {
+            if *t > now {
+                break;
+            }
+            if let Some((_, key)) = self.queue.pop_first() {
+                self.by_pod.remove(&key);
+                due.push(key);
+            }
+        }
+        due
+    }
+}
+
+struct ControlLoop {
+    shared: Arc<Shared>,
+    actuator: Actuator,
+    wakes: Wakes,
+    in_flight: HashMap<PodKey, InFlight>,
+    /// (uid, initializer) already logged and counted in dry-run.
+    dry_run_done: HashSet<(String, String)>,
+    /// Waiting pods seen since the watch (re)started listing; None outside a relist.
+    init_seen: Option<HashSet<PodKey>>,
+}
+
+impl ControlLoop {
+    async fn run(
+        mut self,
+        client: kube::Client,
+        mut reports: mpsc::UnboundedReceiver<Report>,
+        mut leader: watch::Receiver<bool>,
+        cancel: CancellationToken,
+    ) {
+        let api: Api<SlimPod> = Api::all(client);
+        let mut pods = pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
+        let mut owner_changes = self.shared.owners.subscribe();
+        let mut heartbeat = tokio::time::interval(HEARTBEAT);
+        loop {
+            self.shared.progress();
+            while self.shared.wedged.load(Ordering::Acquire) && !cancel.is_cancelled() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let sleep = tokio::time::sleep_until(instant_of(self.wakes.next()));
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => break,
+                Some(report) = reports.recv() => self.on_report(report),
+                event = pods.next() => match event {
+                    Some(Ok(event)) => self.on_pod_event(event),
+                    Some(Err(e)) => {
+                        self.shared.metrics.watch_restarted("pods");
+                        warn!(error = %e, "pod watch failed; retrying with backoff");
+                    }
+                    None => {
+                        warn!("pod watch ended");
+                        break;
+                    }
+                },
+                Ok(()) = owner_changes.changed() => self.decide_all(),
+                Ok(()) = leader.changed() => {
+                    if *leader.borrow_and_update() {
+                        self.decide_all();
+                    }
+                }
+                _ = sleep => {
+                    let due = self.wakes.pop_due(SystemTime::now());
+                    for key in due {
+                        self.decide(&key);
+                    }
+                }
+                _ = heartbeat.tick() => self.expire_expectations(),
+            }
+        }
+    }
+
+    fn on_pod_event(&mut self, event: Event<SlimPod>) {
+        let now = SystemTime::now();
+        match event {
+            Event::Init => self.init_seen = Some(HashSet::new()),
+            Event::InitApply(pod) => {
+                let key = pod.key();
+                self.apply(&pod, now);
+                if let Some(seen) = &mut self.init_seen {
+                    seen.insert(key);
+                }
+            }
+            Event::InitDone => {
+                if let Some(seen) = self.init_seen.take() {
+                    let gone: Vec<PodKey> = {
+                        let tracker = self.shared.tracker();
+                        tracker
+                            .pods()
+                            .map(|(k, _)| k.clone())
+                            .filter(|k| !seen.contains(k))
+                            .collect()
+                    };
+                    for key in gone {
+                        self.delete(&key, now);
+                    }
+                }
+                if !self.shared.pods_synced.swap(true, Ordering::AcqRel) {
+                    info!(
+                        waiting = self.shared.tracker().len(),
+                        "initial pod list complete"
+                    );
+                }
+            }
+            Event::Apply(pod) => self.apply(&pod, now),
+            Event::Delete(pod) => self.delete(&pod.key(), now),
+        }
+    }
+
+    fn apply(&mut self, pod: &SlimPod, now: SystemTime) {
+        let key = pod.key();
+        let finished = self.shared.tracker().apply(pod, now);
+        for f in finished {
+            self.shared
+                .metrics
+                .observe_wait(&f.initializer, f.outcome, f.waited);
+        }
+        self.check_expectation(&key, pod);
+        if self.shared.config.pileup.action == crate::config::PileupAction::Bypass {
+            let siblings = self.shared.tracker().siblings(&key);
+            for sibling in siblings {
+                self.decide(&sibling);
+            }
+        } else {
+            self.decide(&key);
+        }
+    }
+
+    fn delete(&mut self, key: &str, now: SystemTime) {
+        let finished = self.shared.tracker().delete(key, now);
+        for f in finished {
+            self.shared
+                .metrics
+                .observe_wait(&f.initializer, f.outcome, f.waited);
+        }
+        self.in_flight.remove(key);
+        self.wakes.set(key, None);
+    }
+
+    /// Drop the expectation once the watch shows the bypassed initializer gone (or the pod
+    /// replaced).
+    fn check_expectation(&mut self, key: &str, pod: &SlimPod) {
+        let Some(f) = self.in_flight.get(key) else {
+            return;
+        };
+        if f.written_at.is_none() {
+            return;
+        }
+        let pending = pod.pending(self.shared.config.mechanism);
+        let count = pending.iter().filter(|n| **n == f.initializer).count();
+        if pod.metadata.uid.as_deref() != Some(f.uid.as_str()) || count < f.count_before {
+            self.in_flight.remove(key);
+        }
+    }
+
+    fn expire_expectations(&mut self) {
+        let expired: Vec<PodKey> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| f.written_at.is_some_and(|t| t.elapsed() > EXPECTATION_TTL))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in expired {
+            warn!(pod = %key, "bypass not seen in the pod watch in time; re-deciding");
+            self.in_flight.remove(&key);
+            self.decide(&key);
+        }
+    }
+
+    fn decide_all(&mut self) {
+        let keys: Vec<PodKey> = self
+            .shared
+            .tracker()
+            .pods()
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            self.decide(&key);
+        }
+    }
+
+    /// Re-decide one pod: schedule its next wake-up and hand at most one bypass to the actuator.
+    fn decide(&mut self, key: &str) {
+        let now = SystemTime::now();
+        let shared = self.shared.clone();
+        let tracker = shared.tracker();
+        let Some(pod) = tracker.get(key) else {
+            self.wakes.set(key, None);
+            return;
+        };
+        let env = Env {
+            tracker: &tracker,
+            owners: &shared.owners,
+        };
+        let outcome = policy::decide(&pod.view(), &env, &shared.config, now);
+        self.wakes.set(key, outcome.next_wake);
+        if !shared.is_leader() || self.in_flight.contains_key(key) {
+            return;
+        }
+        let decision = outcome.decisions.into_iter().find(|d| {
+            !self
+                .dry_run_done
+                .contains(&(pod.uid.clone(), d.initializer.clone()))
+        });
+        let Some(d) = decision else { return };
+        let owner = describe_owner(&shared, &d.initializer, now);
+        let job = BypassJob {
+            key: key.to_owned(),
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            resource_version: pod.resource_version.clone(),
+            index: d.index,
+            initializer: d.initializer.clone(),
+            reason: d.reason,
+            waited: d.waited,
+            annotations_present: pod.annotations_present,
+            previous_record: pod.bypassed_record.clone(),
+            owner,
+        };
+        let count_before = pod.pending.iter().filter(|n| **n == d.initializer).count();
+        let uid = pod.uid.clone();
+        drop(tracker);
+        match self.actuator.try_submit(job) {
+            Ok(()) => {
+                self.in_flight.insert(
+                    key.to_owned(),
+                    InFlight {
+                        uid,
+                        initializer: d.initializer,
+                        count_before,
+                        written_at: None,
+                    },
+                );
+            }
+            Err(_) => {
+                warn!(pod = %key, "actuator queue full; deciding again in 1s");
+                self.wakes.at_most(key, now + Duration::from_secs(1));
+            }
+        }
+    }
+
+    fn on_report(&mut self, report: Report) {
+        let key = report.job().key.clone();
+        match report {
+            Report::Bypassed { .. } => {
+                if let Some(f) = self.in_flight.get_mut(&key) {
+                    f.written_at = Some(Instant::now());
+                }
+            }
+            Report::DryRun { job } => {
+                self.dry_run_done.insert((job.uid, job.initializer));
+                self.in_flight.remove(&key);
+                self.decide(&key);
+            }
+            Report::Stale { pod, .. } => {
+                self.in_flight.remove(&key);
+                match pod {
+                    Some(pod) => self.apply(&pod, SystemTime::now()),
+                    None => self.decide(&key),
+                }
+            }
+            Report::Failed { .. } => {
+                self.in_flight.remove(&key);
+                self.wakes
+                    .at_most(&key, SystemTime::now() + RETRY_FAILED_AFTER);
+            }
+            Report::Skipped { .. } => {
+                self.in_flight.remove(&key);
+                self.decide(&key);
+            }
+        }
+        // Dry-run memory is only needed for pods still waiting.
+        if self.dry_run_done.len() > 4 * self.shared.tracker().len() + 1024 {
+            let tracker = self.shared.tracker();
+            let live: HashSet<&str> = tracker.pods().map(|(_, p)| p.uid.as_str()).collect();
+            self.dry_run_done
+                .retain(|(uid, _)| live.contains(uid.as_str()));
+        }
+    }
+}
+
+/// The owner's state in words for Events and logs, e.g. "deployment kube-system/x down for 7s".
+pub fn describe_owner(shared: &Shared, initializer: &str, now: SystemTime) -> String {
+    let Some(spec) = shared
+        .config
+        .initializer(initializer)
+        .and_then(|i| i.owner.as_ref())
+    else {
+        return "none configured".to_owned();
+    };
+    let what = format!("{} {}", spec.kind(), owner_target(spec));
+    let for_ = |since: SystemTime| {
+        humantime::format_duration(Duration::from_secs(
+            now.duration_since(since).unwrap_or_default().as_secs(),
+        ))
+    };
+    match shared.owners.state(initializer) {
+        OwnerState::Unknown => format!("{what} not observed yet"),
+        OwnerState::Up { since } => format!("{what} up for {}", for_(since)),
+        OwnerState::Down { since } => format!("{what} down for {}", for_(since)),
+    }
+}
+
+/// The tokio instant for a wall-clock wake-up (far future when there is none).
+fn instant_of(at: Option<SystemTime>) -> Instant {
+    match at {
+        Some(at) => {
+            let delay = at.duration_since(SystemTime::now()).unwrap_or_default();
+            // A millisecond of slack so the policy sees the deadline as reached.
+            Instant::now() + delay + Duration::from_millis(1)
+        }
+        None => Instant::now() + Duration::from_secs(3600),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wakes_keep_one_entry_per_pod_in_time_order() {
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+        let mut w = Wakes::default();
+        w.set("a", Some(t0 + Duration::from_secs(5)));
+        w.set("b", Some(t0 + Duration::from_secs(3)));
+        w.set("a", Some(t0 + Duration::from_secs(1)));
+        assert_eq!(w.next(), Some(t0 + Duration::from_secs(1)));
+        w.at_most("b", t0 + Duration::from_secs(9));
+        assert_eq!(w.by_pod["b"], t0 + Duration::from_secs(3));
+        assert_eq!(
+            w.pop_due(t0 + Duration::from_secs(3)),
+            vec!["a".to_string(), "b".to_string()]
+        );
+        assert!(w.next().is_none());
+        w.set("c", Some(t0));
+        w.set("c", None);
+        assert!(w.queue.is_empty() && w.by_pod.is_empty());
+    }
+}

@@ -1,0 +1,236 @@
+//! `initguard status`: a one-shot, read-only report of waiting pods, their waits, their owners'
+//! states and what the guard would do now.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use kube::api::{Api, ListParams};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::metrics::{Metrics, MetricsError};
+use crate::owners::Owners;
+use crate::pod::SlimPod;
+use crate::policy::{self, OwnerState, Plan};
+use crate::run::Env;
+use crate::server::PodStatus;
+use crate::tracker::Tracker;
+
+/// How long to wait for owners' initial observation before reporting them unknown.
+const OWNER_SYNC_TIMEOUT: Duration = Duration::from_secs(5);
+const PAGE: u32 = 500;
+
+/// Errors of the one-shot report.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    #[error("cannot connect to the API server: {0}")]
+    Connect(#[from] ConnectError),
+    #[error("listing pods: {0}")]
+    List(#[source] kube::Error),
+    #[error(transparent)]
+    Metrics(#[from] MetricsError),
+}
+
+/// Errors building a client.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("reading kubeconfig {path}: {source}")]
+    Kubeconfig {
+        path: String,
+        source: kube::config::KubeconfigError,
+    },
+    #[error(
+        "no kubeconfig found (--kubeconfig, $KUBECONFIG, ~/.kube/config) and not in a cluster: {0}"
+    )]
+    Infer(#[from] kube::config::InferConfigError),
+    #[error("building the client: {0}")]
+    Client(#[from] kube::Error),
+}
+
+/// A client from `--kubeconfig`, else `$KUBECONFIG`/`~/.kube/config`, else in-cluster.
+pub async fn connect(
+    kubeconfig: Option<&Path>,
+    config: &Config,
+) -> Result<kube::Client, ConnectError> {
+    let kube_config = match kubeconfig {
+        Some(path) => {
+            let err = |source| ConnectError::Kubeconfig {
+                path: path.display().to_string(),
+                source,
+            };
+            let kc = kube::config::Kubeconfig::read_from(path).map_err(err)?;
+            kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+                .await
+                .map_err(err)?
+        }
+        None => kube::Config::infer().await?,
+    };
+    Ok(crate::client::build(kube_config, config.mechanism)?)
+}
+
+/// The report: owners and waiting pods with their plans.
+#[derive(Debug, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub mechanism: &'static str,
+    pub owners: Vec<crate::owners::OwnerReport>,
+    pub waiting_pods: Vec<PodStatus>,
+}
+
+/// Gather the report from the cluster `client` talks to.
+pub async fn gather(client: kube::Client, config: Arc<Config>) -> Result<Report, StatusError> {
+    let cancel = CancellationToken::new();
+    let _stop = cancel.clone().drop_guard();
+    let metrics = Arc::new(Metrics::new(&config)?);
+    let owners = Owners::spawn(client.clone(), &config, metrics, cancel.child_token());
+    let _ = tokio::time::timeout(OWNER_SYNC_TIMEOUT, owners.wait_synced()).await;
+
+    let api: Api<SlimPod> = Api::all(client);
+    let mut tracker = Tracker::new(config.clone());
+    let mut params = ListParams::default().limit(PAGE);
+    let now = SystemTime::now();
+    loop {
+        let page = api.list(&params).await.map_err(StatusError::List)?;
+        for pod in &page.items {
+            tracker.apply(pod, now);
+        }
+        match page.metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => params = params.continue_token(&token),
+            None => break,
+        }
+    }
+    let env = Env {
+        tracker: &tracker,
+        owners: &owners,
+    };
+    let mut waiting_pods: Vec<PodStatus> = tracker
+        .pods()
+        .map(|(_, p)| PodStatus {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+            opted_in: p.opted_in,
+            controller: p.controller.clone(),
+            created: p.created,
+            initializers: policy::decide(&p.view(), &env, &config, now).plans,
+        })
+        .collect();
+    waiting_pods.sort_by(|a, b| {
+        (a.created, &a.namespace, &a.name).cmp(&(b.created, &b.namespace, &b.name))
+    });
+    Ok(Report {
+        mechanism: config.mechanism.as_str(),
+        owners: owners.snapshot(),
+        waiting_pods,
+    })
+}
+
+/// The report as a human table.
+pub fn render_table(report: &Report, now: SystemTime) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "mechanism: {}", report.mechanism);
+    if report.owners.is_empty() {
+        let _ = writeln!(out, "owners: none configured");
+    } else {
+        let _ = writeln!(out, "\nOWNER OF\tKIND\tTARGET\tSTATE");
+        for o in &report.owners {
+            let _ = writeln!(
+                out,
+                "{}\t{}\t{}\t{}",
+                o.initializer,
+                o.owner_kind,
+                o.target,
+                state_words(o.state, now)
+            );
+        }
+    }
+    let _ = writeln!(out, "\n{} waiting pod(s)", report.waiting_pods.len());
+    if report.waiting_pods.is_empty() {
+        return align(&out);
+    }
+    let _ = writeln!(out, "NAMESPACE\tPOD\tOPTED-IN\tINITIALIZER\tWAITED\tPLAN");
+    for p in &report.waiting_pods {
+        for i in &p.initializers {
+            let waited = i.waited.map_or_else(|| "-".to_owned(), short);
+            let _ = writeln!(
+                out,
+                "{}\t{}\t{}\t{}\t{}\t{}",
+                p.namespace,
+                p.name,
+                if p.opted_in { "yes" } else { "no" },
+                i.initializer,
+                waited,
+                plan_words(&i.plan, now)
+            );
+        }
+    }
+    align(&out)
+}
+
+fn state_words(state: OwnerState, now: SystemTime) -> String {
+    let ago = |t: SystemTime| short(now.duration_since(t).unwrap_or_default());
+    match state {
+        OwnerState::Unknown => "unknown (not observed)".into(),
+        OwnerState::Up { since } => format!("up for {}", ago(since)),
+        OwnerState::Down { since } => format!("DOWN for {}", ago(since)),
+    }
+}
+
+fn plan_words(plan: &Plan, now: SystemTime) -> String {
+    match plan {
+        Plan::Bypass { reason } => format!("bypass now ({})", reason.as_str()),
+        Plan::BypassAt { at, reason } => {
+            format!(
+                "bypass in {} ({})",
+                short(at.duration_since(now).unwrap_or_default()),
+                reason.as_str()
+            )
+        }
+        Plan::Never { why } => format!("none: {why}"),
+    }
+}
+
+fn short(d: Duration) -> String {
+    humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
+}
+
+/// Aligns tab-separated columns in each block of lines.
+fn align(text: &str) -> String {
+    let mut out = String::new();
+    for block in text.split("\n\n") {
+        let rows: Vec<Vec<&str>> = block.lines().map(|l| l.split('\t').collect()).collect();
+        let mut widths: BTreeMap<usize, usize> = BTreeMap::new();
+        for row in rows.iter().filter(|r| r.len() > 1) {
+            for (i, cell) in row.iter().enumerate() {
+                let w = widths.entry(i).or_default();
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        for row in &rows {
+            let last = row.len().saturating_sub(1);
+            for (i, cell) in row.iter().enumerate() {
+                out.push_str(cell);
+                if i < last {
+                    let pad = widths.get(&i).copied().unwrap_or(0) - cell.chars().count() + 2;
+                    out.extend(std::iter::repeat_n(' ', pad));
+                }
+            }
+            out.push('\n');
+        }
+        out.push('\n');
+    }
+    out.trim_end().to_owned() + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligns_columns_per_block() {
+        let text = "title\n\nA\tBB\tC\nlonger\tx\ty\n";
+        assert_eq!(align(text), "title\n\nA       BB  C\nlonger  x   y\n");
+    }
+}
