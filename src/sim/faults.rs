@@ -1,0 +1,147 @@
+//! Fault injection, switchable at run time from any thread.
+
+use std::collections::HashSet;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+#[derive(Debug, Default)]
+struct FaultState {
+    error_rate: f64,
+    error_statuses: Vec<u16>,
+    latency: Duration,
+    gone_next_watch: bool,
+    exempt: HashSet<String>,
+}
+
+/// Faults the simulated API server injects into requests. Exempt users (for example the
+/// simulated controllers) never see any of them.
+#[derive(Debug)]
+pub struct Faults {
+    state: Mutex<FaultState>,
+    drops: watch::Sender<u64>,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Faults {
+            state: Mutex::new(FaultState::default()),
+            drops: watch::Sender::new(0),
+        }
+    }
+}
+
+impl Faults {
+    fn state(&self) -> std::sync::MutexGuard<'_, FaultState> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// End every open watch stream now (cleanly, as when an API server closes idle watches);
+    /// clients are expected to re-watch from their last resourceVersion.
+    pub fn drop_watches(&self) {
+        self.drops.send_modify(|n| *n += 1);
+    }
+
+    /// Answer `fraction` (0.0–1.0) of requests with one of `statuses`, picked at random, as
+    /// `Status` bodies (429 carries `Retry-After: 1`). `set_error_rate(0.0, &[])` stops.
+    /// Discovery requests are not affected.
+    pub fn set_error_rate(&self, fraction: f64, statuses: &[u16]) {
+        let mut s = self.state();
+        s.error_rate = if fraction.is_finite() {
+            fraction.clamp(0.0, 1.0)
+        } else {
+            0.0
+        };
+        s.error_statuses = statuses.to_vec();
+    }
+
+    /// Delay every request by `latency` before handling it (zero stops).
+    pub fn set_latency(&self, latency: Duration) {
+        self.state().latency = latency;
+    }
+
+    /// Answer the next watch request with a 410 Gone (an `ERROR` event with reason
+    /// `Expired`), as when the requested resourceVersion was compacted.
+    pub fn force_gone_next_watch(&self) {
+        self.state().gone_next_watch = true;
+    }
+
+    /// Users never affected by faults (replaces the previous set).
+    pub fn exempt_users(&self, users: &[&str]) {
+        self.state().exempt = users.iter().map(|u| u.to_string()).collect();
+    }
+
+    /// Turn every fault off (exemptions are kept).
+    pub fn clear(&self) {
+        let mut s = self.state();
+        s.error_rate = 0.0;
+        s.error_statuses.clear();
+        s.latency = Duration::ZERO;
+        s.gone_next_watch = false;
+    }
+
+    /// The latency to inject for `user`, if any.
+    pub(crate) fn latency_for(&self, user: &str) -> Option<Duration> {
+        let s = self.state();
+        (!s.latency.is_zero() && !s.exempt.contains(user)).then_some(s.latency)
+    }
+
+    /// The status code to answer instead of handling the request, if one is drawn.
+    pub(crate) fn injected_error(&self, user: &str) -> Option<u16> {
+        use rand::Rng;
+        let s = self.state();
+        if s.error_rate <= 0.0 || s.error_statuses.is_empty() || s.exempt.contains(user) {
+            return None;
+        }
+        let mut rng = rand::rng();
+        if rng.random::<f64>() >= s.error_rate {
+            return None;
+        }
+        Some(s.error_statuses[rng.random_range(0..s.error_statuses.len())])
+    }
+
+    /// Whether this watch request by `user` must be answered with 410 (consumes the flag).
+    pub(crate) fn take_gone(&self, user: &str) -> bool {
+        let mut s = self.state();
+        if s.gone_next_watch && !s.exempt.contains(user) {
+            s.gone_next_watch = false;
+            true
+        } else {
+            false
+        }
+    }
+
+    /// Notified on every [`Faults::drop_watches`].
+    pub(crate) fn subscribe_drops(&self) -> watch::Receiver<u64> {
+        self.drops.subscribe()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exempt_users_see_no_faults() {
+        let f = Faults::default();
+        f.set_error_rate(1.0, &[503]);
+        f.set_latency(Duration::from_millis(5));
+        f.exempt_users(&["ctrl"]);
+        assert_eq!(f.injected_error("u"), Some(503));
+        assert_eq!(f.injected_error("ctrl"), None);
+        assert_eq!(f.latency_for("u"), Some(Duration::from_millis(5)));
+        assert_eq!(f.latency_for("ctrl"), None);
+        f.force_gone_next_watch();
+        assert!(!f.take_gone("ctrl"));
+        assert!(f.take_gone("u"));
+        assert!(!f.take_gone("u"));
+        f.clear();
+        assert_eq!(f.injected_error("u"), None);
+        let mut rx = f.subscribe_drops();
+        f.drop_watches();
+        assert!(rx.has_changed().unwrap());
+    }
+}
