@@ -134,6 +134,8 @@ pub struct Guard {
     pub addr: SocketAddr,
     cancel: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// Leader election and actuator, aborted by [`Guard::kill`].
+    aborts: Vec<tokio::task::AbortHandle>,
 }
 
 impl Guard {
@@ -157,7 +159,8 @@ impl Guard {
             metrics.clone(),
             cancel.child_token(),
         );
-        let leader_cancel = cancel.child_token();
+        // Not a child of `cancel`: the lease is released only after in-flight patches drain.
+        let leader_cancel = CancellationToken::new();
         let (leader, leader_task) = crate::leader::spawn(
             client.clone(),
             &config.leader_election,
@@ -213,6 +216,7 @@ impl Guard {
             init_seen: None,
         };
         let loop_cancel = cancel.clone();
+        let aborts = vec![leader_task.abort_handle(), actuator_task.abort_handle()];
         let main = tokio::spawn(async move {
             control.run(client, report_rx, leader, loop_cancel).await;
             // Decisions stop first; then in-flight patches drain; then the lease is released.
@@ -227,6 +231,7 @@ impl Guard {
             addr,
             cancel,
             tasks: vec![main, server],
+            aborts,
         })
     }
 
@@ -236,6 +241,18 @@ impl Guard {
         for task in self.tasks {
             let _ = task.await;
         }
+    }
+
+    /// Die abruptly, as on SIGKILL: no draining, no lease release (failover tests).
+    pub fn kill(self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        for task in &self.aborts {
+            task.abort();
+        }
+        // Owner watchers only read; stop them too so nothing of this guard stays alive.
+        self.cancel.cancel();
     }
 
     /// Run until SIGTERM/SIGINT, then shut down gracefully.
