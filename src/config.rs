@@ -436,7 +436,15 @@ impl Config {
         // The event pass runs first: it refuses flow nesting deeper than 255 levels, which
         // libyaml (inside serde_yaml) would otherwise scan in quadratic time.
         let layout = locate::scan(text).map_err(|e| {
-            let mut message = format!("invalid YAML: {}", e.message);
+            // yaml-rust2 caps flow nesting at 255 on its own; report one limit.
+            let mut message = if e.message == "recursion limit exceeded" {
+                format!(
+                    "invalid YAML: collections nested more than {} levels deep",
+                    locate::MAX_DEPTH
+                )
+            } else {
+                format!("invalid YAML: {}", e.message)
+            };
             if message.contains("tab") {
                 message.push_str(" (YAML indentation must use spaces)");
             }

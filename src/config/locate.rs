@@ -96,6 +96,11 @@ enum Frame {
     },
 }
 
+/// Deepest nesting of mappings and sequences accepted. A configuration needs five levels; the
+/// limit keeps key paths short (a path grows with depth) and stays below serde_yaml's own
+/// recursion limit of 128.
+pub(super) const MAX_DEPTH: usize = 100;
+
 /// Path segment used for keys that are not plain scalars.
 const COMPLEX_KEY: &str = "<complex key>";
 
@@ -185,7 +190,7 @@ pub(super) fn scan(text: &str) -> Result<Layout, SyntaxError> {
                                 continue;
                             }
                             let placeholder = child_path(path, COMPLEX_KEY);
-                            stack.push(collection_frame(&event, placeholder));
+                            push_frame(&mut stack, &event, placeholder, pos)?;
                             continue;
                         };
                         if let Some(first) = seen.get(&name) {
@@ -248,14 +253,25 @@ pub(super) fn scan(text: &str) -> Result<Layout, SyntaxError> {
             );
         }
         if opens {
-            stack.push(collection_frame(&event, path));
+            push_frame(&mut stack, &event, path, pos)?;
         }
     }
 }
 
-/// The frame for a mapping or sequence that starts with `event`.
-fn collection_frame(event: &Event, path: String) -> Frame {
-    match event {
+/// Enter the mapping or sequence that starts with `event`, within [`MAX_DEPTH`].
+fn push_frame(
+    stack: &mut Vec<Frame>,
+    event: &Event,
+    path: String,
+    pos: Pos,
+) -> Result<(), SyntaxError> {
+    if stack.len() >= MAX_DEPTH {
+        return Err(SyntaxError {
+            pos,
+            message: format!("collections nested more than {MAX_DEPTH} levels deep"),
+        });
+    }
+    let frame = match event {
         Event::MappingStart(..) => Frame::Map {
             path,
             key: None,
@@ -267,5 +283,7 @@ fn collection_frame(event: &Event, path: String) -> Frame {
             index: 0,
             first_child: true,
         },
-    }
+    };
+    stack.push(frame);
+    Ok(())
 }

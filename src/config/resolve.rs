@@ -40,9 +40,9 @@ pub const DEFAULT_LISTEN: &str = "0.0.0.0:9777";
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 16;
 /// Largest `maxInFlight`.
 pub const MAX_IN_FLIGHT_LIMIT: usize = 1024;
-/// Longest accepted duration. Anything longer is almost surely a typo, and bounding it keeps
+/// Longest accepted duration: one year as humantime counts it (`1y` = 365.25 days). Anything longer is almost surely a typo, and bounding it keeps
 /// `timestamp + duration` arithmetic far from overflow everywhere downstream.
-pub const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+pub const MAX_DURATION: Duration = Duration::from_secs(31_557_600);
 
 /// Collects located problems.
 pub(super) struct Problems<'a> {
@@ -109,7 +109,7 @@ fn duration(
     if d > MAX_DURATION {
         problems.value(
             path,
-            format!("expected a duration of at most 365d, got {shown}"),
+            format!("expected a duration of at most 1y, got {shown}"),
         );
         return default;
     }

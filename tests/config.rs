@@ -1,0 +1,1352 @@
+//! Configuration: the shipped example files, `initguard check-config`, one test per validation
+//! rule (message and exact line:column), a corpus of malformed and hostile files, and a fuzz of
+//! the parser.
+//!
+//! The fuzz runs 256 cases per property by default. For a longer run:
+//! `PROPTEST_CASES=50000 cargo test --release --test config fuzz`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use initguard::config::{Config, ConfigError, Mechanism, OwnerSpec, UnlistedPolicy};
+
+/// Label used for errors of in-memory configurations.
+const FILE: &str = "config.yaml";
+
+fn manifest_path(relative: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(relative)
+}
+
+fn parse(yaml: &str) -> Result<Config, ConfigError> {
+    Config::from_yaml_str(yaml, FILE)
+}
+
+fn accepted(yaml: &str) -> Config {
+    parse(yaml).unwrap_or_else(|e| panic!("rejected:\n{yaml}\n---\n{e}"))
+}
+
+/// Every problem reported for `yaml`, as displayed.
+fn rejected(yaml: &str) -> Vec<String> {
+    match parse(yaml) {
+        Ok(c) => panic!("accepted:\n{yaml}\n---\n{c:?}"),
+        Err(e) => e.errors.iter().map(ToString::to_string).collect(),
+    }
+}
+
+/// Asserts that `yaml` yields exactly one problem, at `line:column`, whose message starts with
+/// `message`.
+#[track_caller]
+fn assert_rejected(yaml: &str, at: &str, message: &str) {
+    let errors = rejected(yaml);
+    let expected = format!("{FILE}:{at}: {message}");
+    assert!(
+        errors.len() == 1 && errors[0].starts_with(&expected),
+        "expected one error starting with\n  {expected}\ngot\n  {}\nfor\n{yaml}",
+        errors.join("\n  ")
+    );
+}
+
+/// `^[^:]+:\d+:\d+: ` without a regex engine.
+fn is_located(line: &str) -> bool {
+    let mut parts = line.splitn(4, ':');
+    let digits =
+        |s: Option<&str>| s.is_some_and(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()));
+    let file = parts.next().is_some_and(|f| !f.is_empty());
+    let (line_no, column) = (parts.next(), parts.next());
+    file && digits(line_no) && digits(column) && parts.next().is_some_and(|r| r.starts_with(' '))
+}
+
+fn check_config(path: &Path, extra: &[&str]) -> (Output, Duration) {
+    let start = Instant::now();
+    let output = Command::new(env!("CARGO_BIN_EXE_initguard"))
+        .arg("check-config")
+        .arg(path)
+        .args(extra)
+        .output()
+        .unwrap();
+    (output, start.elapsed())
+}
+
+mod examples {
+    use super::*;
+
+    fn load(name: &str) -> Config {
+        let path = manifest_path(name);
+        Config::load(&path).unwrap_or_else(|e| panic!("{name}:\n{e}"))
+    }
+
+    #[test]
+    fn example_yaml_resolves_every_owner_kind() {
+        let c = load("config/example.yaml");
+        assert_eq!(c.mechanism, Mechanism::SchedulingGates);
+        assert_eq!(c.opt_in.label, "initguard.io/bypass");
+        let kinds: Vec<_> = c
+            .initializers
+            .iter()
+            .map(|i| i.owner.as_ref().map(OwnerSpec::kind))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                Some("deployment"),
+                Some("lease"),
+                Some("pods"),
+                Some("http"),
+                None
+            ]
+        );
+        let kueue = c.initializer("kueue.x-k8s.io/admission").unwrap();
+        assert_eq!(kueue.deadline, Duration::from_secs(600));
+        assert_eq!(kueue.owner_down_grace, Duration::from_secs(30));
+        // Inherited from defaults.
+        let quota = c.initializer("quota.example.com").unwrap();
+        assert_eq!(quota.deadline, Duration::from_secs(20));
+        assert_eq!(quota.probe_interval, Duration::from_secs(2));
+        assert_eq!(
+            c.initializer("legacy.example.com").unwrap().probe_interval,
+            Duration::from_secs(5)
+        );
+        assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+    }
+
+    #[test]
+    fn legacy_initializers_yaml_keeps_deadlines_below_the_create_timeout() {
+        let c = load("config/legacy-initializers.yaml");
+        assert_eq!(c.mechanism, Mechanism::Initializers);
+        assert!(!c.initializers.is_empty());
+        for i in &c.initializers {
+            assert!(i.deadline < Duration::from_secs(30), "{}", i.name);
+        }
+        assert!(c.defaults.deadline < Duration::from_secs(30));
+        assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+    }
+
+    #[test]
+    fn metainit_compat_yaml_bypasses_everything_labeled_at_once() {
+        let c = load("config/metainit-compat.yaml");
+        assert_eq!(c.mechanism, Mechanism::Initializers);
+        assert_eq!(c.opt_in.label, "k8s.opsani.io/initializer");
+        assert_eq!(c.unlisted_initializers, UnlistedPolicy::Deadline);
+        assert_eq!(
+            c.deadline_for("any.initializer.example"),
+            Some(Duration::ZERO)
+        );
+        let labels = [("k8s.opsani.io/initializer".to_owned(), String::new())].into();
+        assert!(c.is_opted_in("default", &labels));
+        assert!(!c.is_opted_in("default", &Default::default()));
+    }
+}
+
+mod cli {
+    use super::*;
+
+    const EXAMPLES: [&str; 3] = [
+        "config/example.yaml",
+        "config/legacy-initializers.yaml",
+        "config/metainit-compat.yaml",
+    ];
+
+    #[test]
+    fn check_config_accepts_each_example_with_a_summary() {
+        for name in EXAMPLES {
+            let (out, _) = check_config(&manifest_path(name), &[]);
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(stdout.starts_with("mechanism: "), "{name}:\n{stdout}");
+            for topic in [
+                "opt-in: ",
+                "initializers: ",
+                "pileup: ",
+                "leader election: ",
+                "listen: ",
+            ] {
+                assert!(stdout.contains(topic), "{name} lacks {topic}:\n{stdout}");
+            }
+        }
+        let (out, _) = check_config(&manifest_path("config/example.yaml"), &[]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(stdout.contains(
+            "  sidecar.example.com: deadline 15s, grace 5s, owner deployment kube-system/sidecar-injector\n"
+        ));
+        assert!(stdout.contains("  audit.example.com: deadline 1m, no owner (deadline only)\n"));
+    }
+
+    #[test]
+    fn check_config_json_prints_resolved_values() {
+        for name in EXAMPLES {
+            let (out, _) = check_config(&manifest_path(name), &["--output", "json"]);
+            assert_eq!(out.status.code(), Some(0), "{name}");
+            let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            assert!(json["mechanism"].is_string(), "{name}: {json}");
+            assert_eq!(json["maxInFlight"], 16, "{name}");
+            assert_eq!(json["listen"], "0.0.0.0:9777", "{name}");
+        }
+        let (out, _) = check_config(&manifest_path("config/example.yaml"), &["--output", "json"]);
+        let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(json["defaults"]["deadline"], "20s");
+        let quota = &json["initializers"][2];
+        assert_eq!(quota["name"], "quota.example.com");
+        // Resolved from defaults, though the file does not set it on the entry.
+        assert_eq!(quota["deadline"], "20s");
+        assert_eq!(quota["ownerDownGrace"], "5s");
+        assert_eq!(quota["owner"]["pods"]["namespace"], "quota-system");
+        assert_eq!(json["initializers"][1]["deadline"], "10m");
+        assert_eq!(json["initializers"][4]["owner"], serde_json::Value::Null);
+        assert_eq!(json["leaderElection"]["leaseDuration"], "15s");
+        assert_eq!(json["pileup"]["action"], "alert");
+        assert_eq!(json["unlistedInitializers"], "ignore");
+    }
+
+    #[test]
+    fn check_config_exits_2_with_located_errors_on_stderr() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.yaml");
+        std::fs::write(
+            &path,
+            "initializers:\n  - name: kueue.x-k8s.io/admission\n    owner:\n      lease: kueue\n\
+             listen: nowhere\n",
+        )
+        .unwrap();
+        let (out, _) = check_config(&path, &[]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(out.stdout.is_empty());
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let lines: Vec<&str> = stderr.lines().collect();
+        let file = path.display();
+        assert_eq!(
+            lines,
+            [
+                format!(
+                    "{file}:4:14: initializers[0].owner.lease: expected \"namespace/name\", got \"kueue\""
+                ),
+                format!(
+                    "{file}:5:9: listen: expected an IP address and port such as \"0.0.0.0:9777\" or \"[::]:9777\", got \"nowhere\""
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn check_config_exits_2_on_a_missing_file() {
+        let (out, _) = check_config(Path::new("/nonexistent/initguard.yaml"), &[]);
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.starts_with("/nonexistent/initguard.yaml:0:0: cannot read the configuration"),
+            "{stderr}"
+        );
+    }
+}
+
+/// One test per rule: the message and the exact position.
+mod rules {
+    use super::*;
+
+    #[test]
+    fn empty_map_means_every_default() {
+        let c = accepted("{}\n");
+        assert_eq!(c.mechanism, Mechanism::SchedulingGates);
+        assert_eq!(c.opt_in.label, "initguard.io/bypass");
+        assert!(c.opt_in.namespaces.is_empty());
+        assert_eq!(c.defaults.deadline, Duration::from_secs(20));
+        assert_eq!(c.defaults.owner_down_grace, Duration::from_secs(5));
+        assert_eq!(c.defaults.probe_interval, Duration::from_secs(2));
+        assert!(c.initializers.is_empty());
+        assert_eq!(c.unlisted_initializers, UnlistedPolicy::Ignore);
+        assert_eq!(c.pileup.threshold, 3);
+        assert_eq!(c.pileup.action, initguard::config::PileupAction::Alert);
+        assert!(c.leader_election.enabled);
+        assert_eq!(c.leader_election.namespace, "kube-system");
+        assert_eq!(c.leader_election.name, "initguard");
+        assert_eq!(c.leader_election.lease_duration, Duration::from_secs(15));
+        assert_eq!(c.listen.to_string(), "0.0.0.0:9777");
+        assert!(!c.dry_run);
+        assert_eq!(c.max_in_flight, 16);
+        // Sections present but empty resolve the same way.
+        let sections =
+            accepted("optIn: {}\ndefaults: {}\ninitializers: []\npileup: {}\nleaderElection: {}\n");
+        assert_eq!(sections, c);
+    }
+
+    #[test]
+    fn initializer_overrides_fall_back_to_defaults() {
+        let c = accepted(
+            "defaults: { deadline: 7s, ownerDownGrace: 3s, probeInterval: 1s }\n\
+             initializers:\n  - name: a.example.com\n  - name: b.example.com\n    deadline: 0s\n    \
+             ownerDownGrace: 0s\n    probeInterval: 250ms\n",
+        );
+        let a = c.initializer("a.example.com").unwrap();
+        assert_eq!(
+            (a.deadline, a.owner_down_grace, a.probe_interval),
+            (
+                Duration::from_secs(7),
+                Duration::from_secs(3),
+                Duration::from_secs(1)
+            )
+        );
+        let b = c.initializer("b.example.com").unwrap();
+        assert_eq!(
+            (b.deadline, b.owner_down_grace, b.probe_interval),
+            (Duration::ZERO, Duration::ZERO, Duration::from_millis(250))
+        );
+        assert_eq!(c.deadline_for("b.example.com"), Some(Duration::ZERO));
+        assert_eq!(c.deadline_for("unlisted.example.com"), None);
+    }
+
+    #[test]
+    fn empty_file_is_rejected_with_a_hint() {
+        for text in ["", "\n\n", "# comment only\n", "~\n", "null\n", "---\n"] {
+            assert_rejected(text, "1:1", "the file holds no configuration");
+            assert!(rejected(text)[0].contains("write `{}`"));
+        }
+    }
+
+    #[test]
+    fn opt_in_label_must_be_a_qualified_name() {
+        assert_rejected(
+            "optIn:\n  label: initguard.io/by pass\n",
+            "2:10",
+            "optIn.label: expected a label key: invalid qualified name: the name part must",
+        );
+        assert_rejected(
+            "optIn:\n  label: Initguard.IO/bypass\n",
+            "2:10",
+            "optIn.label: expected a label key: the prefix of qualified name \"Initguard.IO/bypass\" is invalid",
+        );
+        assert_rejected(
+            "optIn: { label: \"a/b/c\" }\n",
+            "1:17",
+            "optIn.label: expected a label key: expected a qualified name with at most one '/'",
+        );
+        assert_rejected(
+            &format!("optIn:\n  label: x/{}\n", "n".repeat(64)),
+            "2:10",
+            "optIn.label: expected a label key: invalid qualified name: the name part must be at most 63",
+        );
+    }
+
+    #[test]
+    fn opt_in_namespaces_must_be_dns_labels() {
+        assert_rejected(
+            "optIn:\n  namespaces:\n    - batch\n    - Batch\n",
+            "4:7",
+            "optIn.namespaces[1]: expected a DNS-1123 label",
+        );
+        assert_rejected(
+            "optIn: { namespaces: [ok, \"-bad\"] }\n",
+            "1:27",
+            "optIn.namespaces[1]: expected a DNS-1123 label",
+        );
+    }
+
+    #[test]
+    fn pods_selector_must_be_a_label_selector() {
+        assert_rejected(
+            "initializers:\n  - name: quota.example.com\n    owner:\n      pods:\n        \
+             namespace: quota-system\n        selector: \"app notin ()\"\n",
+            "6:19",
+            "initializers[0].owner.pods.selector: expected a label selector such as \"app=quota\" \
+             or \"tier in (a,b),!canary\", got \"app notin ()\": expected at least one value",
+        );
+        assert_rejected(
+            "initializers:\n  - name: q.example.com\n    owner: { pods: { namespace: q, selector: \"app=-x\" } }\n",
+            "3:46",
+            "initializers[0].owner.pods.selector: expected a label selector",
+        );
+        assert_rejected(
+            "initializers:\n  - name: q.example.com\n    owner: { pods: { namespace: q, selector: \" \" } }\n",
+            "3:46",
+            "initializers[0].owner.pods.selector: expected a non-empty label selector",
+        );
+    }
+
+    #[test]
+    fn pods_owner_needs_namespace_and_selector() {
+        assert_rejected(
+            "initializers:\n  - name: q.example.com\n    owner:\n      pods:\n        selector: app=q\n",
+            "4:7",
+            "initializers[0].owner.pods: expected a namespace key",
+        );
+        assert_rejected(
+            "initializers:\n  - name: q.example.com\n    owner:\n      pods: { namespace: Q, selector: app=q }\n",
+            "4:26",
+            "initializers[0].owner.pods.namespace: expected a DNS-1123 label",
+        );
+    }
+
+    #[test]
+    fn initializer_names_must_be_unique() {
+        assert_rejected(
+            "initializers:\n  - name: a.example.com\n  - name: b.example.com\n  - name: a.example.com\n",
+            "4:11",
+            "initializers[2].name: duplicate initializer \"a.example.com\": already listed at \
+             initializers[0], line 2",
+        );
+    }
+
+    #[test]
+    fn initializer_names_must_not_be_empty_or_missing() {
+        assert_rejected(
+            "initializers:\n  - name: \"\"\n",
+            "2:11",
+            "initializers[0].name: expected a non-empty initializer name",
+        );
+        assert_rejected(
+            "initializers:\n  - name: a.example.com\n  - deadline: 5s\n",
+            "3:5",
+            "initializers[1]: expected a name key",
+        );
+        assert_rejected(
+            "initializers:\n  - name:\n    deadline: 5s\n",
+            "2:5",
+            "initializers[0]: expected a name key",
+        );
+    }
+
+    #[test]
+    fn initializer_names_must_be_qualified_name_like() {
+        assert_rejected(
+            "initializers:\n  - name: \"sidecar example.com\"\n",
+            "2:11",
+            "initializers[0].name: expected an initializer name of letters, digits",
+        );
+        assert_rejected(
+            "initializers:\n  - name: a=b\n",
+            "2:11",
+            "initializers[0].name: expected an initializer name of letters, digits",
+        );
+        assert_rejected(
+            &format!("initializers:\n  - name: {}\n", "a".repeat(317)),
+            "2:11",
+            "initializers[0].name: expected an initializer name of at most 316 characters, got 317",
+        );
+        accepted(&format!("initializers:\n  - name: {}\n", "a".repeat(316)));
+    }
+
+    #[test]
+    fn object_refs_must_be_namespace_slash_name() {
+        assert_rejected(
+            "mechanism: schedulingGates\ninitializers:\n  - name: sidecar.example.com\n    owner:\n      \
+             deployment: kube-system/sidecar-injector\n  - name: kueue.x-k8s.io/admission\n    owner:\n       \
+             lease: kueue\n",
+            "8:15",
+            "initializers[1].owner.lease: expected \"namespace/name\", got \"kueue\"",
+        );
+        assert_rejected(
+            "initializers:\n  - name: s.example.com\n    owner: { deployment: a/b/c }\n",
+            "3:26",
+            "initializers[0].owner.deployment: expected \"namespace/name\", got \"a/b/c\"",
+        );
+        assert_rejected(
+            "initializers:\n  - name: s.example.com\n    owner: { deployment: Kube/x }\n",
+            "3:26",
+            "initializers[0].owner.deployment: expected \"namespace/name\", got \"Kube/x\": namespace:",
+        );
+        assert_rejected(
+            "initializers:\n  - name: s.example.com\n    owner: { lease: kube-system/Leader_1 }\n",
+            "3:21",
+            "initializers[0].owner.lease: expected \"namespace/name\", got \"kube-system/Leader_1\": name:",
+        );
+    }
+
+    #[test]
+    fn owner_must_have_exactly_one_kind() {
+        assert_rejected(
+            "initializers:\n  - name: s.example.com\n    owner: {}\n",
+            "3:5",
+            "initializers[0].owner: expected exactly one of deployment, lease, pods or http, got none",
+        );
+        assert_rejected(
+            "initializers:\n  - name: s.example.com\n    owner:\n      deployment: a/b\n      http: http://x/\n",
+            "3:5",
+            "initializers[0].owner: expected exactly one of deployment, lease, pods or http, got \
+             deployment and http",
+        );
+    }
+
+    #[test]
+    fn http_owners_need_an_http_url_with_a_host() {
+        let yaml = |url: &str| {
+            format!("initializers:\n  - name: l.example.com\n    owner:\n      http: \"{url}\"\n")
+        };
+        assert_rejected(
+            &yaml("ftp://10.0.0.5/healthz"),
+            "4:13",
+            "initializers[0].owner.http: expected an http:// or https:// URL with a host, such as \
+             \"http://10.0.0.5:8080/healthz\", got scheme \"ftp\"",
+        );
+        assert_rejected(
+            &yaml("http://"),
+            "4:13",
+            "initializers[0].owner.http: expected an http://",
+        );
+        assert_rejected(
+            &yaml("10.0.0.5:8080/healthz"),
+            "4:13",
+            "initializers[0].owner.http: expected an http://",
+        );
+        accepted(&yaml("https://[::1]:8443/readyz"));
+    }
+
+    #[test]
+    fn listen_must_be_a_socket_address() {
+        assert_rejected(
+            "dryRun: true\nlisten: localhost:9777\n",
+            "2:9",
+            "listen: expected an IP address and port such as \"0.0.0.0:9777\" or \"[::]:9777\", got \
+             \"localhost:9777\"",
+        );
+        assert_rejected(
+            "listen: 0.0.0.0:70000\n",
+            "1:9",
+            "listen: expected an IP address and port",
+        );
+        assert_rejected(
+            "listen: 9777\n",
+            "1:9",
+            "listen: expected an IP address and port",
+        );
+        assert_eq!(
+            accepted("listen: \"[::]:9000\"\n").listen.to_string(),
+            "[::]:9000"
+        );
+    }
+
+    #[test]
+    fn deadline_is_a_non_negative_duration_with_a_unit() {
+        assert_rejected(
+            "defaults:\n  deadline: -5s\n",
+            "2:13",
+            "defaults.deadline: expected a duration with a unit such as \"20s\", \"1m30s\" or \"0s\", got \"-5s\"",
+        );
+        assert_rejected(
+            "initializers:\n  - name: a.example.com\n    deadline: 20\n",
+            "3:15",
+            "initializers[0].deadline: expected a duration with a unit such as \"20s\", \"1m30s\" or \"0s\", got \"20\"",
+        );
+        assert_rejected(
+            "defaults:\n  deadline: 2 fortnights\n",
+            "2:13",
+            "defaults.deadline: expected a duration with a unit",
+        );
+        assert_rejected(
+            "defaults:\n  deadline: 99999999999999999999999s\n",
+            "2:13",
+            "defaults.deadline: expected a duration with a unit",
+        );
+        assert_rejected(
+            "defaults:\n  deadline: 400d\n",
+            "2:13",
+            "defaults.deadline: expected a duration of at most 1y",
+        );
+        assert_rejected(
+            "defaults:\n  deadline: [5s]\n",
+            "2:13",
+            "defaults.deadline: invalid type: sequence, expected a duration with a unit",
+        );
+        // 0s is the old metainit behaviour: bypass at once.
+        assert_eq!(
+            accepted("defaults: { deadline: 0s }\n").defaults.deadline,
+            Duration::ZERO
+        );
+    }
+
+    #[test]
+    fn owner_down_grace_is_a_non_negative_duration() {
+        assert_rejected(
+            "defaults:\n  ownerDownGrace: -1s\n",
+            "2:19",
+            "defaults.ownerDownGrace: expected a duration with a unit",
+        );
+        assert_rejected(
+            "initializers:\n  - name: a.example.com\n    ownerDownGrace: 2y\n",
+            "3:21",
+            "initializers[0].ownerDownGrace: expected a duration of at most 1y, got 2years",
+        );
+        assert_eq!(
+            accepted("defaults: { ownerDownGrace: 0s }\n")
+                .defaults
+                .owner_down_grace,
+            Duration::ZERO
+        );
+    }
+
+    #[test]
+    fn probe_interval_must_be_positive() {
+        assert_rejected(
+            "defaults:\n  probeInterval: 0s\n",
+            "2:18",
+            "defaults.probeInterval: expected a duration greater than 0s, got 0s",
+        );
+        assert_rejected(
+            "initializers:\n  - name: a.example.com\n    probeInterval: 0ms\n",
+            "3:20",
+            "initializers[0].probeInterval: expected a duration greater than 0s, got 0s",
+        );
+    }
+
+    #[test]
+    fn lease_duration_is_whole_seconds_of_at_least_one() {
+        assert_rejected(
+            "leaderElection:\n  leaseDuration: 500ms\n",
+            "2:18",
+            "leaderElection.leaseDuration: expected a whole number of seconds of at least 1s, got 500ms",
+        );
+        assert_rejected(
+            "leaderElection: { leaseDuration: 1500ms }\n",
+            "1:34",
+            "leaderElection.leaseDuration: expected a whole number of seconds of at least 1s, got 1s 500ms",
+        );
+        assert_eq!(
+            accepted("leaderElection: { leaseDuration: 1s }\n")
+                .leader_election
+                .lease_duration,
+            Duration::from_secs(1)
+        );
+    }
+
+    #[test]
+    fn pileup_threshold_is_at_least_one() {
+        assert_rejected(
+            "pileup:\n  threshold: 0\n",
+            "2:14",
+            "pileup.threshold: expected a whole number from 1 to 4294967295, got 0",
+        );
+        assert_rejected(
+            "pileup:\n  threshold: -2\n",
+            "2:14",
+            "pileup.threshold: expected a whole number of at least 1, got -2",
+        );
+        assert_rejected(
+            "pileup:\n  threshold: 4294967296\n",
+            "2:14",
+            "pileup.threshold: expected a whole number from 1 to 4294967295, got 4294967296",
+        );
+        assert_rejected(
+            "pileup:\n  threshold: 123456789012345678901234567890\n",
+            "2:14",
+            "pileup.threshold: expected a whole number",
+        );
+        assert_rejected(
+            "pileup:\n  threshold: \"3\"\n",
+            "2:14",
+            "pileup.threshold: invalid type: string \"3\", expected a whole number",
+        );
+    }
+
+    #[test]
+    fn max_in_flight_is_between_1_and_1024() {
+        assert_rejected(
+            "maxInFlight: 0\n",
+            "1:14",
+            "maxInFlight: expected a whole number from 1 to 1024, got 0",
+        );
+        assert_rejected(
+            "maxInFlight: 1025\n",
+            "1:14",
+            "maxInFlight: expected a whole number from 1 to 1024, got 1025",
+        );
+        assert_eq!(accepted("maxInFlight: 1024\n").max_in_flight, 1024);
+    }
+
+    #[test]
+    fn leader_election_lease_must_be_a_valid_object_name() {
+        assert_rejected(
+            "leaderElection:\n  namespace: Kube_System\n",
+            "2:14",
+            "leaderElection.namespace: expected a DNS-1123 label",
+        );
+        assert_rejected(
+            "leaderElection:\n  name: Initguard\n",
+            "2:9",
+            "leaderElection.name: expected a DNS-1123 subdomain",
+        );
+    }
+
+    #[test]
+    fn enums_name_their_choices() {
+        assert_rejected(
+            "mechanism: webhooks\n",
+            "1:12",
+            "mechanism: unknown variant `webhooks`, expected `schedulingGates` or `initializers`",
+        );
+        assert_rejected(
+            "unlistedInitializers: bypass\n",
+            "1:23",
+            "unlistedInitializers: unknown variant `bypass`, expected `ignore` or `deadline`",
+        );
+        assert_rejected(
+            "pileup:\n  action: delete\n",
+            "2:11",
+            "pileup.action: unknown variant `delete`, expected `alert` or `bypass`",
+        );
+        assert_rejected(
+            "dryRun: yes\n",
+            "1:9",
+            "dryRun: invalid type: string \"yes\", expected a boolean",
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_at_every_level() {
+        let cases = [
+            (
+                "mechanisms: initializers\n",
+                "1:1",
+                "unknown field `mechanisms`, expected one of `mechanism`",
+            ),
+            (
+                "optIn:\n  labels: x\n",
+                "2:3",
+                "optIn: unknown field `labels`, expected `label` or `namespaces`",
+            ),
+            (
+                "defaults:\n  timeout: 1s\n",
+                "2:3",
+                "defaults: unknown field `timeout`",
+            ),
+            (
+                "initializers:\n  - name: a.b.c\n    dealine: 1s\n",
+                "3:5",
+                "initializers[0]: unknown field `dealine`",
+            ),
+            (
+                "initializers:\n  - name: a.b.c\n    owner:\n      statefulset: a/b\n",
+                "4:7",
+                "initializers[0].owner: unknown field `statefulset`, expected one of `deployment`, `lease`, `pods`, `http`",
+            ),
+            (
+                "initializers:\n  - name: a.b.c\n    owner:\n      pods:\n        labels: x\n",
+                "5:9",
+                "initializers[0].owner.pods: unknown field `labels`",
+            ),
+            (
+                "pileup:\n  window: 1m\n",
+                "2:3",
+                "pileup: unknown field `window`",
+            ),
+            (
+                "leaderElection:\n  renewDeadline: 1s\n",
+                "2:3",
+                "leaderElection: unknown field `renewDeadline`",
+            ),
+        ];
+        for (yaml, at, message) in cases {
+            assert_rejected(yaml, at, message);
+        }
+    }
+
+    #[test]
+    fn duplicate_keys_are_located_at_the_second_occurrence() {
+        assert_rejected(
+            "mechanism: initializers\ndryRun: true\nmechanism: schedulingGates\n",
+            "3:1",
+            "mechanism: duplicate key, first set at line 1 column 1",
+        );
+        assert_rejected(
+            "initializers:\n  - name: a.example.com\n    owner: { lease: a/b, lease: c/d }\n",
+            "3:26",
+            "initializers[0].owner.lease: duplicate key, first set at line 3 column 14",
+        );
+    }
+
+    #[test]
+    fn a_second_document_is_rejected() {
+        assert_rejected(
+            "mechanism: initializers\n---\nmechanism: schedulingGates\n",
+            "2:1",
+            "expected a single YAML document, found a second one",
+        );
+    }
+
+    #[test]
+    fn yaml_syntax_errors_are_located() {
+        assert_rejected(
+            "optIn:\n\tlabel: x\n",
+            "2:2",
+            "invalid YAML: tabs disallowed within this context (block indentation) (YAML indentation must use spaces)",
+        );
+        assert_rejected(
+            "optIn:\n  label: \"x\n",
+            "2:10",
+            "invalid YAML: while scanning a quoted scalar, found unexpected end of stream",
+        );
+        assert_rejected(
+            &format!("initializers: {}\n", "[".repeat(400)),
+            "1:270",
+            "invalid YAML: collections nested more than 100 levels deep",
+        );
+        assert_rejected(
+            "a: \u{7}\n",
+            "1:4",
+            "the control character U+0007 is not allowed in YAML",
+        );
+        assert_rejected(
+            "mechanism: initializers\u{2028}dryRun: true\n",
+            "1:24",
+            "the line separator U+2028 is not allowed",
+        );
+    }
+
+    #[test]
+    fn every_validation_problem_is_reported_in_file_order() {
+        let errors = rejected(
+            "listen: nowhere\noptIn:\n  label: \"bad key\"\ninitializers:\n  - name: \"\"\n  - name: \
+             a.example.com\n    owner: { lease: x }\npileup: { threshold: 0 }\n",
+        );
+        let positions: Vec<&str> = errors
+            .iter()
+            .map(|e| e.split(": ").next().unwrap())
+            .collect();
+        assert_eq!(
+            positions,
+            [
+                "config.yaml:1:9",
+                "config.yaml:3:10",
+                "config.yaml:5:11",
+                "config.yaml:7:21",
+                "config.yaml:8:22"
+            ],
+            "{errors:#?}"
+        );
+    }
+
+    #[test]
+    fn the_error_list_is_capped() {
+        let mut yaml = String::from("initializers:\n");
+        for i in 0..80 {
+            yaml.push_str(&format!("  - name: \"bad name {i}\"\n"));
+        }
+        let errors = rejected(&yaml);
+        assert_eq!(errors.len(), initguard::config::MAX_REPORTED_ERRORS + 1);
+        assert!(
+            errors
+                .last()
+                .unwrap()
+                .starts_with("config.yaml:52:11: 30 more problems not shown")
+        );
+    }
+
+    #[test]
+    fn crlf_bom_and_aliases_are_understood() {
+        let c = accepted(
+            "\u{feff}initializers:\r\n  - name: a.example.com\r\n    owner: &injector { deployment: \
+             kube-system/injector }\r\n  - name: b.example.com\r\n    owner: *injector\r\n",
+        );
+        assert_eq!(c.initializers[0].owner, c.initializers[1].owner);
+        assert_rejected(
+            "\u{feff}optIn:\r\n  label: \"bad key\"\r\n",
+            "2:10",
+            "optIn.label: expected a label key",
+        );
+    }
+
+    #[test]
+    fn summary_names_every_setting() {
+        let c = accepted(
+            "mechanism: initializers\noptIn: { namespaces: [a, b] }\ninitializers:\n  - name: x.example.com\n    \
+             deadline: 45s\n    owner: { pods: { namespace: q, selector: \"app in (x, y)\" } }\n  - name: \
+             h.example.com\n    owner: { http: \"http://127.0.0.1:1/h\" }\nleaderElection: { enabled: false }\n\
+             dryRun: true\n",
+        );
+        let summary = c.summary();
+        for line in [
+            "mechanism: initializers\n",
+            "opt-in: pods labeled initguard.io/bypass; namespaces: a, b\n",
+            "  x.example.com: deadline 45s, grace 5s, owner pods q app in (x, y)\n",
+            "  h.example.com: deadline 20s, grace 5s, probe every 2s, owner http http://127.0.0.1:1/h\n",
+            "leader election: disabled\n",
+            "dryRun: true\n",
+            "warning: x.example.com: deadline 45s is not below the ~30s create timeout",
+        ] {
+            assert!(summary.contains(line), "missing {line:?} in\n{summary}");
+        }
+    }
+
+    #[test]
+    fn files_are_read_with_size_and_encoding_checks() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.yaml");
+        let mut text = String::from("mechanism: initializers\n");
+        while text.len() <= initguard::config::MAX_CONFIG_BYTES {
+            text.push_str("# padding padding padding padding padding padding padding padding\n");
+        }
+        std::fs::write(&big, &text).unwrap();
+        let e = Config::load(&big).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!(
+                "{}:1:1: the file is {} bytes; a configuration may be at most 1 MiB",
+                big.display(),
+                text.len()
+            )),
+            "{e}"
+        );
+        let e = Config::from_yaml_str(&text, FILE).unwrap_err().to_string();
+        assert!(e.starts_with("config.yaml:1:1: the text is"), "{e}");
+
+        let latin1 = dir.path().join("latin1.yaml");
+        std::fs::write(&latin1, b"optIn:\n  label: caf\xe9/x\n").unwrap();
+        let e = Config::load(&latin1).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            format!(
+                "{}:2:13: invalid UTF-8 (byte 0xE9 at offset 19); the configuration must be UTF-8 text",
+                latin1.display()
+            )
+        );
+
+        let e = Config::load(dir.path()).unwrap_err().to_string();
+        assert!(
+            e.contains(":0:0: cannot read the configuration: it is a directory"),
+            "{e}"
+        );
+    }
+}
+
+/// Malformed and hostile files: each must exit 2 with a located first line, quickly, without a
+/// panic.
+mod corpus {
+    use super::*;
+
+    /// Hard cap against hangs, far above the few milliseconds these take.
+    const LIMIT: Duration = Duration::from_secs(1);
+
+    /// Every file in tests/config_corpus/ and a fragment its errors must contain.
+    const EXPECTED: &[(&str, &str)] = &[
+        (
+            "01-root-is-a-sequence.yaml",
+            "expected a mapping of initguard settings",
+        ),
+        (
+            "02-root-is-a-scalar.yaml",
+            "expected a mapping of initguard settings",
+        ),
+        ("03-unknown-top-level-key.yaml", "unknown field `mechanizm`"),
+        (
+            "04-unknown-opt-in-key.yaml",
+            "optIn: unknown field `labels`",
+        ),
+        (
+            "05-unknown-defaults-key.yaml",
+            "defaults: unknown field `timeout`",
+        ),
+        (
+            "06-unknown-initializer-key.yaml",
+            "initializers[0]: unknown field `dealine`",
+        ),
+        (
+            "07-unknown-owner-kind.yaml",
+            "owner: unknown field `statefulset`",
+        ),
+        ("08-unknown-pods-key.yaml", "pods: unknown field `labels`"),
+        (
+            "09-unknown-pileup-key.yaml",
+            "pileup: unknown field `window`",
+        ),
+        (
+            "10-unknown-leader-election-key.yaml",
+            "unknown field `renewDeadline`",
+        ),
+        ("11-alias-bomb.yaml", "unknown field `a`"),
+        (
+            "12-alias-bomb-in-known-key.yaml",
+            "initializers[0]: invalid type: sequence",
+        ),
+        (
+            "13-duplicate-top-level-key.yaml",
+            ":3:1: mechanism: duplicate key",
+        ),
+        (
+            "14-duplicate-nested-key.yaml",
+            ":4:5: initializers[0].deadline: duplicate key",
+        ),
+        (
+            "15-duplicate-initializer-name.yaml",
+            "duplicate initializer \"sidecar.example.com\"",
+        ),
+        (
+            "16-empty-initializer-name.yaml",
+            "expected a non-empty initializer name",
+        ),
+        (
+            "17-missing-initializer-name.yaml",
+            "initializers[0]: expected a name key",
+        ),
+        (
+            "18-initializer-name-with-space.yaml",
+            "initializers[0].name: expected an initializer name",
+        ),
+        ("19-bad-duration-unit.yaml", "unknown time unit \"parsecs\""),
+        ("20-duration-without-unit.yaml", "time unit needed"),
+        ("21-negative-duration.yaml", "got \"-5s\""),
+        ("22-overflowing-duration.yaml", "number is too large"),
+        (
+            "23-duration-too-long.yaml",
+            "expected a duration of at most 1y",
+        ),
+        (
+            "24-zero-probe-interval.yaml",
+            "expected a duration greater than 0s",
+        ),
+        (
+            "25-short-lease-duration.yaml",
+            "whole number of seconds of at least 1s",
+        ),
+        (
+            "26-negative-threshold.yaml",
+            "expected a whole number of at least 1, got -3",
+        ),
+        ("27-overflowing-threshold.yaml", "which is too large"),
+        (
+            "28-zero-threshold.yaml",
+            "expected a whole number from 1 to 4294967295, got 0",
+        ),
+        (
+            "29-max-in-flight-too-large.yaml",
+            "expected a whole number from 1 to 1024",
+        ),
+        (
+            "30-fractional-max-in-flight.yaml",
+            "invalid type: floating point `1.5`",
+        ),
+        (
+            "31-bad-label-key-uppercase-prefix.yaml",
+            "optIn.label: expected a label key",
+        ),
+        ("32-bad-label-key-two-slashes.yaml", "at most one '/'"),
+        (
+            "33-bad-opt-in-namespace.yaml",
+            "optIn.namespaces[1]: expected a DNS-1123 label",
+        ),
+        (
+            "34-bad-selector-unclosed.yaml",
+            "expected ',' or ')' in a value list",
+        ),
+        (
+            "35-empty-selector.yaml",
+            "expected a non-empty label selector",
+        ),
+        ("36-bad-selector-key.yaml", "invalid label key"),
+        ("37-url-bad-scheme.yaml", "got scheme \"ftp\""),
+        (
+            "38-url-without-host.yaml",
+            "owner.http: expected an http:// or https:// URL",
+        ),
+        ("39-url-unparsable.yaml", "relative URL without a base"),
+        (
+            "40-listen-hostname.yaml",
+            "listen: expected an IP address and port",
+        ),
+        ("41-listen-port-overflow.yaml", "got \"0.0.0.0:70000\""),
+        (
+            "42-object-ref-without-namespace.yaml",
+            "expected \"namespace/name\", got \"kueue\"",
+        ),
+        (
+            "43-object-ref-two-slashes.yaml",
+            "expected \"namespace/name\"",
+        ),
+        ("44-owner-two-kinds.yaml", "got deployment and lease"),
+        ("45-owner-no-kind.yaml", "got none"),
+        (
+            "46-tab-indentation.yaml",
+            "YAML indentation must use spaces",
+        ),
+        ("47-invalid-utf8.yaml", ":2:23: invalid UTF-8 (byte 0xFF"),
+        ("48-empty.yaml", ":1:1: the file holds no configuration"),
+        ("49-comments-only.yaml", "the file holds no configuration"),
+        ("50-null-document.yaml", "the file holds no configuration"),
+        (
+            "51-two-documents.yaml",
+            ":2:1: expected a single YAML document",
+        ),
+        ("52-bad-mechanism.yaml", "unknown variant `webhooks`"),
+        ("53-bad-unlisted-policy.yaml", "unknown variant `bypass`"),
+        ("54-bad-pileup-action.yaml", "unknown variant `delete`"),
+        ("55-boolean-as-yes.yaml", "expected a boolean"),
+        (
+            "56-deep-flow-nesting.yaml",
+            "nested more than 100 levels deep",
+        ),
+        ("57-control-character.yaml", "control character U+0007"),
+        ("58-unclosed-quote.yaml", "found unexpected end of stream"),
+        ("59-unknown-anchor.yaml", "unknown anchor"),
+        (
+            "60-bad-leader-election-namespace.yaml",
+            "leaderElection.namespace",
+        ),
+        (
+            "61-initializers-not-a-list.yaml",
+            "initializers: invalid type: map, expected a sequence",
+        ),
+        ("62-nul-byte.yaml", "control character U+0000"),
+        ("63-line-separator.yaml", "line separator U+2028"),
+        ("64-bad-indentation.yaml", "did not find expected key"),
+        (
+            "65-complex-key.yaml",
+            "invalid type: sequence, expected field identifier",
+        ),
+        ("66-merge-key.yaml", "unknown field `<<`"),
+        ("67-utf16.yaml", ":1:1: invalid UTF-8 (byte 0xFF"),
+        ("68-listen-port-only.yaml", "got \"9777\""),
+        (
+            "69-initializer-entry-is-a-string.yaml",
+            "expected an initializer entry",
+        ),
+        (
+            "70-bad-lease-name.yaml",
+            "leaderElection.name: expected a DNS-1123 subdomain",
+        ),
+        (
+            "71-deep-block-nesting.yaml",
+            ":2:199: invalid YAML: collections nested more than 100",
+        ),
+        ("72-many-errors.yaml", "30 more problems not shown"),
+        ("73-empty-label.yaml", "got an empty string"),
+        ("74-pods-without-selector.yaml", "expected a selector key"),
+        (
+            "75-initializer-overrides-out-of-range.yaml",
+            "initializers[0].probeInterval",
+        ),
+    ];
+
+    fn corpus_dir() -> PathBuf {
+        manifest_path("tests/config_corpus")
+    }
+
+    #[track_caller]
+    fn assert_rejected_by_cli(path: &Path, fragment: &str) {
+        let (out, elapsed) = check_config(path, &[]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let name = path.display();
+        assert!(elapsed < LIMIT, "{name} took {elapsed:?}");
+        assert_eq!(out.status.code(), Some(2), "{name}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{name}: {stderr}");
+        let first = stderr.lines().next().unwrap_or_default();
+        assert!(
+            is_located(first),
+            "{name}: first line not located: {first:?}"
+        );
+        assert!(stderr.lines().all(is_located), "{name}: {stderr}");
+        assert!(
+            stderr.contains(fragment),
+            "{name}: expected {fragment:?} in\n{stderr}"
+        );
+    }
+
+    #[test]
+    fn the_table_lists_every_corpus_file() {
+        let mut on_disk: Vec<String> = std::fs::read_dir(corpus_dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        on_disk.sort();
+        let listed: Vec<String> = EXPECTED.iter().map(|(f, _)| (*f).to_owned()).collect();
+        assert_eq!(on_disk, listed);
+        assert!(listed.len() >= 40);
+    }
+
+    #[test]
+    fn check_config_rejects_every_corpus_file() {
+        for (file, fragment) in EXPECTED {
+            assert_rejected_by_cli(&corpus_dir().join(file), fragment);
+        }
+    }
+
+    #[test]
+    fn the_library_rejects_every_corpus_file_quickly() {
+        for (file, _) in EXPECTED {
+            let path = corpus_dir().join(file);
+            let start = Instant::now();
+            let result = Config::load(&path);
+            assert!(start.elapsed() < LIMIT, "{file} took {:?}", start.elapsed());
+            let e = result.expect_err(file);
+            assert!(!e.errors.is_empty());
+            assert!(
+                e.errors.iter().all(|e| e.line >= 1 && e.column >= 1),
+                "{file}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn check_config_rejects_a_file_over_one_mib() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("too-large.yaml");
+        let mut text = String::from("initializers:\n");
+        while text.len() <= initguard::config::MAX_CONFIG_BYTES {
+            text.push_str("  - name: padding.example.com\n");
+        }
+        std::fs::write(&path, text).unwrap();
+        assert_rejected_by_cli(&path, "a configuration may be at most 1 MiB");
+    }
+
+    /// Inputs just under the size limit in shapes that stress YAML parsers: all must finish
+    /// well within the cap, accepted or not.
+    #[test]
+    fn large_pathological_inputs_finish_quickly() {
+        let budget = initguard::config::MAX_CONFIG_BYTES - 64;
+        let fill = |head: &str, unit: &str, tail: &str| {
+            let mut s = head.to_owned();
+            while s.len() + unit.len() + tail.len() < budget {
+                s.push_str(unit);
+            }
+            s.push_str(tail);
+            s
+        };
+        let cases = [
+            ("deep flow nesting", fill("initializers: ", "[", "")),
+            ("deep flow maps", fill("optIn: ", "{a: ", "")),
+            ("deep block sequences", fill("initializers:\n", "- ", "x\n")),
+            (
+                "long flow list",
+                fill("optIn:\n  namespaces: [", "ns-a, ", "ns-b]\n"),
+            ),
+            (
+                "long block list",
+                fill("optIn:\n  namespaces:\n", "    - ns-a\n", ""),
+            ),
+            (
+                "many aliases",
+                fill(
+                    "optIn:\n  namespaces: &n [a]\ninitializers: [",
+                    "*n, ",
+                    "*n]\n",
+                ),
+            ),
+            ("many duplicate keys", fill("", "dryRun: true\n", "")),
+            (
+                "many initializers",
+                fill("initializers:\n", "  - { name: \"x y\" }\n", ""),
+            ),
+            ("one huge scalar", fill("optIn:\n  label: ", "a", "\n")),
+            (
+                "huge quoted escapes",
+                fill("optIn:\n  label: \"", "\\u00e9", "\"\n"),
+            ),
+            ("huge comment", fill("# ", "comment ", "\n{}\n")),
+            ("many complex keys", fill("", "? [a, b]\n: c\n", "")),
+            ("deep anchors", fill("optIn:\n  label: ", "&a ", "x\n")),
+        ];
+        for (name, text) in cases {
+            assert!(text.len() <= initguard::config::MAX_CONFIG_BYTES, "{name}");
+            let start = Instant::now();
+            let result = Config::from_yaml_str(&text, FILE);
+            let elapsed = start.elapsed();
+            assert!(elapsed < LIMIT, "{name} took {elapsed:?}");
+            if let Err(e) = result {
+                assert!(e.errors.iter().all(|e| e.line >= 1), "{name}: {e}");
+            }
+        }
+    }
+}
+
+/// The parser never panics, and every rejection is located.
+mod fuzz {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn example() -> String {
+        std::fs::read_to_string(manifest_path("config/example.yaml")).unwrap()
+    }
+
+    #[track_caller]
+    fn check(text: &str) {
+        let start = Instant::now();
+        match Config::from_yaml_str(text, FILE) {
+            Ok(c) => {
+                let _ = c.summary();
+                serde_json::to_string(&c).unwrap();
+            }
+            Err(e) => {
+                assert!(!e.errors.is_empty());
+                for error in &e.errors {
+                    assert!(!error.message.is_empty());
+                    assert!(
+                        error.line >= 1 && error.column >= 1,
+                        "unlocated: {error}\n{text:?}"
+                    );
+                }
+            }
+        }
+        assert!(start.elapsed() < Duration::from_secs(1), "{text:?}");
+    }
+
+    /// An edit of the valid example: replace a char range with a fragment of YAML-ish text.
+    #[derive(Debug, Clone)]
+    struct Edit {
+        at: usize,
+        remove: usize,
+        insert: String,
+    }
+
+    fn edit() -> impl Strategy<Value = Edit> {
+        (
+            any::<usize>(),
+            0usize..24,
+            prop_oneof![
+                "[ \n\t:,\\-\\[\\]{}&*!|>'\"#%@`?.~0-9a-zA-Z/]{0,12}",
+                Just("\n  - ".to_owned()),
+                Just(": ".to_owned()),
+                Just("\t".to_owned()),
+                Just("&a ".to_owned()),
+                Just("*a".to_owned()),
+                Just("---\n".to_owned()),
+                Just("-1".to_owned()),
+                Just("99999999999999999999999".to_owned()),
+                Just("\u{feff}".to_owned()),
+                Just("é".to_owned()),
+            ],
+        )
+            .prop_map(|(at, remove, insert)| Edit { at, remove, insert })
+    }
+
+    fn apply(text: &str, edits: &[Edit]) -> String {
+        let mut chars: Vec<char> = text.chars().collect();
+        for e in edits {
+            let at = e.at % (chars.len() + 1);
+            let end = (at + e.remove).min(chars.len());
+            chars.splice(at..end, e.insert.chars());
+        }
+        chars.into_iter().collect()
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_text_never_panics(text in any::<String>()) {
+            check(&text);
+        }
+
+        #[test]
+        fn yaml_like_text_never_panics(text in "[ \n\t:,\\-\\[\\]{}&*!|>'\"#%@`?.~0-9a-z]{0,300}") {
+            check(&text);
+        }
+
+        #[test]
+        fn mutated_example_never_panics(edits in proptest::collection::vec(edit(), 1..6)) {
+            check(&apply(&example(), &edits));
+        }
+    }
+
+    #[test]
+    fn line_swaps_and_deletions_of_the_example_never_panic() {
+        let text = example();
+        let lines: Vec<&str> = text.lines().collect();
+        for i in 0..lines.len() {
+            let mut without = lines.clone();
+            without.remove(i);
+            check(&without.join("\n"));
+            if i + 1 < lines.len() {
+                let mut swapped = lines.clone();
+                swapped.swap(i, i + 1);
+                check(&swapped.join("\n"));
+            }
+        }
+    }
+}
