@@ -120,9 +120,11 @@ impl Actuator {
     }
 
     /// Queue a job; gives it back when the queue is full or the actuator stopped.
-    pub fn try_submit(&self, job: BypassJob) -> Result<(), BypassJob> {
+    pub fn try_submit(&self, job: BypassJob) -> Result<(), Box<BypassJob>> {
         self.tx.try_send(job).map_err(|e| match e {
-            mpsc::error::TrySendError::Full(j) | mpsc::error::TrySendError::Closed(j) => j,
+            mpsc::error::TrySendError::Full(j) | mpsc::error::TrySendError::Closed(j) => {
+                Box::new(j)
+            }
         })
     }
 }
@@ -138,7 +140,7 @@ struct Worker {
 }
 
 enum Attempt {
-    Done(SlimPod),
+    Done(Box<SlimPod>),
     Stale,
     Gone,
     Retry(String),
@@ -216,10 +218,7 @@ impl Worker {
                     info!(pod = %job.key, initializer = %job.initializer, reason = job.reason.as_str(),
                         waited = ?job.waited, owner = %job.owner, "bypassed initializer");
                     self.publish_event(&job).await;
-                    return Report::Bypassed {
-                        job,
-                        pod: Box::new(pod),
-                    };
+                    return Report::Bypassed { job, pod };
                 }
                 Attempt::Stale => {
                     debug!(pod = %job.key, initializer = %job.initializer, "pod changed; re-reading");
@@ -279,7 +278,7 @@ impl Worker {
             )
             .await
         {
-            Ok(pod) => Attempt::Done(pod),
+            Ok(pod) => Attempt::Done(Box::new(pod)),
             Err(e) => classify(e),
         }
     }

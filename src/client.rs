@@ -48,11 +48,10 @@ fn is_pod_read(path: &str) -> bool {
         return false;
     };
     let segs: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();
-    match segs.as_slice() {
-        ["pods"] => true,
-        ["namespaces", _, "pods"] | ["namespaces", _, "pods", _] => true,
-        _ => false,
-    }
+    matches!(
+        segs.as_slice(),
+        ["pods"] | ["namespaces", _, "pods"] | ["namespaces", _, "pods", _]
+    )
 }
 
 #[cfg(test)]

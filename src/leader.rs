@@ -208,11 +208,11 @@ impl Elector {
         let seen_at = self.observed.as_ref().map_or_else(Instant::now, |o| o.2);
         let theirs = Duration::from_secs(spec.lease_duration_seconds.unwrap_or(0).max(0) as u64);
         let ours = holder.as_deref() == Some(self.identity.as_str());
-        if let Some(other) = holder.as_deref().filter(|_| !ours) {
-            if seen_at.elapsed() < theirs {
-                debug!(lease = %self.name, holder = other, "lease held by another replica");
-                return Ok(false);
-            }
+        if let Some(other) = holder.as_deref().filter(|_| !ours)
+            && seen_at.elapsed() < theirs
+        {
+            debug!(lease = %self.name, holder = other, "lease held by another replica");
+            return Ok(false);
         }
         if !ours {
             spec.acquire_time = Some(now.clone());
