@@ -106,6 +106,7 @@ struct Elector {
 impl Elector {
     async fn run(mut self, cancel: CancellationToken) {
         let mut last_renew: Option<Instant> = None;
+        let mut first = true;
         loop {
             let leading = *self.tx.borrow();
             let wait = if leading {
@@ -113,7 +114,8 @@ impl Elector {
             } else {
                 jitter(self.timing.retry_period)
             };
-            if last_renew.is_some() || !leading {
+            // The first round runs at once so a free lease is taken without delay.
+            if !std::mem::take(&mut first) {
                 tokio::select! {
                     _ = cancel.cancelled() => break,
                     _ = tokio::time::sleep(wait) => {}

@@ -1,7 +1,7 @@
 //! HTTP endpoints: `/metrics`, `/healthz`, `/readyz`, `/status`. Served by every replica.
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
@@ -141,7 +141,7 @@ async fn status(
                 opted_in: p.opted_in,
                 controller: p.controller.clone(),
                 created: p.created,
-                initializers: policy::decide(&p.view(), &env, &shared.config, now).plans,
+                initializers: rounded(policy::decide(&p.view(), &env, &shared.config, now).plans),
             })
             .collect();
         (pods.len(), listed)
@@ -158,6 +158,16 @@ async fn status(
         waiting_pods_total: total,
         waiting_pods,
     })
+}
+
+/// Waits to the millisecond: nanoseconds are noise to a reader.
+pub fn rounded(mut plans: Vec<InitializerPlan>) -> Vec<InitializerPlan> {
+    for plan in &mut plans {
+        plan.waited = plan
+            .waited
+            .map(|w| Duration::from_millis(w.as_millis() as u64));
+    }
+    plans
 }
 
 /// Set the gauges that depend on the waiting pods and the clock.

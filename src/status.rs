@@ -114,7 +114,9 @@ pub async fn gather(client: kube::Client, config: Arc<Config>) -> Result<Report,
             opted_in: p.opted_in,
             controller: p.controller.clone(),
             created: p.created,
-            initializers: policy::decide(&p.view(), &env, &config, now).plans,
+            initializers: crate::server::rounded(
+                policy::decide(&p.view(), &env, &config, now).plans,
+            ),
         })
         .collect();
     waiting_pods.sort_by(|a, b| {
