@@ -55,6 +55,8 @@ enum Command {
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
+    /// The simulated API server alone (plain HTTP); writes a kubeconfig for any client.
+    Sim(initguard::sim::cli::SimArgs),
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -95,6 +97,10 @@ fn main() -> ExitCode {
         } => {
             init_logging(LogFormat::Text);
             status_report(&config, kubeconfig.as_deref(), output)
+        }
+        Command::Sim(args) => {
+            init_logging(LogFormat::Text);
+            initguard::sim::cli::run(args)
         }
     }
 }

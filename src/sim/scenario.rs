@@ -385,13 +385,14 @@ impl Scenario {
                     format!("duplicate owner for {:?}", owner.initializer),
                 );
             }
-            for (field, value) in [
-                ("namespace", &owner.namespace),
-                ("deployment", &owner.deployment),
-                ("lease", &owner.lease),
-            ] {
+            if let Some(ns) = &owner.namespace
+                && let Err(m) = check_dns_label(ns)
+            {
+                problem(at("namespace"), m);
+            }
+            for (field, value) in [("deployment", &owner.deployment), ("lease", &owner.lease)] {
                 if let Some(v) = value
-                    && let Err(m) = check_dns_label(v)
+                    && let Err(m) = check_dns_subdomain(v)
                 {
                     problem(at(field), m);
                 }
@@ -630,6 +631,27 @@ fn check_dns_label(s: &str) -> Result<(), String> {
     }
 }
 
+/// RFC 1123 subdomain: what Deployment and Lease names must be.
+fn check_dns_subdomain(s: &str) -> Result<(), String> {
+    let ok = !s.is_empty()
+        && s.len() <= 253
+        && s.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{s:?} is not a valid name: dot-separated parts of lowercase letters, digits and '-', starting and ending alphanumeric, at most 253"
+        ))
+    }
+}
+
 /// Initializer and gate names: non-empty, no whitespace, at most 316 characters
 /// (a qualified name with a DNS subdomain prefix).
 fn check_initializer_name(s: &str) -> Result<(), String> {
@@ -672,6 +694,9 @@ enum Frame {
 struct Locator {
     stack: Vec<Frame>,
     positions: HashMap<String, (usize, usize)>,
+    /// A collection with no key naming it (the root, a sequence item): it is located at its
+    /// first entry, because the parser marks block mappings past their first key.
+    unplaced: Option<String>,
 }
 
 impl Locator {
@@ -722,6 +747,9 @@ impl Locator {
 
 impl MarkedEventReceiver for Locator {
     fn on_event(&mut self, ev: Event, mark: Marker) {
+        if let Some(path) = self.unplaced.take() {
+            self.record(path, mark);
+        }
         match ev {
             Event::Scalar(value, ..) => {
                 if self.at_key() {
@@ -748,7 +776,11 @@ impl MarkedEventReceiver for Locator {
                 } else {
                     self.child(mark, true)
                 };
-                self.record(path.clone(), at);
+                if matches!(self.stack.last(), Some(Frame::Map { .. })) {
+                    self.record(path.clone(), at);
+                } else {
+                    self.unplaced = Some(path.clone());
+                }
                 self.stack.push(if matches!(ev, Event::MappingStart(..)) {
                     Frame::Map {
                         path,

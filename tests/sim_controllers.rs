@@ -1,0 +1,632 @@
+//! Simulated controllers, scenario files and `initguard sim`, against the simulated API
+//! server over real HTTP. No guard runs here: these tests show the failure the guard exists
+//! for (the pileup) and that the controllers behave like real ones.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use initguard::config::Mechanism;
+use initguard::sim::controllers::{
+    Creator, CreatorKind, CreatorOptions, GateOwner, GateOwnerOptions, pending_names, pile_report,
+};
+use initguard::sim::{Sim, SimOptions};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSchedulingGate, PodSpec};
+use kube::api::{ListParams, ObjectMeta, PostParams};
+use kube::{Api, Client};
+use serde_json::Value;
+
+const ADMIN: &str = "system:admin";
+
+async fn start_sim(mechanism: Mechanism, legacy: &[&str], create_timeout: Duration) -> Sim {
+    let listen: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    Sim::start(SimOptions {
+        listen,
+        mechanism,
+        legacy_initializers: legacy.iter().map(|s| s.to_string()).collect(),
+        create_timeout,
+        schedule_delay: Duration::from_millis(50),
+        ..SimOptions::default()
+    })
+    .await
+    .unwrap()
+}
+
+async fn create_namespace(client: &Client, name: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("cannot create namespace {name}: {e}"),
+    }
+}
+
+fn pod(name: &str, gates: &[&str]) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "main".to_string(),
+                image: Some("busybox".to_string()),
+                ..Default::default()
+            }],
+            scheduling_gates: (!gates.is_empty()).then(|| {
+                gates
+                    .iter()
+                    .map(|g| PodSchedulingGate {
+                        name: g.to_string(),
+                    })
+                    .collect()
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// Polls `check` every 50 ms until it returns Some or `timeout` passes.
+async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The stored pod as the server keeps it (uninitialized pods included).
+fn stored_pod(sim: &Sim, namespace: &str, name: &str) -> Option<Value> {
+    sim.get_object("pods", Some(namespace), name)
+}
+
+fn owner(initializer: &str, mechanism: Mechanism) -> GateOwnerOptions {
+    let mut opts = GateOwnerOptions::new(initializer, mechanism);
+    opts.heartbeat = Duration::from_millis(100);
+    opts
+}
+
+/// (a) Legacy initializers, dead owner, Job-like creator with a 2 s create timeout: the Job
+/// controller cannot see its uninitialized pods and re-creates them after every 504, so the
+/// pile of stored uninitialized pods grows without bound (kubernetes/kubernetes#48893).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_job_pileup_grows_with_a_dead_initializer() {
+    let init = "sidecar.example.com";
+    let sim = start_sim(Mechanism::Initializers, &[init], Duration::from_secs(2)).await;
+    let mut dead = owner(init, Mechanism::Initializers);
+    dead.alive = false;
+    let owner = GateOwner::start(sim.kube_config("sidecar-injector"), dead).unwrap();
+
+    let mut job = CreatorOptions::job("default", "backfill", 2);
+    job.kind = CreatorKind::Job {
+        parallelism: 2,
+        retry_backoff: Duration::from_millis(250),
+    };
+    job.opt_in_label = Some("initguard.io/bypass".to_string());
+    let key = job.controller_key();
+    let start = Instant::now();
+    let creator = Creator::start(sim.kube_config("job-controller"), job).unwrap();
+
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let early = pile_report(&sim, Mechanism::Initializers);
+    tokio::time::sleep(Duration::from_secs(15).saturating_sub(start.elapsed())).await;
+    let late = pile_report(&sim, Mechanism::Initializers);
+
+    let early_pile = early.per_controller.get(&key).copied().unwrap_or(0);
+    let late_pile = late.per_controller.get(&key).copied().unwrap_or(0);
+    assert!(early_pile >= 2, "early pile {early:?}");
+    assert!(late_pile > 5, "pile after 15 s: {late:?}");
+    assert!(
+        late_pile > early_pile,
+        "pile did not grow: {early:?} → {late:?}"
+    );
+    assert_eq!(late.largest_pile, late_pile);
+    assert_eq!(late.controllers_without_running_pod, vec![key.clone()]);
+
+    // The creator never saw one of its pods and kept creating; every timed-out pod is kept.
+    let stats = creator.stats();
+    assert_eq!(stats.visible_pods(), 0);
+    assert!(
+        stats.create_timeouts() as usize >= late_pile - 2,
+        "{stats:?}"
+    );
+    assert!(stats.creates_issued() as usize >= late_pile);
+
+    // An ordinary client (kubectl, the Job controller) sees none of them.
+    let ordinary: Api<Pod> = Api::namespaced(sim.client(ADMIN), "default");
+    assert!(
+        ordinary
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    // Every stored pod is owned by the Job and waits on the dead initializer.
+    for pod in sim.list_objects("pods") {
+        assert_eq!(pending_names(&pod, Mechanism::Initializers), vec![init]);
+        assert_eq!(pod["metadata"]["ownerReferences"][0]["kind"], "Job");
+        assert_eq!(pod["metadata"]["labels"]["initguard.io/bypass"], "true");
+    }
+    creator.stop().await;
+    owner.stop().await;
+    sim.shutdown().await;
+}
+
+/// (b) Scheduling gates, dead gate owner, CronJob-like creator: one more gated pod per period.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gated_cronjob_pile_grows_by_one_per_period() {
+    let gate = "kueue.x-k8s.io/admission";
+    let sim = start_sim(Mechanism::SchedulingGates, &[], Duration::from_secs(30)).await;
+    let mut dead = owner(gate, Mechanism::SchedulingGates);
+    dead.alive = false;
+    let owner = GateOwner::start(sim.kube_config("kueue"), dead).unwrap();
+
+    let period = Duration::from_millis(500);
+    let mut cron = CreatorOptions::cron_job("default", "nightly", period);
+    cron.gates = vec![gate.to_string()];
+    let key = cron.controller_key();
+    let start = Instant::now();
+    let creator = Creator::start(sim.kube_config("cronjob-controller"), cron).unwrap();
+
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let elapsed = start.elapsed();
+        let pile = pile_report(&sim, Mechanism::SchedulingGates);
+        let count = pile.per_controller.get(&key).copied().unwrap_or(0) as f64;
+        let expected = elapsed.as_secs_f64() / period.as_secs_f64();
+        assert!(
+            (count - expected).abs() <= 2.0,
+            "after {elapsed:?}: {count} gated pods, expected about {expected:.1}"
+        );
+    }
+    // They all stay Pending, SchedulingGated.
+    for pod in sim.list_objects("pods") {
+        assert_eq!(pod["status"]["phase"], "Pending");
+        assert_eq!(pod["status"]["conditions"][0]["reason"], "SchedulingGated");
+    }
+    creator.stop().await;
+    owner.stop().await;
+    sim.shutdown().await;
+}
+
+/// (c) A healthy gate owner removes only its own gate; the pod is scheduled once no gate is
+/// left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthy_gate_owner_removes_only_its_own_gate() {
+    let sim = start_sim(Mechanism::SchedulingGates, &[], Duration::from_secs(30)).await;
+    let mut opts = owner("a.example.com", Mechanism::SchedulingGates);
+    opts.latency = Duration::from_millis(100);
+    let owner = GateOwner::start(sim.kube_config("a-owner"), opts).unwrap();
+    let pods: Api<Pod> = Api::namespaced(sim.client(ADMIN), "default");
+    pods.create(
+        &PostParams::default(),
+        &pod("two-gates", &["b.example.com", "a.example.com"]),
+    )
+    .await
+    .unwrap();
+    pods.create(&PostParams::default(), &pod("one-gate", &["a.example.com"]))
+        .await
+        .unwrap();
+
+    eventually(Duration::from_secs(5), "one-gate scheduled", || async {
+        let p = stored_pod(&sim, "default", "one-gate")?;
+        let scheduled = p["spec"]["nodeName"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty());
+        (pending_names(&p, Mechanism::SchedulingGates).is_empty() && scheduled).then_some(())
+    })
+    .await;
+    eventually(
+        Duration::from_secs(5),
+        "a removed from two-gates",
+        || async {
+            let p = stored_pod(&sim, "default", "two-gates")?;
+            (pending_names(&p, Mechanism::SchedulingGates) == ["b.example.com"]).then_some(())
+        },
+    )
+    .await;
+    // The other gate is not its business: the pod stays gated.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let p = stored_pod(&sim, "default", "two-gates").unwrap();
+    assert_eq!(
+        pending_names(&p, Mechanism::SchedulingGates),
+        ["b.example.com"]
+    );
+    assert_eq!(p["status"]["phase"], "Pending");
+    assert_eq!(owner.stats().removed(), 2);
+    owner.stop().await;
+    sim.shutdown().await;
+}
+
+/// (c) Legacy initializers are removed in order: an owner acts only when its name is the head
+/// of `metadata.initializers.pending`; the blocked CREATE returns once the pod is initialized.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_owner_acts_only_at_the_head() {
+    let (first, second) = ("first.example.com", "second.example.com");
+    let sim = start_sim(
+        Mechanism::Initializers,
+        &[first, second],
+        Duration::from_secs(10),
+    )
+    .await;
+    let mut first_opts = owner(first, Mechanism::Initializers);
+    first_opts.alive = false;
+    let first_owner = GateOwner::start(sim.kube_config("first-owner"), first_opts).unwrap();
+    let second_owner = GateOwner::start(
+        sim.kube_config("second-owner"),
+        owner(second, Mechanism::Initializers),
+    )
+    .unwrap();
+
+    let pods: Api<Pod> = Api::namespaced(sim.client(ADMIN), "default");
+    let create = tokio::spawn({
+        let pods = pods.clone();
+        async move { pods.create(&PostParams::default(), &pod("web", &[])).await }
+    });
+    eventually(Duration::from_secs(5), "pod stored", || async {
+        stored_pod(&sim, "default", "web")
+    })
+    .await;
+    // The second owner is alive but not at the head: nothing happens.
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let p = stored_pod(&sim, "default", "web").unwrap();
+    assert_eq!(pending_names(&p, Mechanism::Initializers), [first, second]);
+    assert_eq!(second_owner.stats().removed(), 0);
+    assert!(
+        !create.is_finished(),
+        "CREATE must block while uninitialized"
+    );
+
+    // The first owner comes back: it removes itself, then the second one does.
+    first_owner.revive();
+    let created = tokio::time::timeout(Duration::from_secs(8), create)
+        .await
+        .expect("CREATE returns once initialized")
+        .unwrap()
+        .expect("CREATE succeeds once initialized");
+    assert_eq!(created.metadata.name.as_deref(), Some("web"));
+    assert!(pods.get_opt("web").await.unwrap().is_some());
+    assert_eq!(first_owner.stats().removed(), 1);
+    assert_eq!(second_owner.stats().removed(), 1);
+    first_owner.stop().await;
+    second_owner.stop().await;
+    sim.shutdown().await;
+}
+
+/// (d) Killing an owner takes its Deployment to 0 available replicas, stops its Lease renewals
+/// and makes its owner pod not Ready; pods pile up behind it. Reviving brings all of that back
+/// and processes the backlog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_and_revive_show_in_deployment_lease_and_owner_pod() {
+    let gate = "quota.example.com";
+    let sim = start_sim(Mechanism::SchedulingGates, &[], Duration::from_secs(30)).await;
+    let admin = sim.client(ADMIN);
+    create_namespace(&admin, "quota-system").await;
+    let mut opts = owner(gate, Mechanism::SchedulingGates);
+    opts.namespace = "quota-system".to_string();
+    opts.deployment = Some("quota-controller".to_string());
+    opts.lease = Some("quota-leader".to_string());
+    opts.owner_pod_labels = BTreeMap::from([("app".to_string(), "quota".to_string())]);
+    opts.lease_duration = Duration::from_secs(1);
+    let owner = GateOwner::start(sim.kube_config("quota-controller"), opts).unwrap();
+
+    let deployments: Api<Deployment> = Api::namespaced(admin.clone(), "quota-system");
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), "quota-system");
+    let owner_pods: Api<Pod> = Api::namespaced(admin.clone(), "quota-system");
+    let available = || async {
+        deployments
+            .get_opt("quota-controller")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|d| d.status)
+            .and_then(|s| s.available_replicas)
+    };
+    let renew_time = || async {
+        leases
+            .get_opt("quota-leader")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec)
+            .and_then(|s| s.renew_time)
+            .map(|t| t.0)
+    };
+    let owner_pod_ready = || async {
+        let pods = owner_pods
+            .list(&ListParams::default().labels("app=quota"))
+            .await
+            .ok()?;
+        let pod = pods.items.first()?;
+        let ready = pod
+            .status
+            .as_ref()?
+            .conditions
+            .as_ref()?
+            .iter()
+            .find(|c| c.type_ == "Ready")?;
+        Some(ready.status == "True")
+    };
+
+    eventually(Duration::from_secs(5), "deployment available", || async {
+        (available().await == Some(1)).then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(5), "owner pod Ready", || async {
+        (owner_pod_ready().await == Some(true)).then_some(())
+    })
+    .await;
+    let first = eventually(Duration::from_secs(5), "lease", || renew_time()).await;
+    eventually(Duration::from_secs(5), "lease renewed", || async {
+        renew_time().await.filter(|t| *t > first)
+    })
+    .await;
+
+    owner.kill();
+    assert!(!owner.is_alive());
+    eventually(Duration::from_secs(5), "deployment unavailable", || async {
+        (available().await == Some(0)).then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(5), "owner pod not Ready", || async {
+        (owner_pod_ready().await == Some(false)).then_some(())
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    for i in 0..3 {
+        pods.create(&PostParams::default(), &pod(&format!("job-{i}"), &[gate]))
+            .await
+            .unwrap();
+    }
+    let stopped_at = renew_time().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        renew_time().await,
+        Some(stopped_at),
+        "a dead owner renewed its lease"
+    );
+    assert_eq!(
+        pile_report(&sim, Mechanism::SchedulingGates).stored_waiting_pods,
+        3
+    );
+
+    owner.revive();
+    eventually(
+        Duration::from_secs(5),
+        "deployment available again",
+        || async { (available().await == Some(1)).then_some(()) },
+    )
+    .await;
+    eventually(Duration::from_secs(5), "lease renewed again", || async {
+        renew_time().await.filter(|t| *t > stopped_at)
+    })
+    .await;
+    eventually(Duration::from_secs(5), "owner pod Ready again", || async {
+        (owner_pod_ready().await == Some(true)).then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(5), "backlog processed", || async {
+        (pile_report(&sim, Mechanism::SchedulingGates).stored_waiting_pods == 0).then_some(())
+    })
+    .await;
+    assert_eq!(owner.stats().removed(), 3);
+    owner.stop().await;
+    sim.shutdown().await;
+}
+
+mod scenarios {
+    use initguard::sim::scenario::{Action, Scenario, ScenarioError};
+
+    fn problems(text: &str) -> Vec<String> {
+        match Scenario::from_yaml_str(text, "s.yaml") {
+            Ok(s) => panic!("accepted: {s:?}"),
+            Err(ScenarioError::Invalid(p)) => p.iter().map(ToString::to_string).collect(),
+            Err(e) => panic!("unexpected error {e}"),
+        }
+    }
+
+    #[test]
+    fn examples_parse() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/config/scenarios");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "yaml") {
+                let s = Scenario::load(&path).unwrap_or_else(|e| panic!("{e}"));
+                assert!(!s.owners.is_empty() && !s.creators.is_empty(), "{path:?}");
+                seen += 1;
+            }
+        }
+        assert!(seen >= 2, "expected the example scenarios in {dir}");
+        let legacy = Scenario::load(std::path::Path::new(&format!(
+            "{dir}/legacy-job-pileup.yaml"
+        )))
+        .unwrap();
+        assert_eq!(legacy.initializers, ["sidecar.example.com"]);
+        assert!(legacy.timeline.iter().any(|e| matches!(
+            e.action(),
+            Some(Action::Revive(t)) if t == "sidecar.example.com"
+        )));
+    }
+
+    #[test]
+    fn syntax_and_type_errors_are_located() {
+        assert_eq!(
+            problems("mechanism: schedulingGates\nowners:\n  - initializer: a\n    latncy: 1s\n"),
+            [
+                "s.yaml:4:5: owners[0]: unknown field `latncy`, expected one of `initializer`, `namespace`, `deployment`, `lease`, `ownerPods`, `latency`, `alive`, `leaseDuration`"
+            ]
+        );
+        let bad_duration = problems("mechanism: initializers\ncreateTimeout: soon\n");
+        assert_eq!(bad_duration.len(), 1);
+        assert!(
+            bad_duration[0].starts_with("s.yaml:2:16: "),
+            "{bad_duration:?}"
+        );
+        let bad_mechanism = problems("mechanism: webhooks\n");
+        assert!(
+            bad_mechanism[0].starts_with("s.yaml:1:12: "),
+            "{bad_mechanism:?}"
+        );
+    }
+
+    #[test]
+    fn semantic_errors_are_located() {
+        let text = "\
+mechanism: initializers
+initializers: [a.example.com]
+owners:
+  - initializer: a.example.com
+creators:
+  - kind: job
+    name: backfill
+    gates: [a.example.com]
+  - kind: cronjob
+    name: nightly
+timeline:
+  - at: 1s
+    kill: nobody.example.com
+  - at: 2s
+    revive: a.example.com
+    restart: true
+  - at: 3s
+    kill: job/default/backfill
+  - at: 4s
+    faults: { errorRate: 2 }
+";
+        assert_eq!(
+            problems(text),
+            [
+                "s.yaml:8:5: only for mechanism schedulingGates; legacy initializers come from the top-level `initializers` list",
+                "s.yaml:9:11: a cronjob needs a `period`",
+                "s.yaml:13:11: unknown controller \"nobody.example.com\": name an owner's initializer or a creator as kind/namespace/name",
+                "s.yaml:14:5: has more than one action; use one entry per action",
+                "s.yaml:20:26: must be between 0 and 1",
+            ]
+        );
+    }
+}
+
+mod binary {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    fn kubectl_available() -> bool {
+        Command::new("kubectl")
+            .args(["version", "--client"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// (f) `initguard sim` writes a kubeconfig kubectl can use and stops cleanly on SIGTERM.
+    #[test]
+    fn sim_serves_kubectl_and_exits_on_sigterm() {
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("sim.kubeconfig");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_initguard"))
+            .args(["sim", "--listen", "127.0.0.1:0", "--kubeconfig-out"])
+            .arg(&kubeconfig)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut announced = Vec::new();
+        for line in lines.by_ref() {
+            let line = line.unwrap();
+            let done = line.starts_with("try: kubectl");
+            announced.push(line);
+            if done {
+                break;
+            }
+        }
+        let text = announced.join("\n");
+        assert!(
+            text.contains(&format!("kubeconfig: {}", kubeconfig.display())),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "kubectl --kubeconfig {} get pods -A",
+                kubeconfig.display()
+            )),
+            "{text}"
+        );
+        let written = std::fs::read_to_string(&kubeconfig).unwrap();
+        assert!(written.contains("server: http://127.0.0.1:"), "{written}");
+
+        if kubectl_available() {
+            let out = Command::new("kubectl")
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(["get", "pods", "-A"])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "kubectl failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        } else {
+            eprintln!("kubectl not found: skipping the kubectl check");
+        }
+
+        let term = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(term.success());
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                let _ = child.kill();
+                panic!("initguard sim did not exit after SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(status.success(), "exit status {status:?}");
+    }
+
+    /// A bad scenario is a configuration error: exit 2 with a located message, nothing served.
+    #[test]
+    fn bad_scenario_exits_2_with_location() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.yaml");
+        std::fs::write(&path, "mechanism: schedulingGates\ntimeline:\n  - at: 1s\n").unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_initguard"))
+            .args(["sim", "--listen", "127.0.0.1:0", "--scenario"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("{}:3:5: needs one action", path.display())),
+            "{stderr}"
+        );
+    }
+}
