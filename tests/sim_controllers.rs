@@ -433,7 +433,16 @@ async fn kill_and_revive_show_in_deployment_lease_and_owner_pod() {
 }
 
 mod scenarios {
-    use initguard::sim::scenario::{Action, Scenario, ScenarioError};
+    use std::time::{Duration, Instant};
+
+    use initguard::config::Mechanism;
+    use initguard::sim::controllers::pile_report;
+    use initguard::sim::scenario::{Action, Scenario, ScenarioError, run_scenario};
+    use initguard::sim::{Sim, SimOptions};
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::ListParams;
+    use kube::{Api, Client};
+    use tokio_util::sync::CancellationToken;
 
     fn problems(text: &str) -> Vec<String> {
         match Scenario::from_yaml_str(text, "s.yaml") {
@@ -465,6 +474,79 @@ mod scenarios {
             e.action(),
             Some(Action::Revive(t)) if t == "sidecar.example.com"
         )));
+    }
+
+    /// A scenario drives the controllers and the server: the gate owner dies at 1 s and the
+    /// CronJob pile grows; faults and a server restart hit everyone but the (exempt)
+    /// controllers; the owner comes back at 2.5 s and the pile drains.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn run_scenario_follows_the_timeline() {
+        let text = "
+mechanism: schedulingGates
+namespaces: [batch]
+owners:
+  - initializer: gate.example.com
+creators:
+  - { kind: cronjob, namespace: batch, name: tick, period: 200ms, gates: [gate.example.com], optIn: true }
+timeline:
+  - { at: 1s, kill: gate.example.com }
+  - { at: 1500ms, faults: { errorRate: 1, errorStatuses: [500] } }
+  - { at: 1600ms, restart: true }
+  - { at: 2500ms, revive: gate.example.com }
+";
+        let scenario = Scenario::from_yaml_str(text, "t.yaml").unwrap();
+        let sim = Sim::start(scenario.sim_options(SimOptions::default()))
+            .await
+            .unwrap();
+        let cancel = CancellationToken::new();
+        let start = Instant::now();
+        let run = tokio::spawn({
+            let sim = sim.clone();
+            let cancel = cancel.clone();
+            async move { run_scenario(&sim, &scenario, cancel).await }
+        });
+        let pile = || pile_report(&sim, Mechanism::SchedulingGates).stored_waiting_pods;
+
+        tokio::time::sleep(Duration::from_millis(900)).await;
+        assert!(pile() <= 2, "a live owner keeps the pile small: {}", pile());
+        tokio::time::sleep(Duration::from_millis(2300).saturating_sub(start.elapsed())).await;
+        assert!(
+            pile() >= 3,
+            "the pile grows while the owner is dead: {}",
+            pile()
+        );
+
+        // Faults hit a client that is not exempt.
+        let mut config = sim.kube_config("someone");
+        config.default_retry = false;
+        let pods: Api<Pod> = Api::namespaced(Client::try_from(config).unwrap(), "batch");
+        match pods.list(&ListParams::default()).await {
+            Err(kube::Error::Api(s)) => assert_eq!(s.code, 500),
+            other => panic!("expected an injected 500, got {other:?}"),
+        }
+
+        let drained = Instant::now();
+        while pile() > 1 {
+            assert!(
+                drained.elapsed() < Duration::from_secs(5),
+                "the revived owner did not drain the pile: {}",
+                pile()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let all = sim.list_objects("pods");
+        assert!(
+            all.len() >= 10,
+            "the creator kept going: {} pods",
+            all.len()
+        );
+        assert!(
+            all.iter()
+                .all(|p| p["metadata"]["labels"]["initguard.io/bypass"] == "true")
+        );
+        cancel.cancel();
+        run.await.unwrap().unwrap();
+        sim.shutdown().await;
     }
 
     #[test]
@@ -539,7 +621,8 @@ mod binary {
             .is_ok_and(|s| s.success())
     }
 
-    /// (f) `initguard sim` writes a kubeconfig kubectl can use and stops cleanly on SIGTERM.
+    /// (f) `initguard sim` with a scenario writes a kubeconfig kubectl can use, runs the
+    /// scenario's controllers, and stops cleanly on SIGTERM.
     #[test]
     fn sim_serves_kubectl_and_exits_on_sigterm() {
         let dir = tempfile::tempdir().unwrap();
@@ -547,6 +630,11 @@ mod binary {
         let mut child = Command::new(env!("CARGO_BIN_EXE_initguard"))
             .args(["sim", "--listen", "127.0.0.1:0", "--kubeconfig-out"])
             .arg(&kubeconfig)
+            .arg("--scenario")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/config/scenarios/gates-cronjob.yaml"
+            ))
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -577,17 +665,31 @@ mod binary {
         assert!(written.contains("server: http://127.0.0.1:"), "{written}");
 
         if kubectl_available() {
-            let out = Command::new("kubectl")
-                .arg("--kubeconfig")
-                .arg(&kubeconfig)
-                .args(["get", "pods", "-A"])
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "kubectl failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            // The scenario's CronJob makes its first gated pod at once; kubectl lists it.
+            let start = Instant::now();
+            loop {
+                let out = Command::new("kubectl")
+                    .arg("--kubeconfig")
+                    .arg(&kubeconfig)
+                    .args(["get", "pods", "-A"])
+                    .output()
+                    .unwrap();
+                assert!(
+                    out.status.success(),
+                    "kubectl failed: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+                let table = String::from_utf8_lossy(&out.stdout);
+                if table.contains("nightly-report-") {
+                    assert!(table.contains("SchedulingGated"), "{table}");
+                    break;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(10),
+                    "no scenario pod listed: {table}"
+                );
+                std::thread::sleep(Duration::from_millis(200));
+            }
         } else {
             eprintln!("kubectl not found: skipping the kubectl check");
         }
