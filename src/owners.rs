@@ -332,23 +332,26 @@ impl Handle {
             info!(
                 initializers = %owner.initializer_list,
                 owner_kind = kind,
-                target = %owner.target,
+                owner = %owner.target,
                 state = "up",
                 detail = %detail,
                 "owner is up"
             );
         } else {
             let up_for = match previous {
-                OwnerState::Up { since } => Some(now.duration_since(since).unwrap_or_default()),
+                OwnerState::Up { since } => {
+                    let d = round_ms(now.duration_since(since).unwrap_or_default());
+                    Some(tracing::field::display(humantime::format_duration(d)))
+                }
                 _ => None,
             };
             warn!(
                 initializers = %owner.initializer_list,
                 owner_kind = kind,
-                target = %owner.target,
+                owner = %owner.target,
                 state = "down",
                 detail = %detail,
-                up_for = up_for.map(|d| tracing::field::display(humantime::format_duration(round_ms(d)))),
+                up_for,
                 "owner is down"
             );
         }
@@ -546,27 +549,14 @@ impl Task {
                 () = self.cancel.cancelled() => return,
                 () = timer => true,
                 event = events.next() => match event {
-                    Some(Ok(Event::Init)) => {
-                        relist = Some(M::default());
-                        false
-                    }
-                    Some(Ok(Event::InitApply(object))) => {
-                        relist.get_or_insert_default().apply(object);
-                        false
-                    }
-                    Some(Ok(Event::InitDone)) => {
-                        live = Some(relist.take().unwrap_or_default());
-                        true
-                    }
-                    Some(Ok(Event::Apply(object))) => live.as_mut().map(|m| m.apply(object)).is_some(),
-                    Some(Ok(Event::Delete(object))) => live.as_mut().map(|m| m.delete(object)).is_some(),
+                    Some(Ok(event)) => apply_event(event, &mut live, &mut relist),
                     Some(Err(err)) => {
                         self.handle.inner.metrics.watch_restarted(resource);
                         let owner = self.handle.owner();
                         warn!(
                             initializers = %owner.initializer_list,
                             owner_kind = owner.spec.kind(),
-                            target = %owner.target,
+                            owner = %owner.target,
                             error = %error_chain(&err),
                             "owner watch failed; keeping the last known state and retrying"
                         );
@@ -574,7 +564,7 @@ impl Task {
                     }
                     None => {
                         // The watcher retries forever; an end means the runtime is going away.
-                        error!(target = %self.handle.owner().target, "owner watch ended");
+                        error!(owner = %self.handle.owner().target, "owner watch ended");
                         return;
                     }
                 },
@@ -638,6 +628,32 @@ impl Task {
                 Err(reason) => self.handle.observe(false, || reason),
             }
         }
+    }
+}
+
+/// Fold one watcher event into the model; true when `live` changed. Before the first
+/// complete list `live` is None and stays so until `InitDone`; a relist is collected in
+/// `relist` and replaces `live` at once, so objects gone meanwhile disappear with it.
+fn apply_event<K, M: Model<K>>(
+    event: Event<K>,
+    live: &mut Option<M>,
+    relist: &mut Option<M>,
+) -> bool {
+    match event {
+        Event::Init => {
+            *relist = Some(M::default());
+            false
+        }
+        Event::InitApply(object) => {
+            relist.get_or_insert_default().apply(object);
+            false
+        }
+        Event::InitDone => {
+            *live = Some(relist.take().unwrap_or_default());
+            true
+        }
+        Event::Apply(object) => live.as_mut().map(|m| m.apply(object)).is_some(),
+        Event::Delete(object) => live.as_mut().map(|m| m.delete(object)).is_some(),
     }
 }
 
@@ -808,6 +824,48 @@ mod tests {
         model.delete(pod("a", "True", false));
         assert!(!model.evaluate(now).up);
         assert_eq!(model.0.len(), 1);
+    }
+
+    #[test]
+    fn a_relist_replaces_what_was_known_at_once() {
+        let now = SystemTime::now();
+        let mut live: Option<PodsModel> = None;
+        let mut relist = None;
+        assert!(!apply_event(Event::Init, &mut live, &mut relist));
+        assert!(!apply_event(
+            Event::InitApply(pod("a", "True", false)),
+            &mut live,
+            &mut relist
+        ));
+        assert!(live.is_none(), "nothing is known before the list completes");
+        assert!(apply_event(Event::InitDone, &mut live, &mut relist));
+        assert!(live.as_ref().unwrap().evaluate(now).up);
+
+        // A relist in which pod a is gone: the old view holds until the relist is complete.
+        assert!(!apply_event(Event::Init, &mut live, &mut relist));
+        assert!(!apply_event(
+            Event::InitApply(pod("b", "False", false)),
+            &mut live,
+            &mut relist
+        ));
+        assert!(live.as_ref().unwrap().evaluate(now).up);
+        assert!(apply_event(Event::InitDone, &mut live, &mut relist));
+        let model = live.as_ref().unwrap();
+        assert!(!model.evaluate(now).up);
+        assert_eq!(model.0.keys().collect::<Vec<_>>(), ["b"]);
+
+        assert!(apply_event(
+            Event::Apply(pod("b", "True", false)),
+            &mut live,
+            &mut relist
+        ));
+        assert!(live.as_ref().unwrap().evaluate(now).up);
+        assert!(apply_event(
+            Event::Delete(pod("b", "True", false)),
+            &mut live,
+            &mut relist
+        ));
+        assert!(!live.as_ref().unwrap().evaluate(now).up);
     }
 
     #[test]

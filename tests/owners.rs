@@ -112,7 +112,11 @@ mod http {
     async fn follows_status_codes_and_timeouts() {
         let (url, mode) = health_server().await;
         let config = config(&format!(
-            "initializers:\n  - name: legacy.example.com\n    probeInterval: 100ms\n    owner: {{ http: \"{url}\" }}\n"
+            "initializers:
+  - name: legacy.example.com
+    probeInterval: 100ms
+    owner: {{ http: \"{url}\" }}
+"
         ));
         let metrics = Arc::new(Metrics::new(&config).unwrap());
         let cancel = CancellationToken::new();
@@ -418,7 +422,11 @@ mod sim {
         let micros = |t: SystemTime| humantime::format_rfc3339_micros(t).to_string();
         let lease = serde_json::from_value(json!({
             "metadata": {"name": "leader"},
-            "spec": {"holderIdentity": "kueue-0", "leaseDurationSeconds": 1, "renewTime": micros(SystemTime::now())},
+            "spec": {
+                "holderIdentity": "kueue-0",
+                "leaseDurationSeconds": 1,
+                "renewTime": micros(SystemTime::now()),
+            },
         }))
         .unwrap();
         api.create(&PostParams::default(), &lease).await.unwrap();
