@@ -165,7 +165,6 @@ pub(super) fn scan(text: &str) -> Result<Layout, SyntaxError> {
             }
             Event::StreamStart | Event::DocumentEnd | Event::Nothing => continue,
         };
-        // A block mapping or sequence starts where its first entry does.
         let path = match stack.last_mut() {
             None => String::new(),
             Some(Frame::Map {
@@ -174,11 +173,11 @@ pub(super) fn scan(text: &str) -> Result<Layout, SyntaxError> {
                 seen,
                 first_child,
             }) => {
-                if std::mem::take(first_child) {
-                    let parent = path.clone();
-                    if let Some(n) = layout.nodes.get_mut(&parent) {
-                        n.value = pos;
-                    }
+                // yaml-rust2 marks a block mapping after its first key; point at that key.
+                if std::mem::take(first_child)
+                    && let Some(n) = layout.nodes.get_mut(path.as_str())
+                {
+                    n.value = pos;
                 }
                 match key.take() {
                     None => {

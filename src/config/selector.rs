@@ -482,7 +482,7 @@ mod tests {
         let cases: &[(&str, usize, &str)] = &[
             ("a=b,", 3, "after ','"),
             (",a", 0, "expected a label key"),
-            ("a in ()", 5, "at least one value"),
+            ("a in ()", 6, "at least one value"),
             ("a in (b", 7, "',' or ')'"),
             ("a in b", 5, "expected '('"),
             ("a b", 2, "expected =, ==, !=, in or notin"),
