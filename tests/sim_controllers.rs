@@ -374,7 +374,7 @@ async fn kill_and_revive_show_in_deployment_lease_and_owner_pod() {
         (owner_pod_ready().await == Some(true)).then_some(())
     })
     .await;
-    let first = eventually(Duration::from_secs(5), "lease", || renew_time()).await;
+    let first = eventually(Duration::from_secs(5), "lease", renew_time).await;
     eventually(Duration::from_secs(5), "lease renewed", || async {
         renew_time().await.filter(|t| *t > first)
     })

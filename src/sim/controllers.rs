@@ -631,7 +631,7 @@ struct Backing {
 
 impl Backing {
     fn new(client: Client, opts: &Arc<GateOwnerOptions>) -> Self {
-        let suffix: String = random_suffix();
+        let suffix = random_suffix();
         Backing {
             opts: Arc::clone(opts),
             holder: format!("{}-{suffix}", dns_name(&opts.initializer)),
@@ -930,14 +930,18 @@ impl CreatorOptions {
         format!("{}/{}/{}", self.kind.kind(), self.namespace, self.name)
     }
 
-    /// Labels of every pod this creator makes (the selector it counts pods with comes first).
-    fn pod_labels(&self) -> BTreeMap<String, String> {
-        let selector_key = match self.kind {
+    /// The label key naming the controller on its pods (`job-name` as the Job controller sets).
+    fn selector_key(&self) -> &'static str {
+        match self.kind {
             CreatorKind::Job { .. } => "job-name",
             CreatorKind::ReplicaSet { .. } => "replicaset-name",
             CreatorKind::CronJob { .. } => "cronjob-name",
-        };
-        let mut labels = BTreeMap::from([(selector_key.to_string(), self.name.clone())]);
+        }
+    }
+
+    /// Labels of every pod this creator makes.
+    fn pod_labels(&self) -> BTreeMap<String, String> {
+        let mut labels = BTreeMap::from([(self.selector_key().to_string(), self.name.clone())]);
         if let Some(key) = &self.opt_in_label {
             labels.insert(key.clone(), OPT_IN_VALUE.to_string());
         }
@@ -958,14 +962,9 @@ impl CreatorOptions {
         }
     }
 
+    /// The label selector the creator counts its pods with.
     fn selector(&self) -> String {
-        let labels = self.pod_labels();
-        let (key, value) = labels
-            .iter()
-            .find(|(k, _)| k.ends_with("-name"))
-            .map(|(k, v)| (k.as_str(), v.as_str()))
-            .unwrap_or(("app", self.name.as_str()));
-        format!("{key}={value}")
+        format!("{}={}", self.selector_key(), self.name)
     }
 }
 

@@ -63,9 +63,9 @@ pub struct Scenario {
     #[serde(default = "yes")]
     pub exempt_controllers: bool,
     #[serde(default)]
-    pub owners: Vec<OwnerSpec>,
+    pub owners: Vec<OwnerEntry>,
     #[serde(default)]
-    pub creators: Vec<CreatorSpec>,
+    pub creators: Vec<CreatorEntry>,
     #[serde(default)]
     pub timeline: Vec<TimelineEntry>,
 }
@@ -77,7 +77,7 @@ fn yes() -> bool {
 /// The controller behind one initializer.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct OwnerSpec {
+pub struct OwnerEntry {
     pub initializer: String,
     /// Namespace of its Deployment, Lease and owner pod (default `kube-system`).
     #[serde(default)]
@@ -113,7 +113,7 @@ pub enum CreatorKindName {
 /// One pod creator.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct CreatorSpec {
+pub struct CreatorEntry {
     pub kind: CreatorKindName,
     #[serde(default = "default_namespace")]
     pub namespace: String,
@@ -547,7 +547,7 @@ impl Scenario {
         target.to_string()
     }
 
-    fn owner_options(&self, owner: &OwnerSpec) -> GateOwnerOptions {
+    fn owner_options(&self, owner: &OwnerEntry) -> GateOwnerOptions {
         let mut opts = GateOwnerOptions::new(owner.initializer.clone(), self.mechanism);
         if let Some(ns) = &owner.namespace {
             opts.namespace = ns.clone();
@@ -567,7 +567,7 @@ impl Scenario {
         opts
     }
 
-    fn creator_options(&self, creator: &CreatorSpec) -> CreatorOptions {
+    fn creator_options(&self, creator: &CreatorEntry) -> CreatorOptions {
         let replicas = creator.replicas.unwrap_or(1);
         let mut opts = match creator.kind {
             CreatorKindName::Job => {
@@ -831,7 +831,9 @@ pub struct ScenarioControllers {
 }
 
 impl ScenarioControllers {
-    /// Creates the scenario's namespaces and starts its controllers against `sim`.
+    /// Creates the scenario's namespaces and starts its controllers against `sim`. With
+    /// `exemptControllers` (the default) the controllers' users become the server's set of
+    /// fault-exempt users, replacing any earlier set.
     pub async fn start(sim: &Sim, scenario: &Scenario) -> Result<Self, ScenarioError> {
         create_namespaces(sim, scenario).await?;
         let mut controllers = ScenarioControllers::default();
