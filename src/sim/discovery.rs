@@ -127,6 +127,80 @@ pub fn resource_list(group: &str, version: &str) -> Option<Value> {
     }))
 }
 
+/// The OpenAPI v3 path of a group version: `api/v1`, `apis/apps/v1`.
+fn openapi_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
+}
+
+/// `/openapi/v3`: the index of per-group-version documents.
+pub fn openapi_v3_index() -> Value {
+    let paths: serde_json::Map<String, Value> = group_versions()
+        .into_iter()
+        .map(|(g, v)| {
+            let path = openapi_path(g, v);
+            let url = format!("/openapi/v3/{path}?hash={}", OPENAPI_HASH);
+            (path, json!({ "serverRelativeURL": url }))
+        })
+        .collect();
+    json!({ "paths": paths })
+}
+
+/// Changes whenever the documents below do (clients cache by it).
+const OPENAPI_HASH: &str = "initguard-sim-1";
+
+/// `/openapi/v3/api/v1`, `/openapi/v3/apis/GROUP/VERSION`: a minimal document that lists
+/// the write operations with their group-version-kind and `fieldValidation` parameter, which
+/// is what kubectl reads to decide that the server validates fields itself. Schemas are not
+/// included; `fieldValidation` is accepted and not enforced.
+pub fn openapi_v3_document(path: &str) -> Option<Value> {
+    let (group, version) = group_versions()
+        .into_iter()
+        .find(|(g, v)| openapi_path(g, v) == path)?;
+    let mut paths = serde_json::Map::new();
+    let field_validation = json!({
+        "name": "fieldValidation",
+        "in": "query",
+        "description": "fieldValidation instructs the server on how to handle objects in the request containing unknown or duplicate fields.",
+        "schema": { "type": "string", "uniqueItems": true },
+    });
+    for r in RESOURCES
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+    {
+        let gvk = json!({ "group": r.group, "version": r.version, "kind": r.kind });
+        let op = |verb: &str| {
+            json!({
+                "operationId": format!("{verb}{}", r.kind),
+                "x-kubernetes-action": verb,
+                "x-kubernetes-group-version-kind": gvk,
+                "parameters": [field_validation],
+                "responses": { "200": { "description": "OK" } },
+            })
+        };
+        let base = format!("/{}", openapi_path(group, version));
+        let collection = if r.namespaced {
+            format!("{base}/namespaces/{{namespace}}/{}", r.plural)
+        } else {
+            format!("{base}/{}", r.plural)
+        };
+        paths.insert(collection.clone(), json!({ "post": op("post") }));
+        paths.insert(
+            format!("{collection}/{{name}}"),
+            json!({ "put": op("put"), "patch": op("patch") }),
+        );
+    }
+    Some(json!({
+        "openapi": "3.0.0",
+        "info": { "title": "Kubernetes", "version": "v1.33.0" },
+        "paths": paths,
+        "components": {},
+    }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -160,5 +234,11 @@ mod tests {
             "apps/v1"
         );
         assert!(group("").is_none());
+        let index = openapi_v3_index();
+        assert!(index["paths"]["apis/apps/v1"]["serverRelativeURL"].is_string());
+        let doc = openapi_v3_document("api/v1").unwrap();
+        let patch = &doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"];
+        assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "Pod");
+        assert!(openapi_v3_document("apis/batch/v1").is_none());
     }
 }

@@ -368,6 +368,8 @@ enum Route {
     Group(String),
     ResourceList(String, String),
     Health,
+    OpenApiIndex,
+    OpenApi(String),
     Resource(ResourceRoute),
     NotFound,
 }
@@ -380,6 +382,8 @@ fn route(path: &str) -> Route {
         ["api"] => return Route::CoreVersions,
         ["apis"] => return Route::Groups,
         ["apis", g] => return Route::Group((*g).to_string()),
+        ["openapi", "v3"] => return Route::OpenApiIndex,
+        ["openapi", "v3", rest @ ..] => return Route::OpenApi(rest.join("/")),
         ["api", v, rest @ ..] => ("", *v, rest),
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
         _ => return Route::NotFound,
@@ -676,6 +680,7 @@ async fn handle(
                     )
                     .await
                 }
+                Route::NotFound => error_response(&ApiError::no_route()),
                 other => {
                     if parts.method != Method::GET {
                         error_response(&ApiError::method_not_allowed(parts.method.as_str()))
@@ -705,6 +710,8 @@ fn non_resource(shared: &Shared, route: Route) -> Response<RespBody> {
                 Bytes::from_static(b"ok"),
             );
         }
+        Route::OpenApiIndex => Some(discovery::openapi_v3_index()),
+        Route::OpenApi(path) => discovery::openapi_v3_document(&path),
         Route::Resource(_) | Route::NotFound => None,
     };
     match doc {

@@ -197,8 +197,9 @@ impl ApiError {
     }
 
     /// 422 from applying a JSON patch (a failed `test`, a missing path), as
-    /// `NewGenericServerResponse(422, …)` renders it. The patch error is kept in the message
-    /// (real servers only put it in `details.causes`) so clients and logs can tell why.
+    /// `NewGenericServerResponse(422, …)` renders it (no causes). Unlike current servers, the
+    /// patch error is appended to the message, as 1.7–1.13 servers showed it ("Testing value
+    /// … failed"), so clients and logs can tell why.
     pub fn patch_unprocessable(patch_error: &str) -> Self {
         Self::new(
             422,
@@ -207,9 +208,7 @@ impl ApiError {
                 "the server rejected our request due to an error in our request: {patch_error}"
             ),
         )
-        .with_details(json!({
-            "causes": [{ "reason": "UnexpectedServerResponse", "message": patch_error }]
-        }))
+        .with_details(json!({}))
     }
 
     /// 400 BadRequest.

@@ -1,0 +1,104 @@
+//! Helpers shared by the simulator tests.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use initguard::sim::{Sim, SimOptions};
+use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSchedulingGate, PodSpec};
+use kube::api::{ObjectMeta, PostParams};
+use kube::{Api, Client};
+
+/// The identity most tests act as.
+pub const ADMIN: &str = "system:admin";
+
+/// A server with fast scheduling.
+pub async fn sim() -> Sim {
+    sim_with(SimOptions::default()).await
+}
+
+/// A server with these options (schedule delay 20 ms unless set otherwise).
+pub async fn sim_with(options: SimOptions) -> Sim {
+    Sim::start(options).await.expect("simulator starts")
+}
+
+/// A client that does not retry 429/503/504, so tests see the server's answers raw.
+pub fn raw_client(sim: &Sim, user: &str) -> Client {
+    let mut config = sim.kube_config(user);
+    config.default_retry = false;
+    Client::try_from(config).expect("client")
+}
+
+/// A pod with one container, these labels and scheduling gates.
+pub fn pod(name: &str, labels: &[(&str, &str)], gates: &[&str]) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect::<BTreeMap<_, _>>(),
+            ),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "main".into(),
+                image: Some("registry.k8s.io/pause:3.9".into()),
+                ..Default::default()
+            }],
+            scheduling_gates: (!gates.is_empty()).then(|| {
+                gates
+                    .iter()
+                    .map(|g| PodSchedulingGate {
+                        name: g.to_string(),
+                    })
+                    .collect()
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+/// Create a namespace.
+pub async fn namespace(client: &Client, name: &str) {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    api.create(&PostParams::default(), &ns)
+        .await
+        .expect("namespace created");
+}
+
+/// The API error of a failed call.
+pub fn api_error<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> kube::core::Status {
+    match r {
+        Err(kube::Error::Api(s)) => *s,
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+/// Poll `f` until it returns Some, for at most `within`.
+pub async fn eventually<T, F, Fut>(within: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "condition not met within {within:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
