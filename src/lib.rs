@@ -6,6 +6,7 @@
 pub mod actuator;
 pub mod client;
 pub mod config;
+pub mod demo;
 pub mod leader;
 pub mod mechanism;
 pub mod metrics;

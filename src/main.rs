@@ -57,6 +57,25 @@ enum Command {
     },
     /// The simulated API server alone (plain HTTP); writes a kubeconfig for any client.
     Sim(initguard::sim::cli::SimArgs),
+    /// Embedded simulated cluster and guard, narrated: one owner outage without, then with the
+    /// guard, and a side-by-side table. No cluster needed.
+    Demo {
+        /// Pending-initializer mechanism of the simulated cluster.
+        #[arg(long, value_enum, default_value_t = DemoMechanism::SchedulingGates)]
+        mechanism: DemoMechanism,
+        /// Afterwards keep the simulated cluster and the guard running until Ctrl-C, with a
+        /// kubeconfig for kubectl.
+        #[arg(long)]
+        serve: bool,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+enum DemoMechanism {
+    #[value(name = "schedulingGates", alias = "scheduling-gates")]
+    SchedulingGates,
+    #[value(name = "initializers", alias = "legacy")]
+    Initializers,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -102,6 +121,7 @@ fn main() -> ExitCode {
             init_logging(LogFormat::Text);
             initguard::sim::cli::run(args)
         }
+        Command::Demo { mechanism, serve } => demo(mechanism, serve),
     }
 }
 
@@ -220,6 +240,37 @@ fn check_config(path: &std::path::Path, output: Output) -> ExitCode {
         Err(e) => {
             eprintln!("{e}");
             ExitCode::from(2)
+        }
+    }
+}
+
+fn demo(mechanism: DemoMechanism, serve: bool) -> ExitCode {
+    // The narration on stdout is the demo; logs are kept to warnings on stderr. kube's client
+    // logs every error response, and the simulated 504s of legacy creates are expected here.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new("warn,kube_client::client::builder=off")
+    });
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    let opts = initguard::demo::DemoOptions {
+        mechanism: match mechanism {
+            DemoMechanism::SchedulingGates => initguard::config::Mechanism::SchedulingGates,
+            DemoMechanism::Initializers => initguard::config::Mechanism::Initializers,
+        },
+        serve,
+        ..Default::default()
+    };
+    match rt.block_on(initguard::demo::run(opts)) {
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(1)
         }
     }
 }

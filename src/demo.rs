@@ -1,0 +1,1467 @@
+//! `initguard demo`: the guard's main job on an embedded, simulated cluster, narrated.
+//!
+//! Everything runs in this process on 127.0.0.1: the simulated API server ([`crate::sim`]), the
+//! owners of two initializers and a few pod creators ([`crate::sim::controllers`]), and the
+//! guard itself ([`crate::run::Guard`]) with an embedded configuration. The same scripted
+//! outage runs twice, first without the guard and then with it. The narration is derived from
+//! the simulator's object history and the guard's owner view (never from log output), and the
+//! demo ends with a side-by-side table of what happened.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::{self, Display, Write as _};
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, ObjectMeta, PostParams};
+use serde::Serialize;
+use serde_json::Value;
+use tokio::time::{Instant, MissedTickBehavior};
+
+use crate::config::{Config, ConfigError, DEFAULT_OPT_IN_LABEL, Mechanism};
+use crate::mechanism::{BYPASSED_ANNOTATION, parse_records};
+use crate::policy::{OwnerState, Reason};
+use crate::run::{Guard, RunError};
+use crate::sim::controllers::{
+    ControllerError, Creator, CreatorHandle, CreatorKind, CreatorOptions, GateOwner,
+    GateOwnerHandle, GateOwnerOptions, dns_name, pile_report,
+};
+use crate::sim::scenario::{creator_user, owner_user};
+use crate::sim::{ChangeType, Sim, SimError, SimOptions};
+
+/// The initializer whose owner dies during the demo.
+pub const SIDECAR: &str = "sidecar.example.com";
+/// The initializer whose owner stays healthy; the guard must never remove it.
+pub const QUOTA: &str = "quota.example.com";
+/// Namespace of the demo's workloads.
+pub const NAMESPACE: &str = "demo";
+/// The user the guard talks to the simulated API server as.
+pub const GUARD_USER: &str = "system:initguard";
+/// Where the guard's endpoints listen unless that port is taken (then a free port is used).
+pub const PREFERRED_LISTEN: SocketAddr =
+    SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 9777));
+/// The user of the kubeconfig written by `--serve`.
+pub const KUBECONFIG_USER: &str = "admin";
+
+/// Namespace of the owners' Deployments and Leases.
+const OWNER_NAMESPACE: &str = "kube-system";
+
+// The scripted timeline, in seconds from the start of a run (multiplied by the time scale).
+const KILL_AT: f64 = 5.0;
+const REVIVE_AT: f64 = 14.0;
+const RUN_LENGTH: f64 = 20.0;
+/// A real API server gives up on a blocked pod CREATE after ~30 s; compressed for the demo.
+const CREATE_TIMEOUT: f64 = 2.0;
+/// Longer than the sidecar deadline, so the first pods of the outage are released by their
+/// deadline and later ones by the owner's liveness.
+const OWNER_DOWN_GRACE: f64 = 3.0;
+const SAMPLE_EVERY: f64 = 2.0;
+const TICK: f64 = 0.1;
+/// Bypass lines printed per tick before the rest are summed up in one line.
+const BYPASS_LINES_PER_TICK: usize = 4;
+/// How long the simulated owners and the guard get to come up (not scaled).
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// How to run the demo.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DemoOptions {
+    /// Which pending-initializer mechanism the simulated cluster implements.
+    pub mechanism: Mechanism,
+    /// After the scripted runs, keep the simulated cluster with the guard running until
+    /// SIGINT/SIGTERM.
+    pub serve: bool,
+    /// Multiplies every duration of the scenario (1.0 = the ~20 s runs of the README; tests use
+    /// less). Between 0.05 and 10.
+    pub time_scale: f64,
+}
+
+impl Default for DemoOptions {
+    fn default() -> Self {
+        DemoOptions {
+            mechanism: Mechanism::SchedulingGates,
+            serve: false,
+            time_scale: 1.0,
+        }
+    }
+}
+
+/// Why the demo could not run to its end.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error("time scale must be a finite number between 0.05 and 10, got {0}")]
+    TimeScale(f64),
+    #[error(transparent)]
+    Sim(#[from] SimError),
+    #[error(transparent)]
+    Controller(#[from] ControllerError),
+    #[error("cannot build the guard's client for the simulated cluster: {0}")]
+    Client(#[source] kube::Error),
+    #[error("cannot create namespace {name} in the simulated cluster: {source}")]
+    Namespace {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("the embedded demo configuration is invalid:\n{0}")]
+    Config(#[from] ConfigError),
+    #[error("cannot start the guard: {0}")]
+    Guard(#[from] RunError),
+    #[error("{what} not ready after {}: {detail}", humantime::format_duration(*.waited))]
+    NotReady {
+        what: &'static str,
+        waited: Duration,
+        detail: String,
+    },
+    #[error("cannot prepare {path}: {source}")]
+    TempDir {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write the demo's output: {0}")]
+    Output(#[source] std::io::Error),
+    #[error("the guard broke one of its promises: {0}")]
+    Broken(String),
+}
+
+/// What one run (without or with the guard) did, measured from the simulator's records.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunStats {
+    pub with_guard: bool,
+    pub pods_created: usize,
+    /// Pods whose every initializer was removed by its owner.
+    pub initialized_by_owners: usize,
+    /// Pods fully initialized after the guard removed at least one initializer.
+    pub initialized_after_bypass: usize,
+    /// Bypasses written by the guard, by reason (`deadline`, `owner_down`, `pileup`).
+    pub bypasses: BTreeMap<String, usize>,
+    /// Bypasses of the initializer whose owner never failed (must be 0).
+    pub healthy_initializer_bypasses: usize,
+    /// Pods still waiting on an initializer when the run ended.
+    pub still_waiting: usize,
+    /// Most pods of one controller waiting at the same time (sampled every tick).
+    pub largest_pile: usize,
+    /// `Kind/namespace/name` of the controller that had [`RunStats::largest_pile`].
+    pub largest_pile_controller: Option<String>,
+    /// Longest time an opted-in pod waited for initialization (until the end if it still does).
+    /// Waits are measured as the guard measures them: from `creationTimestamp` (whole seconds)
+    /// for scheduling gates, from creation for legacy initializers.
+    #[serde(with = "humantime_serde")]
+    pub longest_wait_opted_in: Duration,
+    /// Longest time a pod without the opt-in label waited.
+    #[serde(with = "humantime_serde")]
+    pub longest_wait_unlabeled: Duration,
+    /// Pod CREATEs that the API server timed out (legacy initializers: 504, pod kept).
+    pub create_timeouts: u64,
+    /// Pods created without the opt-in label.
+    pub unlabeled_pods: usize,
+    /// Pods without the opt-in label that the guard wrote to (must be 0).
+    pub unlabeled_pods_written_by_guard: usize,
+}
+
+impl RunStats {
+    /// Every bypass, whatever its reason.
+    pub fn total_bypasses(&self) -> usize {
+        self.bypasses.values().sum()
+    }
+
+    /// Bypasses with `reason`.
+    pub fn bypasses_for(&self, reason: Reason) -> usize {
+        self.bypasses.get(reason.as_str()).copied().unwrap_or(0)
+    }
+}
+
+/// The outcome of [`run`]: the same scenario without and with the guard.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DemoSummary {
+    pub mechanism: Mechanism,
+    pub without_guard: RunStats,
+    pub with_guard: RunStats,
+    /// `http://ADDR` where the guard served /metrics and /status during the second run.
+    pub guard_url: String,
+}
+
+/// Run the demo, narrating on stdout.
+pub async fn run(opts: DemoOptions) -> Result<DemoSummary, DemoError> {
+    run_with_output(opts, Box::new(std::io::stdout())).await
+}
+
+/// [`run`], narrating on `out`.
+pub async fn run_with_output(
+    opts: DemoOptions,
+    out: Box<dyn Write + Send>,
+) -> Result<DemoSummary, DemoError> {
+    if !(opts.time_scale.is_finite() && (0.05..=10.0).contains(&opts.time_scale)) {
+        return Err(DemoError::TimeScale(opts.time_scale));
+    }
+    let clock = Clock {
+        scale: opts.time_scale,
+    };
+    let mut n = Narrator::new(out);
+    // Held until the guard starts, so that a second demo running meanwhile picks another port.
+    let (reservation, listen) = reserve_listen_port();
+    let config_text = config_yaml(opts.mechanism, listen, clock);
+    let config = Config::from_yaml_str(&config_text, "<embedded demo config>")?;
+    intro(&mut n, opts.mechanism, clock, &config_text, listen);
+
+    n.line("");
+    n.line("── Run 1 of 2: without the guard ──────────────────────────────────────────");
+    let (without_guard, cluster) = run_once(&mut n, opts.mechanism, clock, None).await?;
+    cluster.stop().await;
+
+    n.line("");
+    n.line("── Run 2 of 2: the same timeline with the guard ───────────────────────────");
+    let guard_setup = GuardSetup {
+        config,
+        reservation,
+    };
+    let (with_guard, cluster) = run_once(&mut n, opts.mechanism, clock, Some(guard_setup)).await?;
+    let guard_url = cluster
+        .guard
+        .as_ref()
+        .map(|g| format!("http://{}", g.addr))
+        .unwrap_or_default();
+    let summary = DemoSummary {
+        mechanism: opts.mechanism,
+        without_guard,
+        with_guard,
+        guard_url,
+    };
+
+    n.line("");
+    n.line("── Result ─────────────────────────────────────────────────────────────────");
+    n.line(render_table(&summary));
+    n.line(conclusion(&summary, clock));
+
+    let broken = broken_promises(&summary.with_guard);
+    if !broken.is_empty() {
+        cluster.stop().await;
+        return Err(DemoError::Broken(broken.join("; ")));
+    }
+    if opts.serve {
+        serve(&mut n, cluster, &summary.guard_url).await?;
+    } else {
+        cluster.stop().await;
+    }
+    n.finish()?;
+    Ok(summary)
+}
+
+/// What the guard must never do, violated in `stats` (empty when all is well).
+fn broken_promises(stats: &RunStats) -> Vec<String> {
+    let mut broken = Vec::new();
+    if stats.unlabeled_pods_written_by_guard > 0 {
+        broken.push(format!(
+            "it wrote to {} pods without the opt-in label",
+            stats.unlabeled_pods_written_by_guard
+        ));
+    }
+    if stats.healthy_initializer_bypasses > 0 {
+        broken.push(format!(
+            "it removed {QUOTA}, whose owner was healthy, {} times",
+            stats.healthy_initializer_bypasses
+        ));
+    }
+    broken
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenario
+// ---------------------------------------------------------------------------------------------
+
+/// Scenario durations, multiplied by the time scale.
+#[derive(Debug, Clone, Copy)]
+struct Clock {
+    scale: f64,
+}
+
+impl Clock {
+    /// `secs` scenario seconds, rounded to whole milliseconds (so configs print cleanly).
+    fn d(self, secs: f64) -> Duration {
+        Duration::from_millis((secs * self.scale * 1000.0).round() as u64)
+    }
+
+    fn text(self, secs: f64) -> String {
+        seconds(self.d(secs))
+    }
+}
+
+/// `1 pod`, `2 pods`.
+fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
+}
+
+/// A duration as `1.5s`.
+fn seconds(d: Duration) -> String {
+    format!("{:.1}s", d.as_secs_f64())
+}
+
+/// Deadlines of (sidecar, quota). Legacy deadlines stay below the create timeout, as DESIGN.md
+/// advises: a CREATE that times out leaves a pod behind and the creator retries.
+fn deadlines(mechanism: Mechanism) -> (f64, f64) {
+    match mechanism {
+        Mechanism::SchedulingGates => (2.0, 4.0),
+        Mechanism::Initializers => (1.5, 1.5),
+    }
+}
+
+/// The guard's embedded configuration, as an operator would write it.
+fn config_yaml(mechanism: Mechanism, listen: SocketAddr, clock: Clock) -> String {
+    let d = |secs: f64| humantime::format_duration(clock.d(secs)).to_string();
+    let (sidecar, quota) = deadlines(mechanism);
+    format!(
+        "mechanism: {mechanism}\n\
+         optIn:\n  label: {label}\n\
+         defaults:\n  ownerDownGrace: {grace}\n\
+         initializers:\n\
+         \x20 - name: {SIDECAR}\n    deadline: {sidecar}\n    owner: {{ deployment: {OWNER_NAMESPACE}/{sidecar_owner} }}\n\
+         \x20 - name: {QUOTA}\n    deadline: {quota}\n    owner: {{ lease: {OWNER_NAMESPACE}/{quota_owner} }}\n\
+         pileup: {{ threshold: 3, action: alert }}\n\
+         leaderElection: {{ enabled: false }}\n\
+         listen: {listen}\n",
+        mechanism = mechanism.as_str(),
+        label = DEFAULT_OPT_IN_LABEL,
+        grace = d(OWNER_DOWN_GRACE),
+        sidecar = d(sidecar),
+        quota = d(quota),
+        sidecar_owner = dns_name(SIDECAR),
+        quota_owner = dns_name(QUOTA),
+    )
+}
+
+/// A pod creator started at some point of the timeline.
+#[derive(Debug, Clone, Copy)]
+struct Workload {
+    at: f64,
+    kind: WorkloadKind,
+    name: &'static str,
+    opted_in: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum WorkloadKind {
+    Job { parallelism: u32 },
+    CronJob { period: f64 },
+    ReplicaSet { replicas: u32 },
+}
+
+const WORKLOADS: [Workload; 5] = [
+    Workload {
+        at: 0.0,
+        kind: WorkloadKind::Job { parallelism: 2 },
+        name: "job-a",
+        opted_in: true,
+    },
+    Workload {
+        at: 0.5,
+        kind: WorkloadKind::CronJob { period: 1.0 },
+        name: "report",
+        opted_in: true,
+    },
+    Workload {
+        at: 7.0,
+        kind: WorkloadKind::Job { parallelism: 3 },
+        name: "job-b",
+        opted_in: true,
+    },
+    Workload {
+        at: 8.0,
+        kind: WorkloadKind::ReplicaSet { replicas: 2 },
+        name: "web",
+        opted_in: false,
+    },
+    Workload {
+        at: 10.0,
+        kind: WorkloadKind::Job { parallelism: 3 },
+        name: "job-c",
+        opted_in: true,
+    },
+];
+
+impl Workload {
+    fn kind_name(&self) -> &'static str {
+        match self.kind {
+            WorkloadKind::Job { .. } => "Job",
+            WorkloadKind::CronJob { .. } => "CronJob",
+            WorkloadKind::ReplicaSet { .. } => "ReplicaSet",
+        }
+    }
+
+    fn options(&self, mechanism: Mechanism, clock: Clock) -> CreatorOptions {
+        let mut opts = match self.kind {
+            WorkloadKind::Job { parallelism } => {
+                let mut o = CreatorOptions::job(NAMESPACE, self.name, parallelism);
+                if let CreatorKind::Job { retry_backoff, .. } = &mut o.kind {
+                    *retry_backoff = clock.d(0.5);
+                }
+                o
+            }
+            WorkloadKind::CronJob { period } => {
+                CreatorOptions::cron_job(NAMESPACE, self.name, clock.d(period))
+            }
+            WorkloadKind::ReplicaSet { replicas } => {
+                CreatorOptions::replica_set(NAMESPACE, self.name, replicas)
+            }
+        };
+        opts.sync_period = clock.d(0.25);
+        if mechanism == Mechanism::SchedulingGates {
+            opts.gates = vec![SIDECAR.to_string(), QUOTA.to_string()];
+        }
+        opts.opt_in_label = self.opted_in.then(|| DEFAULT_OPT_IN_LABEL.to_string());
+        opts
+    }
+
+    fn describe(&self, clock: Clock) -> String {
+        let what = match self.kind {
+            WorkloadKind::Job { parallelism } => format!("runs {parallelism} pods"),
+            WorkloadKind::CronJob { period } => {
+                format!("starts one pod every {}", clock.text(period))
+            }
+            WorkloadKind::ReplicaSet { replicas } => format!("wants {replicas} pods"),
+        };
+        let label = if self.opted_in {
+            format!("labeled {DEFAULT_OPT_IN_LABEL}: opted in")
+        } else {
+            "no opt-in label: the guard must never touch them".to_string()
+        };
+        format!(
+            "{} {NAMESPACE}/{} {what} ({label})",
+            self.kind_name(),
+            self.name
+        )
+    }
+}
+
+/// One thing the timeline does.
+#[derive(Debug, Clone, Copy)]
+enum Step {
+    Start(Workload),
+    Kill,
+    Revive,
+}
+
+/// The whole timeline in scenario seconds, in order.
+fn timeline() -> Vec<(f64, Step)> {
+    let mut steps: Vec<(f64, Step)> = WORKLOADS.iter().map(|w| (w.at, Step::Start(*w))).collect();
+    steps.push((KILL_AT, Step::Kill));
+    steps.push((REVIVE_AT, Step::Revive));
+    steps.sort_by(|a, b| a.0.total_cmp(&b.0));
+    steps
+}
+
+fn intro(n: &mut Narrator, mechanism: Mechanism, clock: Clock, config: &str, listen: SocketAddr) {
+    let how = match mechanism {
+        Mechanism::SchedulingGates => "scheduling gates (Kubernetes >= 1.27)",
+        Mechanism::Initializers => "legacy pod initializers (Kubernetes 1.7-1.13)",
+    };
+    n.line(format_args!(
+        "initguard demo: {how}, on a simulated API server at 127.0.0.1 (no real cluster)."
+    ));
+    n.line("");
+    n.line(format_args!(
+        "Every pod waits on two initializers: {SIDECAR} (owner: Deployment \
+         {OWNER_NAMESPACE}/{}) and {QUOTA} (owner: Lease {OWNER_NAMESPACE}/{}).",
+        dns_name(SIDECAR),
+        dns_name(QUOTA)
+    ));
+    if mechanism == Mechanism::Initializers {
+        n.line(format_args!(
+            "The API server appends both to every new pod and blocks its CREATE until they are \
+             removed or {} pass (then 504, pod kept).",
+            clock.text(CREATE_TIMEOUT)
+        ));
+        n.line(
+            "  A real API server waits ~30s; the demo compresses it to fit in a minute, and its \
+             deadlines stay below it.",
+        );
+    } else {
+        n.line(
+            "Creators put both as scheduling gates; a gated pod stays Pending (SchedulingGated).",
+        );
+    }
+    n.line("");
+    n.line("The same timeline runs twice, first without the guard, then with it:");
+    for (at, step) in timeline() {
+        let what = match step {
+            Step::Start(w) => w.describe(clock),
+            Step::Kill => format!("the {SIDECAR} owner dies"),
+            Step::Revive => format!("the {SIDECAR} owner comes back"),
+        };
+        n.line(format_args!("  t={:<6} {what}", clock.text(at)));
+    }
+    n.line(format_args!(
+        "  t={:<6} end of the run; {QUOTA}'s owner stays healthy throughout",
+        clock.text(RUN_LENGTH)
+    ));
+    n.line("");
+    n.line("The guard runs with this configuration:");
+    for line in config.lines() {
+        n.line(format_args!("  {line}"));
+    }
+    n.line("");
+    n.line(format_args!(
+        "During run 2 the guard serves http://{listen}/metrics and http://{listen}/status."
+    ));
+}
+
+// ---------------------------------------------------------------------------------------------
+// One run
+// ---------------------------------------------------------------------------------------------
+
+/// What the second run needs to start the guard.
+struct GuardSetup {
+    config: Config,
+    /// The guard's port, held until the guard binds it.
+    reservation: Option<TcpListener>,
+}
+
+/// Everything one run started.
+struct Cluster {
+    sim: Sim,
+    sidecar: GateOwnerHandle,
+    quota: GateOwnerHandle,
+    creators: Vec<(Workload, CreatorHandle)>,
+    guard: Option<Guard>,
+}
+
+impl Cluster {
+    /// Stop the guard first (so it sees no teardown), then the controllers, then the server.
+    async fn stop(self) {
+        if let Some(guard) = self.guard {
+            guard.shutdown().await;
+        }
+        for (_, creator) in self.creators {
+            creator.stop().await;
+        }
+        self.sidecar.stop().await;
+        self.quota.stop().await;
+        self.sim.shutdown().await;
+    }
+}
+
+/// Binds the preferred guard port (or a free one) to keep it until the guard starts.
+fn reserve_listen_port() -> (Option<TcpListener>, SocketAddr) {
+    let any = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0));
+    for addr in [PREFERRED_LISTEN, any] {
+        if let Ok(listener) = TcpListener::bind(addr)
+            && let Ok(bound) = listener.local_addr()
+        {
+            return (Some(listener), bound);
+        }
+    }
+    // Nothing could be bound: let the guard pick a port itself.
+    (None, any)
+}
+
+async fn run_once(
+    n: &mut Narrator,
+    mechanism: Mechanism,
+    clock: Clock,
+    guard: Option<GuardSetup>,
+) -> Result<(RunStats, Cluster), DemoError> {
+    let legacy = match mechanism {
+        Mechanism::Initializers => vec![SIDECAR.to_string(), QUOTA.to_string()],
+        Mechanism::SchedulingGates => Vec::new(),
+    };
+    let sim = Sim::start(SimOptions {
+        mechanism,
+        legacy_initializers: legacy,
+        create_timeout: clock.d(CREATE_TIMEOUT),
+        ..SimOptions::default()
+    })
+    .await?;
+    create_namespaces(&sim).await?;
+    let owner = |initializer: &str| {
+        let opts = GateOwnerOptions::new(initializer, mechanism);
+        GateOwner::start(sim.kube_config(&owner_user(&opts)), opts)
+    };
+    let sidecar = owner(SIDECAR)?;
+    let quota = owner(QUOTA)?;
+    let mut cluster = Cluster {
+        sim,
+        sidecar,
+        quota,
+        creators: Vec::new(),
+        guard: None,
+    };
+    let result = async {
+        wait_for_owners(&cluster.sim).await?;
+        if let Some(setup) = guard {
+            let guard = start_guard(n, &cluster.sim, mechanism, setup).await?;
+            cluster.guard = Some(guard);
+        }
+        drive(n, &mut cluster, mechanism, clock).await
+    }
+    .await;
+    match result {
+        Ok(stats) => Ok((stats, cluster)),
+        Err(e) => {
+            cluster.stop().await;
+            Err(e)
+        }
+    }
+}
+
+async fn create_namespaces(sim: &Sim) -> Result<(), DemoError> {
+    let api: Api<Namespace> = Api::all(sim.client(KUBECONFIG_USER));
+    for name in [OWNER_NAMESPACE, NAMESPACE] {
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        match api.create(&PostParams::default(), &ns).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(source) => {
+                return Err(DemoError::Namespace {
+                    name: name.to_string(),
+                    source,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Waits until both owners have published their Deployment status and Lease, so the guard
+/// observes them healthy from the start.
+async fn wait_for_owners(sim: &Sim) -> Result<(), DemoError> {
+    let deadline = Instant::now() + STARTUP_TIMEOUT;
+    loop {
+        let missing: Vec<String> = [SIDECAR, QUOTA]
+            .iter()
+            .flat_map(|initializer| {
+                let name = dns_name(initializer);
+                let available = sim
+                    .get_object("deployments", Some(OWNER_NAMESPACE), &name)
+                    .and_then(|d| d.pointer("/status/availableReplicas")?.as_i64())
+                    .unwrap_or(0);
+                let lease = sim
+                    .get_object("leases", Some(OWNER_NAMESPACE), &name)
+                    .is_some_and(|l| l.pointer("/spec/renewTime").is_some());
+                let mut missing = Vec::new();
+                if available < 1 {
+                    missing.push(format!("deployment {OWNER_NAMESPACE}/{name}"));
+                }
+                if !lease {
+                    missing.push(format!("lease {OWNER_NAMESPACE}/{name}"));
+                }
+                missing
+            })
+            .collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(DemoError::NotReady {
+                what: "the simulated owners",
+                waited: STARTUP_TIMEOUT,
+                detail: format!("not published yet: {}", missing.join(", ")),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn start_guard(
+    n: &mut Narrator,
+    sim: &Sim,
+    mechanism: Mechanism,
+    setup: GuardSetup,
+) -> Result<Guard, DemoError> {
+    let client =
+        crate::client::build(sim.kube_config(GUARD_USER), mechanism).map_err(DemoError::Client)?;
+    let mut config = setup.config;
+    drop(setup.reservation);
+    let guard = match Guard::start(client.clone(), Arc::new(config.clone())).await {
+        Ok(guard) => guard,
+        Err(RunError::Listen { addr, .. }) => {
+            // Taken in the instant between releasing the reservation and binding it.
+            config.listen = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0));
+            let guard = Guard::start(client, Arc::new(config)).await?;
+            n.line(format_args!(
+                "(port {} was taken; the guard serves http://{} instead)",
+                addr.port(),
+                guard.addr
+            ));
+            guard
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let deadline = Instant::now() + STARTUP_TIMEOUT;
+    loop {
+        let missing = guard.shared.not_ready();
+        if missing.is_empty() {
+            return Ok(guard);
+        }
+        if Instant::now() >= deadline {
+            guard.shutdown().await;
+            return Err(DemoError::NotReady {
+                what: "the guard",
+                waited: STARTUP_TIMEOUT,
+                detail: missing.join("; "),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Carries out the timeline, narrating, and measures the run.
+async fn drive(
+    n: &mut Narrator,
+    cluster: &mut Cluster,
+    mechanism: Mechanism,
+    clock: Clock,
+) -> Result<RunStats, DemoError> {
+    let wall_start = SystemTime::now();
+    let start = Instant::now();
+    let steps = timeline();
+    let mut next_step = 0;
+    let mut observer = Observer::new(mechanism, wall_start, clock);
+    let mut next_sample = clock.d(SAMPLE_EVERY);
+    let end = clock.d(RUN_LENGTH);
+    let mut ticker = tokio::time::interval(clock.d(TICK).max(Duration::from_millis(10)));
+    ticker.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let elapsed = start.elapsed();
+        let mut lines: Vec<(Duration, String)> = Vec::new();
+        while let Some((at, step)) = steps.get(next_step)
+            && clock.d(*at) <= elapsed
+        {
+            next_step += 1;
+            let line = apply(cluster, *step, mechanism, clock, &mut observer)?;
+            lines.push((start.elapsed(), line));
+        }
+        lines.extend(observer.observe(&cluster.sim));
+        if let Some(guard) = &cluster.guard {
+            lines.extend(observer.guard_view(guard));
+        }
+        lines.extend(observer.creator_timeouts(&cluster.creators));
+        let pile = pile_report(&cluster.sim, mechanism);
+        observer.sample_pile(&pile);
+        if elapsed >= next_sample {
+            next_sample += clock.d(SAMPLE_EVERY);
+            lines.push((elapsed, observer.sample_line(&pile)));
+        }
+        lines.sort_by_key(|(t, _)| *t);
+        for (t, line) in lines {
+            n.at(t, line);
+        }
+        if elapsed >= end {
+            break;
+        }
+    }
+    // Changes committed since the last tick still count.
+    for (t, line) in observer.observe(&cluster.sim) {
+        n.at(t, line);
+    }
+    let timeouts = cluster
+        .creators
+        .iter()
+        .map(|(_, c)| c.stats().create_timeouts())
+        .sum();
+    let stats = observer.stats(cluster.guard.is_some(), timeouts, SystemTime::now());
+    n.at(
+        start.elapsed(),
+        format_args!(
+            "end of run: {} created, {} still waiting",
+            count(stats.pods_created, "pod"),
+            stats.still_waiting
+        ),
+    );
+    Ok(stats)
+}
+
+/// Carries out one timeline step; returns its narration.
+fn apply(
+    cluster: &mut Cluster,
+    step: Step,
+    mechanism: Mechanism,
+    clock: Clock,
+    observer: &mut Observer,
+) -> Result<String, DemoError> {
+    Ok(match step {
+        Step::Start(workload) => {
+            let opts = workload.options(mechanism, clock);
+            let user = creator_user(&opts);
+            let handle = Creator::start(cluster.sim.kube_config(&user), opts)?;
+            cluster.creators.push((workload, handle));
+            workload.describe(clock)
+        }
+        Step::Kill => {
+            cluster.sidecar.kill();
+            let consequence = match mechanism {
+                Mechanism::SchedulingGates => {
+                    "new pods keep its gate and stay Pending (SchedulingGated)"
+                }
+                Mechanism::Initializers => {
+                    "new pods stay uninitialized (hidden from ordinary clients) and their CREATE \
+                     blocks until it times out"
+                }
+            };
+            format!(
+                "{SIDECAR} owner killed: deployment {OWNER_NAMESPACE}/{} → 0 available, lease \
+                 no longer renewed\n{consequence}",
+                dns_name(SIDECAR)
+            )
+        }
+        Step::Revive => {
+            cluster.sidecar.revive();
+            observer.revived = true;
+            format!(
+                "{SIDECAR} owner revived: it lists every pod again and works through its backlog"
+            )
+        }
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Observation
+// ---------------------------------------------------------------------------------------------
+
+/// One pod as seen through the simulator's object history.
+#[derive(Debug)]
+struct PodTrack {
+    /// `namespace/name`.
+    key: String,
+    /// Where the guard's wait clock starts: `creationTimestamp` (whole seconds, as Kubernetes
+    /// keeps it) for scheduling gates; the precise creation for legacy initializers, whose clock
+    /// starts when the guard first sees the initializer at the head of the list.
+    guard_clock_start: SystemTime,
+    opted_in: bool,
+    pending: Vec<String>,
+    initialized_at: Option<SystemTime>,
+    deleted: bool,
+    bypassed: bool,
+    guard_wrote: bool,
+}
+
+/// A bypass found in the object history.
+#[derive(Debug)]
+struct BypassSeen {
+    at: SystemTime,
+    pod: String,
+    initializer: String,
+    reason: String,
+    /// The wait as the guard measures it (see [`PodTrack::guard_clock_start`]).
+    waited: Duration,
+    opted_in: bool,
+}
+
+/// Follows the simulator's object history and the guard's owner view, turning them into
+/// narration and numbers.
+struct Observer {
+    mechanism: Mechanism,
+    wall_start: SystemTime,
+    clock: Clock,
+    /// The user the sidecar owner writes as (its removals after the revival are counted).
+    sidecar_owner: String,
+    last_rv: u64,
+    /// When the last of those removals was committed.
+    last_catch_up: SystemTime,
+    pods: HashMap<String, PodTrack>,
+    bypasses: Vec<BypassSeen>,
+    largest_pile: usize,
+    largest_pile_controller: Option<String>,
+    /// Whether the sidecar owner has been revived.
+    revived: bool,
+    /// Sidecar removals by its owner since the revival.
+    caught_up_removals: usize,
+    caught_up_reported: bool,
+    /// Last owner state the guard reported for the sidecar initializer ("up", "down").
+    guard_owner_view: Option<&'static str>,
+    /// Creators whose first CREATE timeout was narrated.
+    timeouts_reported: HashSet<String>,
+}
+
+impl Observer {
+    fn new(mechanism: Mechanism, wall_start: SystemTime, clock: Clock) -> Self {
+        Observer {
+            mechanism,
+            wall_start,
+            clock,
+            sidecar_owner: owner_user(&GateOwnerOptions::new(SIDECAR, mechanism)),
+            last_rv: 0,
+            last_catch_up: wall_start,
+            pods: HashMap::new(),
+            bypasses: Vec::new(),
+            largest_pile: 0,
+            largest_pile_controller: None,
+            revived: false,
+            caught_up_removals: 0,
+            caught_up_reported: false,
+            guard_owner_view: None,
+            timeouts_reported: HashSet::new(),
+        }
+    }
+
+    fn since_start(&self, t: SystemTime) -> Duration {
+        t.duration_since(self.wall_start).unwrap_or_default()
+    }
+
+    /// Processes pod changes committed since the last call.
+    fn observe(&mut self, sim: &Sim) -> Vec<(Duration, String)> {
+        let mut bypass_lines: Vec<(Duration, String)> = Vec::new();
+        let mut other_lines: Vec<(Duration, String)> = Vec::new();
+        let mut new_bypasses = 0usize;
+        let wall_start = self.wall_start;
+        let since = |t: SystemTime| t.duration_since(wall_start).unwrap_or_default();
+        for change in sim.object_history() {
+            if change.resource_version <= self.last_rv {
+                continue;
+            }
+            self.last_rv = change.resource_version;
+            if change.resource != "pods" {
+                continue;
+            }
+            let key = format!(
+                "{}/{}",
+                change.namespace.as_deref().unwrap_or_default(),
+                change.name
+            );
+            match change.change_type {
+                ChangeType::Added => {
+                    let Some(after) = &change.after else { continue };
+                    let pending = crate::mechanism::pending_names(self.mechanism, after);
+                    let guard_clock_start = match self.mechanism {
+                        Mechanism::SchedulingGates => creation_timestamp(after),
+                        Mechanism::Initializers => None,
+                    };
+                    let track = PodTrack {
+                        key,
+                        guard_clock_start: guard_clock_start.unwrap_or(change.time),
+                        opted_in: has_label(after, DEFAULT_OPT_IN_LABEL),
+                        initialized_at: pending.is_empty().then_some(change.time),
+                        pending,
+                        deleted: false,
+                        bypassed: false,
+                        guard_wrote: false,
+                    };
+                    self.pods.insert(change.uid.clone(), track);
+                }
+                ChangeType::Modified => {
+                    let Some(after) = &change.after else { continue };
+                    let Some(track) = self.pods.get_mut(&change.uid) else {
+                        continue;
+                    };
+                    track.pending = crate::mechanism::pending_names(self.mechanism, after);
+                    if track.pending.is_empty() && track.initialized_at.is_none() {
+                        track.initialized_at = Some(change.time);
+                    }
+                    let removed = change.removed_initializers();
+                    if change.user == GUARD_USER {
+                        track.guard_wrote = true;
+                        for initializer in removed {
+                            track.bypassed = true;
+                            let seen = BypassSeen {
+                                at: change.time,
+                                pod: track.key.clone(),
+                                reason: bypass_reason(after, &initializer),
+                                initializer,
+                                // As the guard measures it, so a deadline reads as configured.
+                                waited: change
+                                    .time
+                                    .duration_since(track.guard_clock_start)
+                                    .unwrap_or_default(),
+                                opted_in: track.opted_in,
+                            };
+                            new_bypasses += 1;
+                            if bypass_lines.len() < BYPASS_LINES_PER_TICK {
+                                bypass_lines.push((since(seen.at), seen.narrate()));
+                            }
+                            self.bypasses.push(seen);
+                        }
+                        if !track.opted_in {
+                            other_lines.push((
+                                since(change.time),
+                                format!(
+                                    "guard: WROTE TO {}, a pod without the opt-in label",
+                                    track.key
+                                ),
+                            ));
+                        }
+                    } else if self.revived
+                        && change.user == self.sidecar_owner
+                        && removed.iter().any(|r| r == SIDECAR)
+                    {
+                        self.caught_up_removals += 1;
+                        self.last_catch_up = change.time;
+                    }
+                }
+                ChangeType::Deleted => {
+                    if let Some(track) = self.pods.get_mut(&change.uid) {
+                        track.deleted = true;
+                    }
+                }
+            }
+        }
+        if new_bypasses > bypass_lines.len()
+            && let Some((t, _)) = bypass_lines.last()
+        {
+            let t = *t;
+            bypass_lines.truncate(BYPASS_LINES_PER_TICK - 1);
+            bypass_lines.push((
+                t,
+                format!(
+                    "guard: … and {} more bypasses",
+                    new_bypasses - bypass_lines.len()
+                ),
+            ));
+        }
+        if self.revived && !self.caught_up_reported && self.caught_up_removals > 0 {
+            let still = self
+                .pods
+                .values()
+                .filter(|p| !p.deleted && p.pending.iter().any(|i| i == SIDECAR))
+                .count();
+            if still == 0 {
+                self.caught_up_reported = true;
+                other_lines.push((
+                    self.since_start(self.last_catch_up),
+                    format!(
+                        "{SIDECAR} owner caught up: removed its initializer from {} that were \
+                         waiting for it",
+                        count(self.caught_up_removals, "pod")
+                    ),
+                ));
+            }
+        }
+        bypass_lines.extend(other_lines);
+        bypass_lines
+    }
+
+    /// Narrates changes in the guard's view of the sidecar owner.
+    fn guard_view(&mut self, guard: &Guard) -> Option<(Duration, String)> {
+        let (view, since) = match guard.shared.owners.state(SIDECAR) {
+            OwnerState::Unknown => return None,
+            OwnerState::Up { since } => ("up", since),
+            OwnerState::Down { since } => ("down", since),
+        };
+        let previous = self.guard_owner_view.replace(view);
+        if previous.is_none() || previous == Some(view) {
+            return None;
+        }
+        let at = self.since_start(since);
+        Some(if view == "down" {
+            (
+                at,
+                format!(
+                    "guard: sees the {SIDECAR} owner down (0 available replicas)\nopted-in pods \
+                     waiting on it are released at their {} deadline, or at once when the owner \
+                     has been down for {} (ownerDownGrace)",
+                    self.clock.text(deadlines(self.mechanism).0),
+                    self.clock.text(OWNER_DOWN_GRACE)
+                ),
+            )
+        } else {
+            (
+                at,
+                format!("guard: sees the {SIDECAR} owner up again and leaves the work to it"),
+            )
+        })
+    }
+
+    /// Narrates each creator's first CREATE timeout (legacy initializers).
+    fn creator_timeouts(
+        &mut self,
+        creators: &[(Workload, CreatorHandle)],
+    ) -> Vec<(Duration, String)> {
+        let now = self.since_start(SystemTime::now());
+        let mut lines = Vec::new();
+        for (workload, handle) in creators {
+            if handle.stats().create_timeouts() == 0
+                || !self.timeouts_reported.insert(handle.name().to_string())
+            {
+                continue;
+            }
+            let next = match workload.kind {
+                WorkloadKind::Job { .. } => "the Job controller cannot see it and creates another",
+                WorkloadKind::CronJob { .. } => "the next scheduled run adds one more anyway",
+                WorkloadKind::ReplicaSet { .. } => {
+                    "the ReplicaSet waits on its expectations before creating again"
+                }
+            };
+            lines.push((
+                now,
+                format!(
+                    "API server: CREATE of a {} {NAMESPACE}/{} pod timed out after {} (504)\nthe \
+                     pod stays stored, uninitialized and hidden; {next}",
+                    workload.kind_name(),
+                    workload.name,
+                    self.clock.text(CREATE_TIMEOUT)
+                ),
+            ));
+        }
+        lines
+    }
+
+    fn sample_pile(&mut self, pile: &crate::sim::controllers::PileReport) {
+        if let Some((controller, size)) = largest(pile)
+            && size > self.largest_pile
+        {
+            self.largest_pile = size;
+            self.largest_pile_controller = Some(controller.to_string());
+        }
+    }
+
+    fn sample_line(&self, pile: &crate::sim::controllers::PileReport) -> String {
+        let mut line = match largest(pile) {
+            Some((controller, size)) => format!(
+                "sample: {} waiting, largest pile {size} ({})",
+                count(pile.stored_waiting_pods, "pod"),
+                controller_display(controller)
+            ),
+            None => "sample: no pods waiting".to_string(),
+        };
+        let _ = write!(line, ", bypasses so far {}", self.bypasses.len());
+        line
+    }
+
+    fn stats(&self, with_guard: bool, create_timeouts: u64, now: SystemTime) -> RunStats {
+        let mut stats = RunStats {
+            with_guard,
+            create_timeouts,
+            largest_pile: self.largest_pile,
+            largest_pile_controller: self.largest_pile_controller.clone(),
+            ..RunStats::default()
+        };
+        for pod in self.pods.values() {
+            stats.pods_created += 1;
+            if !pod.opted_in {
+                stats.unlabeled_pods += 1;
+                if pod.guard_wrote {
+                    stats.unlabeled_pods_written_by_guard += 1;
+                }
+            }
+            if pod.deleted {
+                continue;
+            }
+            match pod.initialized_at {
+                Some(_) if pod.bypassed => stats.initialized_after_bypass += 1,
+                Some(_) => stats.initialized_by_owners += 1,
+                None => stats.still_waiting += 1,
+            }
+            let waited = pod
+                .initialized_at
+                .unwrap_or(now)
+                .duration_since(pod.guard_clock_start)
+                .unwrap_or_default();
+            let longest = if pod.opted_in {
+                &mut stats.longest_wait_opted_in
+            } else {
+                &mut stats.longest_wait_unlabeled
+            };
+            *longest = (*longest).max(waited);
+        }
+        for b in &self.bypasses {
+            *stats.bypasses.entry(b.reason.clone()).or_default() += 1;
+            if b.initializer == QUOTA {
+                stats.healthy_initializer_bypasses += 1;
+            }
+        }
+        stats
+    }
+}
+
+impl BypassSeen {
+    fn narrate(&self) -> String {
+        let note = if self.opted_in {
+            ""
+        } else {
+            " — A POD WITHOUT THE OPT-IN LABEL"
+        };
+        format!(
+            "guard: bypassed {} on {} ({} after {}){note}",
+            self.initializer,
+            self.pod,
+            self.reason,
+            seconds(self.waited)
+        )
+    }
+}
+
+/// The controller with the most waiting pods (the first by name on a tie).
+fn largest(pile: &crate::sim::controllers::PileReport) -> Option<(&str, usize)> {
+    pile.per_controller
+        .iter()
+        .fold(None, |best: Option<(&str, usize)>, (k, v)| match best {
+            Some((_, size)) if size >= *v => best,
+            _ => Some((k.as_str(), *v)),
+        })
+}
+
+/// `Kind/namespace/name` → `Kind namespace/name`.
+fn controller_display(key: &str) -> String {
+    key.replacen('/', " ", 1)
+}
+
+/// `metadata.creationTimestamp` of a raw pod.
+fn creation_timestamp(pod: &Value) -> Option<SystemTime> {
+    let text = pod.get("metadata")?.get("creationTimestamp")?.as_str()?;
+    let at: jiff::Timestamp = text.parse().ok()?;
+    Some(SystemTime::from(at))
+}
+
+fn has_label(pod: &Value, key: &str) -> bool {
+    pod.get("metadata")
+        .and_then(|m| m.get("labels"))
+        .and_then(|l| l.get(key))
+        .is_some()
+}
+
+/// The reason the guard recorded for removing `initializer`, from the bypass annotation.
+fn bypass_reason(pod: &Value, initializer: &str) -> String {
+    pod.get("metadata")
+        .and_then(|m| m.get("annotations"))
+        .and_then(|a| a.get(BYPASSED_ANNOTATION))
+        .and_then(Value::as_str)
+        .and_then(|text| {
+            parse_records(text)
+                .into_iter()
+                .rev()
+                .find(|r| r.initializer == initializer)
+        })
+        .map_or_else(|| "unrecorded".to_string(), |r| r.reason)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Result
+// ---------------------------------------------------------------------------------------------
+
+const LABEL_WIDTH: usize = 46;
+const COLUMN_WIDTH: usize = 22;
+
+/// The side-by-side table: one row per measure, columns without and with the guard.
+pub fn render_table(summary: &DemoSummary) -> String {
+    let (a, b) = (&summary.without_guard, &summary.with_guard);
+    let mut rows: Vec<(String, String, String)> = Vec::new();
+    let mut row = |label: &str, f: &dyn Fn(&RunStats) -> String| {
+        rows.push((label.to_string(), f(a), f(b)));
+    };
+    row("pods created", &|s| s.pods_created.to_string());
+    row("initialized by their owners alone", &|s| {
+        s.initialized_by_owners.to_string()
+    });
+    row("initialized after a guard bypass", &|s| {
+        s.initialized_after_bypass.to_string()
+    });
+    row("guard bypasses", &|s| s.total_bypasses().to_string());
+    for reason in [Reason::OwnerDown, Reason::Deadline, Reason::Pileup] {
+        row(&format!("  reason {}", reason.as_str()), &|s| {
+            s.bypasses_for(reason).to_string()
+        });
+    }
+    row(&format!("bypasses of the healthy {QUOTA}"), &|s| {
+        s.healthy_initializer_bypasses.to_string()
+    });
+    row("still waiting at the end", &|s| s.still_waiting.to_string());
+    row("largest pile (waiting pods of one controller)", &|s| {
+        s.largest_pile.to_string()
+    });
+    row("  held by", &|s| {
+        s.largest_pile_controller
+            .as_deref()
+            .map_or_else(|| "-".to_string(), controller_display)
+    });
+    row("longest wait, opted-in pods", &|s| {
+        seconds(s.longest_wait_opted_in)
+    });
+    row("longest wait, unlabeled pods", &|s| {
+        seconds(s.longest_wait_unlabeled)
+    });
+    if summary.mechanism == Mechanism::Initializers {
+        row("pod CREATEs timed out (504)", &|s| {
+            s.create_timeouts.to_string()
+        });
+    }
+    row("unlabeled pods written by the guard", &|s| {
+        s.unlabeled_pods_written_by_guard.to_string()
+    });
+
+    let mut out = format!(
+        "{:<LABEL_WIDTH$}{:>COLUMN_WIDTH$}{:>COLUMN_WIDTH$}\n",
+        "", "without guard", "with guard"
+    );
+    for (label, without, with) in rows {
+        let _ = writeln!(
+            out,
+            "{label:<LABEL_WIDTH$}{without:>COLUMN_WIDTH$}{with:>COLUMN_WIDTH$}"
+        );
+    }
+    out
+}
+
+/// Three lines saying what the table shows.
+fn conclusion(summary: &DemoSummary, clock: Clock) -> String {
+    let (a, b) = (&summary.without_guard, &summary.with_guard);
+    let held = |s: &RunStats| {
+        s.largest_pile_controller
+            .as_deref()
+            .map_or_else(|| "no controller".to_string(), controller_display)
+    };
+    let mut out = format!(
+        "Without the guard: {} of {} piled up and opted-in pods waited up to {}, only because \
+         the owner came back at t={}; had it stayed dead, they would wait forever.",
+        count(a.largest_pile, "pod"),
+        held(a),
+        seconds(a.longest_wait_opted_in),
+        clock.text(REVIVE_AT)
+    );
+    if summary.mechanism == Mechanism::Initializers {
+        let _ = write!(
+            out,
+            " {} timed out, each leaving a hidden pod behind.",
+            count(a.create_timeouts as usize, "pod CREATE")
+        );
+    }
+    let reasons: Vec<String> = b
+        .bypasses
+        .iter()
+        .map(|(reason, count)| format!("{count} {reason}"))
+        .collect();
+    let reasons = if reasons.is_empty() {
+        "none".to_string()
+    } else {
+        reasons.join(", ")
+    };
+    let _ = write!(
+        out,
+        "\nWith the guard: opted-in pods waited at most {} and the largest pile was {} ({}); it \
+         removed only {SIDECAR} (bypasses: {reasons}), never the healthy {QUOTA}.",
+        seconds(b.longest_wait_opted_in),
+        b.largest_pile,
+        held(b),
+    );
+    let unlabeled = count(b.unlabeled_pods, "unlabeled pod");
+    if b.unlabeled_pods_written_by_guard == 0 {
+        let _ = write!(
+            out,
+            "\nThe guard wrote to none of the {unlabeled}: they waited for their owner as before \
+             ({} without, {} with the guard).",
+            seconds(a.longest_wait_unlabeled),
+            seconds(b.longest_wait_unlabeled),
+        );
+    } else {
+        let _ = write!(
+            out,
+            "\nBUT the guard wrote to {} of the {unlabeled}: that is a bug.",
+            b.unlabeled_pods_written_by_guard
+        );
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// --serve
+// ---------------------------------------------------------------------------------------------
+
+async fn serve(n: &mut Narrator, cluster: Cluster, guard_url: &str) -> Result<(), DemoError> {
+    let dir = std::env::temp_dir().join(format!("initguard-demo-{}", std::process::id()));
+    if let Err(source) = std::fs::create_dir_all(&dir) {
+        cluster.stop().await;
+        return Err(DemoError::TempDir { path: dir, source });
+    }
+    let kubeconfig = dir.join("kubeconfig");
+    if let Err(e) = cluster.sim.write_kubeconfig(&kubeconfig, KUBECONFIG_USER) {
+        cluster.stop().await;
+        return Err(e.into());
+    }
+    let k = kubeconfig.display();
+    n.line("");
+    n.line("── Serving until Ctrl-C ───────────────────────────────────────────────────");
+    n.line(format_args!(
+        "The simulated cluster of run 2 keeps running with the guard ({} at {}):",
+        cluster.sim.mechanism().as_str(),
+        cluster.sim.url()
+    ));
+    n.line(format_args!(
+        "  kubectl --kubeconfig {k} get pods -A -L {DEFAULT_OPT_IN_LABEL}"
+    ));
+    n.line(format_args!(
+        "  kubectl --kubeconfig {k} get pods -n {NAMESPACE} -o custom-columns=NAME:.metadata.name,BYPASSED:'.metadata.annotations.initguard\\.io/bypassed'"
+    ));
+    n.line(format_args!(
+        "  curl -s {guard_url}/metrics | grep ^initguard_"
+    ));
+    n.line(format_args!("  curl -s {guard_url}/status"));
+    if cluster.sim.mechanism() == Mechanism::Initializers {
+        n.line("  (kubectl lists only initialized pods: uninitialized ones are hidden, as on a 1.7 API server)");
+    }
+    crate::run::wait_for_signal().await;
+    n.line("Stopping.");
+    cluster.stop().await;
+    // Best effort: the kubeconfig only pointed at the server that just stopped.
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Output
+// ---------------------------------------------------------------------------------------------
+
+/// Writes the narration; the first write error is kept and reported at the end, so a closed
+/// stdout does not abort the scenario half-way.
+struct Narrator {
+    out: Box<dyn Write + Send>,
+    error: Option<std::io::Error>,
+}
+
+impl Narrator {
+    fn new(out: Box<dyn Write + Send>) -> Self {
+        Narrator { out, error: None }
+    }
+
+    fn line(&mut self, text: impl Display) {
+        if self.error.is_some() {
+            return;
+        }
+        if let Err(e) = writeln!(self.out, "{text}").and_then(|()| self.out.flush()) {
+            self.error = Some(e);
+        }
+    }
+
+    /// A line stamped with the time since the start of the run.
+    fn at(&mut self, t: Duration, text: impl Display) {
+        self.line(Stamped(t, text));
+    }
+
+    fn finish(self) -> Result<(), DemoError> {
+        match self.error {
+            Some(e) => Err(DemoError::Output(e)),
+            None => Ok(()),
+        }
+    }
+}
+
+struct Stamped<T>(Duration, T);
+
+/// `[ 5.0s] text`; further lines of the text are indented under its first.
+impl<T: Display> Display for Stamped<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = self.1.to_string();
+        let mut lines = text.lines();
+        write!(
+            f,
+            "[{:>4.1}s] {}",
+            self.0.as_secs_f64(),
+            lines.next().unwrap_or_default()
+        )?;
+        for line in lines {
+            write!(f, "\n{:8}{line}", "")?;
+        }
+        Ok(())
+    }
+}
