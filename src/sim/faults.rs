@@ -140,7 +140,7 @@ mod tests {
         assert!(!f.take_gone("u"));
         f.clear();
         assert_eq!(f.injected_error("u"), None);
-        let mut rx = f.subscribe_drops();
+        let rx = f.subscribe_drops();
         f.drop_watches();
         assert!(rx.has_changed().unwrap());
     }

@@ -221,8 +221,7 @@ async fn patches_json_merge_strategic() {
     let rec = sim
         .requests()
         .into_iter()
-        .filter(|r| r.verb == "patch")
-        .last()
+        .rfind(|r| r.verb == "patch")
         .unwrap();
     assert_eq!(
         rec.content_type.as_deref(),

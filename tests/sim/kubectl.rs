@@ -132,14 +132,14 @@ async fn kubectl_get_label_annotate_patch_delete() {
     .await;
     assert!(ok);
     assert!(
-        pods.get("plain")
+        !pods
+            .get("plain")
             .await
             .unwrap()
             .metadata
             .labels
             .unwrap_or_default()
-            .get("tier")
-            .is_none()
+            .contains_key("tier")
     );
 
     let (ok, out, _) = run(&dir, &["delete", "pod", "plain", "-n", "k"]).await;
