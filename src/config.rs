@@ -249,14 +249,13 @@ impl ConfigError {
     }
 
     /// Sort by position (unlocated last) and cap the list at [`MAX_REPORTED_ERRORS`].
-    fn from_problems(file: &str, mut errors: Vec<LocatedError>) -> ConfigError {
+    /// `unlisted` counts further problems the caller found but did not keep.
+    fn from_problems(file: &str, mut errors: Vec<LocatedError>, unlisted: usize) -> ConfigError {
         errors.sort_by_key(|e| (e.line == 0, e.line, e.column));
         if errors.len() > MAX_REPORTED_ERRORS {
-            let hidden = errors.len() - MAX_REPORTED_ERRORS;
-            let (line, column) = (
-                errors[MAX_REPORTED_ERRORS].line,
-                errors[MAX_REPORTED_ERRORS].column,
-            );
+            let hidden = errors.len() - MAX_REPORTED_ERRORS + unlisted;
+            let first_hidden = &errors[MAX_REPORTED_ERRORS];
+            let (line, column) = (first_hidden.line, first_hidden.column);
             errors.truncate(MAX_REPORTED_ERRORS);
             errors.push(LocatedError::new(
                 file,
@@ -285,9 +284,10 @@ fn position_of(text: &str, at: usize) -> (usize, usize) {
 }
 
 /// Characters YAML forbids, and line separators on which the two YAML parsers used here would
-/// disagree about line numbers.
-fn character_problems(text: &str, file: &str) -> Vec<LocatedError> {
+/// disagree about line numbers. Keeps one more problem than is ever shown and counts the rest.
+fn character_problems(text: &str, file: &str) -> (Vec<LocatedError>, usize) {
     let mut problems = Vec::new();
+    let mut unlisted = 0;
     let (mut line, mut column) = (1usize, 1usize);
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
@@ -304,9 +304,10 @@ fn character_problems(text: &str, file: &str) -> Vec<LocatedError> {
             _ => None,
         };
         if let Some(message) = message {
-            problems.push(LocatedError::new(file, line, column, message));
-            if problems.len() > MAX_REPORTED_ERRORS {
-                break;
+            if problems.len() <= MAX_REPORTED_ERRORS {
+                problems.push(LocatedError::new(file, line, column, message));
+            } else {
+                unlisted += 1;
             }
         }
         let breaks = c == '\n' || (c == '\r' && chars.peek() != Some(&'\n'));
@@ -317,7 +318,7 @@ fn character_problems(text: &str, file: &str) -> Vec<LocatedError> {
             column += 1;
         }
     }
-    problems
+    (problems, unlisted)
 }
 
 /// Turn a serde_yaml error into a located one, without the "at line L column C" it embeds.
@@ -429,9 +430,9 @@ impl Config {
         }
         // yaml-rust2 does not skip a byte-order mark; editors do not show one either.
         let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-        let bad_chars = character_problems(text, file);
+        let (bad_chars, unlisted) = character_problems(text, file);
         if !bad_chars.is_empty() {
-            return Err(ConfigError::from_problems(file, bad_chars));
+            return Err(ConfigError::from_problems(file, bad_chars, unlisted));
         }
         // The event pass runs first: it refuses flow nesting deeper than 255 levels, which
         // libyaml (inside serde_yaml) would otherwise scan in quadratic time.
@@ -485,7 +486,7 @@ impl Config {
                     )
                 })
                 .collect();
-            return Err(ConfigError::from_problems(file, errors));
+            return Err(ConfigError::from_problems(file, errors, 0));
         }
         let raw: raw::RawConfig =
             serde_yaml::from_str(text).map_err(|e| serde_problem(&e, text, file, &layout))?;
@@ -494,7 +495,7 @@ impl Config {
         if problems.list.is_empty() {
             Ok(config)
         } else {
-            Err(ConfigError::from_problems(file, problems.list))
+            Err(ConfigError::from_problems(file, problems.list, 0))
         }
     }
 
@@ -636,5 +637,55 @@ impl fmt::Display for OwnerSpec {
             } => write!(f, "pods {namespace} {selector}"),
             OwnerSpec::Http { url } => write!(f, "http {url}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The classic "billion laughs": nine levels of nine aliases each.
+    fn alias_bomb() -> String {
+        let mut text = String::from("a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+        let mut previous = 'a';
+        for name in 'b'..='i' {
+            let refs = vec![format!("*{previous}"); 9].join(", ");
+            text.push_str(&format!("{name}: &{name} [{refs}]\n"));
+            previous = name;
+        }
+        text
+    }
+
+    #[test]
+    fn serde_yaml_stops_an_alias_bomb_and_it_is_located_at_the_first_alias() {
+        let text = alias_bomb();
+        let start = std::time::Instant::now();
+        let layout = locate::scan(&text).unwrap();
+        let e = serde_yaml::from_str::<serde_yaml::Value>(&text).unwrap_err();
+        assert!(start.elapsed() < Duration::from_secs(1));
+        let located = serde_problem(&e, &text, "bomb.yaml", &layout).to_string();
+        assert!(
+            located.starts_with("bomb.yaml:2:8: repetition limit exceeded: aliases expand"),
+            "{located}"
+        );
+    }
+
+    #[test]
+    fn the_position_pass_does_not_expand_aliases() {
+        let layout = locate::scan(&alias_bomb()).unwrap();
+        assert_eq!(layout.first_alias, Some(locate::Pos { line: 2, column: 8 }));
+        // 9 keys with 9 entries each, plus the root.
+        assert_eq!(layout.node_count(), 9 + 9 * 9 + 1);
+    }
+
+    #[test]
+    fn a_flood_of_control_characters_is_counted_not_stored() {
+        let text = format!("a: \"{}\"\n", "\u{1}".repeat(100_000));
+        let e = Config::from_yaml_str(&text, "c.yaml").unwrap_err();
+        assert_eq!(e.errors.len(), MAX_REPORTED_ERRORS + 1);
+        assert_eq!(
+            e.errors[MAX_REPORTED_ERRORS].to_string(),
+            "c.yaml:1:55: 99950 more problems not shown; fix the ones above first"
+        );
     }
 }

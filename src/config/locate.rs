@@ -74,6 +74,12 @@ impl Layout {
         })
     }
 
+    /// How many nodes were recorded (aliases count once, unexpanded).
+    #[cfg(test)]
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
     /// Where to point for a problem with the key at `path` (falls back to the value).
     pub fn key(&self, path: &str) -> Option<Pos> {
         self.nodes.get(path).map(|n| n.key.unwrap_or(n.value))
