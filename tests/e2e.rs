@@ -1,0 +1,18 @@
+//! End to end: the guard runs in process against the simulated API server over real HTTP, with
+//! simulated owners and pod creators, and the simulator enforcing the shipped RBAC
+//! (`deploy/rbac.yaml`) for the guard's user. Assertions read the server's request log and
+//! object history, never log text.
+
+#[path = "e2e/harness.rs"]
+mod harness;
+
+#[path = "e2e/bypass.rs"]
+mod bypass;
+#[path = "e2e/endpoints.rs"]
+mod endpoints;
+#[path = "e2e/pileup.rs"]
+mod pileup;
+#[path = "e2e/replicas.rs"]
+mod replicas;
+#[path = "e2e/safety.rs"]
+mod safety;

@@ -1,0 +1,382 @@
+//! What gets bypassed, when and why: healthy, slow and dead owners, opt-in, and pods waiting on
+//! several initializers.
+
+use std::time::{Duration, SystemTime};
+
+use initguard::config::Mechanism;
+
+use crate::harness::*;
+
+both_mechanisms!(
+    healthy_owner_is_never_bypassed,
+    slow_owner_is_bypassed_at_the_deadline,
+    dead_owner_is_bypassed_after_the_grace,
+    only_opted_in_pods_are_touched,
+    only_the_failed_initializer_is_removed,
+    every_failed_initializer_is_bypassed_in_turn,
+);
+
+fn millis(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
+/// A fast owner initializes every pod well before the deadline: the guard writes nothing at all
+/// (no patch, no Event).
+async fn healthy_owner_is_never_bypassed(mechanism: Mechanism) {
+    let c = Cluster::start(mechanism).await;
+    let _owner = c.owner(SIDECAR, |_| {}).await;
+    let config = config(
+        mechanism,
+        &format!(
+            "defaults: {{ ownerDownGrace: 500ms }}\ninitializers:\n{}",
+            owned(SIDECAR, "1s")
+        ),
+    );
+    let guard = c.guard(&config).await;
+    wait_owner(&guard, SIDECAR, true).await;
+    let names: Vec<String> = (0..5).map(|i| format!("fast-{i}")).collect();
+    for name in &names {
+        c.pod("default", name, true, &[SIDECAR]).await;
+    }
+    until(
+        Duration::from_secs(5),
+        "the owner to initialize every pod",
+        || names.iter().all(|n| c.pending("default", n).is_empty()),
+    )
+    .await;
+    // Past every deadline: a late bypass would have been written by now.
+    tokio::time::sleep(millis(1500)).await;
+
+    assert_eq!(c.guard_writes(), vec![], "the guard wrote to the API");
+    let removals = c.removals();
+    assert_eq!(removals.len(), names.len(), "{removals:?}");
+    for r in &removals {
+        assert_eq!(r.user, owner_user(SIDECAR), "{r:?}");
+        assert_eq!(r.reason, None, "{r:?}");
+    }
+    let metrics = guard.shared.metrics.render().unwrap();
+    assert_eq!(metric_sum(&metrics, "initguard_bypasses_total", &[]), 0.0);
+    guard.shutdown().await;
+}
+
+/// An owner that is up but slower than the deadline: each opted-in pod loses exactly that
+/// initializer at the deadline, recorded as `deadline`; the unlisted one stays.
+async fn slow_owner_is_bypassed_at_the_deadline(mechanism: Mechanism) {
+    let c = Cluster::start(mechanism).await;
+    let _owner = c
+        .owner(SIDECAR, |o| o.latency = Duration::from_secs(5))
+        .await;
+    let config = config(
+        mechanism,
+        &format!(
+            "defaults: {{ ownerDownGrace: 500ms }}\ninitializers:\n{}",
+            owned(SIDECAR, "1s")
+        ),
+    );
+    let guard = c.guard(&config).await;
+    wait_owner(&guard, SIDECAR, true).await;
+    let names: Vec<String> = (0..3).map(|i| format!("slow-{i}")).collect();
+    for name in &names {
+        c.pod("default", name, true, &[SIDECAR, UNLISTED]).await;
+    }
+    let deadline = Duration::from_secs(1);
+    for name in &names {
+        let pod = format!("default/{name}");
+        let bypass = eventually(Duration::from_secs(5), format!("{pod} bypassed"), || {
+            c.bypasses_of(&pod).pop()
+        })
+        .await;
+        assert_eq!(bypass.initializer, SIDECAR);
+        assert_eq!(bypass.reason.as_deref(), Some("deadline"), "{bypass:?}");
+        let created = c.created("default", name);
+        match mechanism {
+            // The wait counts from creationTimestamp (whole seconds, so up to 1 s before the
+            // commit).
+            Mechanism::SchedulingGates => {
+                assert!(
+                    bypass.time >= created.timestamp + deadline,
+                    "{bypass:?} {created:?}"
+                );
+                assert_between(
+                    "bypass after the create",
+                    created.committed,
+                    bypass.time,
+                    Duration::ZERO,
+                    deadline + millis(1500),
+                );
+            }
+            // The head's clock starts when the guard first sees it, after the commit.
+            Mechanism::Initializers => assert_between(
+                "bypass after the create",
+                created.committed,
+                bypass.time,
+                deadline,
+                deadline + millis(1500),
+            ),
+        }
+    }
+    // Nothing else happens to these pods: the unlisted initializer is never the guard's.
+    tokio::time::sleep(millis(1000)).await;
+    for name in &names {
+        assert_eq!(c.pending("default", name), vec![UNLISTED.to_owned()]);
+        let patches = c.guard_pod_patches(name);
+        assert_eq!(patches.len(), 1, "{patches:?}");
+        assert_eq!(c.bypasses_of(&format!("default/{name}")).len(), 1);
+    }
+    guard.shutdown().await;
+}
+
+/// Killed owner: the pods waiting on it are bypassed once it has been down for
+/// `ownerDownGrace`, long before the deadline, and so are pods created while it is down. Once
+/// it is back, it initializes new pods itself.
+async fn dead_owner_is_bypassed_after_the_grace(mechanism: Mechanism) {
+    let c = Cluster::start(mechanism).await;
+    let owner = c
+        .owner(SIDECAR, |o| o.latency = Duration::from_secs(60))
+        .await;
+    let config = config(
+        mechanism,
+        &format!(
+            "defaults: {{ ownerDownGrace: 500ms }}\ninitializers:\n{}",
+            owned(SIDECAR, "30s")
+        ),
+    );
+    let guard = c.guard(&config).await;
+    wait_owner(&guard, SIDECAR, true).await;
+    let grace = millis(500);
+
+    for i in 0..2 {
+        c.pod("default", &format!("before-{i}"), true, &[SIDECAR])
+            .await;
+    }
+    until(
+        Duration::from_secs(5),
+        "the guard to track both pods",
+        || guard.shared.tracker().len() == 2,
+    )
+    .await;
+    owner.set_latency(Duration::ZERO);
+    let killed = SystemTime::now();
+    owner.kill();
+    for i in 0..2 {
+        let pod = format!("default/before-{i}");
+        let bypass = eventually(Duration::from_secs(5), format!("{pod} bypassed"), || {
+            c.bypasses_of(&pod).pop()
+        })
+        .await;
+        assert_eq!(bypass.reason.as_deref(), Some("owner_down"), "{bypass:?}");
+        assert_between(
+            "bypass after the kill",
+            killed,
+            bypass.time,
+            grace,
+            grace + millis(1500),
+        );
+    }
+
+    for i in 0..2 {
+        let name = format!("during-{i}");
+        c.pod("default", &name, true, &[SIDECAR]).await;
+        let pod = format!("default/{name}");
+        let bypass = eventually(Duration::from_secs(5), format!("{pod} bypassed"), || {
+            c.bypasses_of(&pod).pop()
+        })
+        .await;
+        assert_eq!(bypass.reason.as_deref(), Some("owner_down"), "{bypass:?}");
+        assert_between(
+            "bypass after the create",
+            c.created("default", &name).committed,
+            bypass.time,
+            Duration::ZERO,
+            millis(1000),
+        );
+    }
+
+    owner.revive();
+    wait_owner(&guard, SIDECAR, true).await;
+    let after: Vec<String> = (0..2).map(|i| format!("after-{i}")).collect();
+    for name in &after {
+        c.pod("default", name, true, &[SIDECAR]).await;
+    }
+    until(
+        Duration::from_secs(5),
+        "the revived owner to initialize new pods",
+        || after.iter().all(|n| c.pending("default", n).is_empty()),
+    )
+    .await;
+    for name in &after {
+        assert_eq!(c.guard_pod_patches(name), vec![]);
+        let removals: Vec<_> = c
+            .removals()
+            .into_iter()
+            .filter(|r| r.pod == format!("default/{name}"))
+            .collect();
+        assert_eq!(removals.len(), 1, "{removals:?}");
+        assert_eq!(removals[0].user, owner_user(SIDECAR));
+    }
+    let bypassed = c
+        .removals()
+        .into_iter()
+        .filter(|r| r.user == GUARD_USER)
+        .count();
+    assert_eq!(bypassed, 4, "bypasses: before-0/1 and during-0/1 only");
+    guard.shutdown().await;
+}
+
+/// Pods without the opt-in label are never written, whatever happens to their owner; pods in
+/// an opted-in namespace count as labeled.
+async fn only_opted_in_pods_are_touched(mechanism: Mechanism) {
+    let c = Cluster::start(mechanism).await;
+    c.namespace("batch").await;
+    let _owner = c.owner(SIDECAR, |o| o.alive = false).await;
+    let config = config(
+        mechanism,
+        &format!(
+            "optIn: {{ label: {OPT_IN}, namespaces: [batch] }}\n\
+             defaults: {{ ownerDownGrace: 500ms }}\ninitializers:\n{}",
+            owned(SIDECAR, "1s")
+        ),
+    );
+    let guard = c.guard(&config).await;
+    wait_owner(&guard, SIDECAR, false).await;
+    for i in 0..3 {
+        c.pod("default", &format!("plain-{i}"), false, &[SIDECAR])
+            .await;
+    }
+    c.pod("batch", "in-namespace", false, &[SIDECAR]).await;
+    c.pod("default", "labeled", true, &[SIDECAR]).await;
+
+    for pod in ["batch/in-namespace", "default/labeled"] {
+        let bypass = eventually(Duration::from_secs(5), format!("{pod} bypassed"), || {
+            c.bypasses_of(pod).pop()
+        })
+        .await;
+        assert_eq!(bypass.reason.as_deref(), Some("owner_down"), "{bypass:?}");
+    }
+    // Owner down and deadline both long past for the plain pods too.
+    tokio::time::sleep(millis(1500)).await;
+    for i in 0..3 {
+        let name = format!("plain-{i}");
+        assert_eq!(c.pending("default", &name), vec![SIDECAR.to_owned()]);
+        let touched: Vec<_> = c
+            .guard_writes()
+            .into_iter()
+            .filter(|r| r.name.as_deref() == Some(name.as_str()))
+            .collect();
+        assert_eq!(touched, vec![], "the guard wrote to unlabeled {name}");
+    }
+    let mut written: Vec<_> = c
+        .guard_writes()
+        .into_iter()
+        .filter(|r| r.resource == "pods")
+        .filter_map(|r| r.name)
+        .collect();
+    written.sort();
+    assert_eq!(written, vec!["in-namespace", "labeled"]);
+    // Still counted as waiting, as not opted in (the gauges are refreshed on scrape).
+    let (_, text) = http_get(guard.addr, "/metrics").await;
+    let waiting = [("initializer", SIDECAR), ("opted_in", "false")];
+    assert_eq!(
+        metric_sum(&text, "initguard_waiting_pods", &waiting),
+        3.0,
+        "{text}"
+    );
+    guard.shutdown().await;
+}
+
+/// One pod waits on two initializers whose owners are one healthy (slowish) and one dead: only
+/// the dead one's initializer is removed by the guard. Legacy: the healthy head is left to its
+/// owner, and the failed one is bypassed once it becomes the head.
+async fn only_the_failed_initializer_is_removed(mechanism: Mechanism) {
+    let c = Cluster::start(mechanism).await;
+    let _healthy = c
+        .owner(SIDECAR, |o| o.latency = Duration::from_secs(1))
+        .await;
+    let _dead = c.owner(AUDIT, |o| o.alive = false).await;
+    let config = config(
+        mechanism,
+        &format!(
+            "defaults: {{ ownerDownGrace: 500ms }}\ninitializers:\n{}{}",
+            owned(SIDECAR, "20s"),
+            owned(AUDIT, "20s")
+        ),
+    );
+    let guard = c.guard(&config).await;
+    wait_owner(&guard, SIDECAR, true).await;
+    wait_owner(&guard, AUDIT, false).await;
+    let names: Vec<String> = (0..3).map(|i| format!("two-{i}")).collect();
+    for name in &names {
+        c.pod("default", name, true, &[SIDECAR, AUDIT]).await;
+    }
+    until(Duration::from_secs(6), "every pod initialized", || {
+        names.iter().all(|n| c.pending("default", n).is_empty())
+    })
+    .await;
+    for name in &names {
+        let pod = format!("default/{name}");
+        let removals: Vec<_> = c.removals().into_iter().filter(|r| r.pod == pod).collect();
+        assert_eq!(removals.len(), 2, "{removals:?}");
+        let by = |initializer: &str| {
+            removals
+                .iter()
+                .find(|r| r.initializer == initializer)
+                .unwrap_or_else(|| panic!("{initializer} never removed from {pod}"))
+                .clone()
+        };
+        let (healthy, failed) = (by(SIDECAR), by(AUDIT));
+        assert_eq!(healthy.user, owner_user(SIDECAR), "{healthy:?}");
+        assert_eq!(failed.user, GUARD_USER, "{failed:?}");
+        assert_eq!(failed.reason.as_deref(), Some("owner_down"), "{failed:?}");
+        match mechanism {
+            // Gates are independent: the dead owner's is bypassed without waiting for the other.
+            Mechanism::SchedulingGates => assert!(failed.time < healthy.time),
+            // Only the head is in progress: the failed one waits for the healthy head.
+            Mechanism::Initializers => assert!(failed.time > healthy.time),
+        }
+        assert_eq!(c.guard_pod_patches(name).len(), 1);
+    }
+    guard.shutdown().await;
+}
+
+/// Both owners of a pod's two initializers are dead: the guard bypasses one, then the other at
+/// once, each exactly once. (Regression: when the pod watch showed the first removal before the
+/// actuator reported it, the second bypass waited for the 30 s expectation timeout.)
+async fn every_failed_initializer_is_bypassed_in_turn(mechanism: Mechanism) {
+    let c = Cluster::start(mechanism).await;
+    let _sidecar = c.owner(SIDECAR, |o| o.alive = false).await;
+    let _audit = c.owner(AUDIT, |o| o.alive = false).await;
+    let config = config(
+        mechanism,
+        &format!(
+            "defaults: {{ ownerDownGrace: 500ms }}\ninitializers:\n{}{}",
+            owned(SIDECAR, "20s"),
+            owned(AUDIT, "20s")
+        ),
+    );
+    let guard = c.guard(&config).await;
+    wait_owner(&guard, SIDECAR, false).await;
+    wait_owner(&guard, AUDIT, false).await;
+    let names: Vec<String> = (0..4).map(|i| format!("both-{i}")).collect();
+    for name in &names {
+        c.pod("default", name, true, &[SIDECAR, AUDIT]).await;
+    }
+    until(
+        Duration::from_secs(4),
+        "both initializers bypassed on every pod",
+        || names.iter().all(|n| c.pending("default", n).is_empty()),
+    )
+    .await;
+    for name in &names {
+        let bypasses = c.bypasses_of(&format!("default/{name}"));
+        let removed: Vec<&str> = bypasses.iter().map(|b| b.initializer.as_str()).collect();
+        assert_eq!(removed, vec![SIDECAR, AUDIT], "{bypasses:#?}");
+        assert!(
+            bypasses
+                .iter()
+                .all(|b| b.reason.as_deref() == Some("owner_down")),
+            "{bypasses:#?}"
+        );
+        assert_eq!(c.guard_pod_patches(name).len(), 2);
+    }
+    guard.shutdown().await;
+}

@@ -1,0 +1,222 @@
+//! The HTTP endpoints of a running guard: `/healthz`, `/readyz`, `/status`, `/metrics`.
+
+use std::time::Duration;
+
+use initguard::config::Mechanism;
+use initguard::run::Guard;
+use initguard::sim::controllers::dns_name;
+use initguard::sim::{PolicyRule, Rbac};
+use serde_json::Value;
+
+use crate::harness::*;
+
+/// `/healthz` follows the control loop: 503 once it has been stuck longer than the stall
+/// window, 200 again (and staying so while idle) once it runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_reports_a_stuck_control_loop() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let config = config(Mechanism::SchedulingGates, "");
+    let stall_after = Duration::from_secs(1);
+    let guard = Guard::start_with(c.guard_client(), config, "e2e".into(), stall_after)
+        .await
+        .unwrap();
+    wait_ready(&guard).await;
+    let healthz = || async { http_get(guard.addr, "/healthz").await.0 };
+    assert_eq!(healthz().await, 200);
+
+    guard.shared.set_wedged(true);
+    eventually_async(
+        Duration::from_secs(5),
+        "/healthz 503 while wedged",
+        || async { (healthz().await == 503).then_some(()) },
+    )
+    .await;
+    guard.shared.set_wedged(false);
+    eventually_async(Duration::from_secs(3), "/healthz 200 again", || async {
+        (healthz().await == 200).then_some(())
+    })
+    .await;
+    // An idle loop is a healthy loop: no event arrives, yet it must not flap to 503.
+    for _ in 0..12 {
+        assert_eq!(healthz().await, 200, "idle guard reported unhealthy");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    guard.shutdown().await;
+}
+
+/// `/readyz` is 503 naming the owner that cannot be observed (its Deployment is forbidden) and
+/// 200 once the guard may read it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_names_what_is_missing() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let _owner = c.owner(SIDECAR, |_| {}).await;
+    c.sim.enforce_rbac_policy(
+        GUARD_USER,
+        Rbac::cluster_wide(vec![PolicyRule::new(
+            &[""],
+            &["pods"],
+            &["get", "list", "watch"],
+        )]),
+    );
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!("initializers:\n{}", owned(SIDECAR, "20s")),
+    );
+    let guard = Guard::start(c.guard_client(), config).await.unwrap();
+    let missing = format!("owner deployment kube-system/{}", dns_name(SIDECAR));
+    let body = eventually_async(
+        Duration::from_secs(5),
+        "pods synced, owner missing",
+        || async {
+            let (status, body) = http_get(guard.addr, "/readyz").await;
+            (status == 503 && !body.contains("pods")).then_some(body)
+        },
+    )
+    .await;
+    assert!(body.contains(&missing), "{body}");
+
+    c.sim
+        .enforce_rbac_policy(GUARD_USER, shipped_rbac(Mechanism::SchedulingGates));
+    eventually_async(Duration::from_secs(10), "/readyz 200", || async {
+        (http_get(guard.addr, "/readyz").await.0 == 200).then_some(())
+    })
+    .await;
+    guard.shutdown().await;
+}
+
+/// `/status` lists the waiting pods with each initializer's plan, and the owners.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_lists_waiting_pods_with_plans() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let _owner = c
+        .owner(SIDECAR, |o| o.latency = Duration::from_secs(60))
+        .await;
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!("initializers:\n{}", owned(SIDECAR, "30s")),
+    );
+    let guard = c.guard(&config).await;
+    wait_owner(&guard, SIDECAR, true).await;
+    c.pod("default", "labeled", true, &[SIDECAR, UNLISTED])
+        .await;
+    c.pod("default", "plain", false, &[SIDECAR]).await;
+    until(Duration::from_secs(5), "both pods tracked", || {
+        guard.shared.tracker().len() == 2
+    })
+    .await;
+
+    let (status, body) = http_get(guard.addr, "/status").await;
+    assert_eq!(status, 200, "{body}");
+    let report: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(report["leader"], true, "{report:#}");
+    assert_eq!(report["ready"], true, "{report:#}");
+    assert_eq!(report["mechanism"], "schedulingGates");
+    assert_eq!(report["waitingPodsTotal"], 2);
+    let owner = &report["owners"][0];
+    assert_eq!(owner["initializer"], SIDECAR, "{report:#}");
+    assert_eq!(owner["ownerKind"], "deployment");
+    assert_eq!(owner["state"], "up");
+
+    let pod = |name: &str| -> Value {
+        report["waitingPods"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not in {report:#}"))
+            .clone()
+    };
+    let labeled = pod("labeled");
+    assert_eq!(labeled["optedIn"], true);
+    let plans = &labeled["initializers"];
+    assert_eq!(plans[0]["initializer"], SIDECAR, "{labeled:#}");
+    assert_eq!(plans[0]["plan"]["action"], "bypassAt", "{labeled:#}");
+    assert_eq!(plans[0]["plan"]["reason"], "deadline", "{labeled:#}");
+    assert_eq!(plans[1]["initializer"], UNLISTED);
+    assert_eq!(plans[1]["plan"]["action"], "never", "{labeled:#}");
+    assert_eq!(plans[1]["plan"]["why"], "unlisted initializer");
+    let plain = pod("plain");
+    assert_eq!(plain["optedIn"], false);
+    assert_eq!(
+        plain["initializers"][0]["plan"]["why"], "not opted in",
+        "{plain:#}"
+    );
+    guard.shutdown().await;
+}
+
+/// `/metrics` serves every metric DESIGN.md names once each has something to report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_have_the_documented_names() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let _owner = c.owner(SIDECAR, |_| {}).await;
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!(
+            "initializers:\n{}  - {{ name: {AUDIT}, deadline: 0s }}\n",
+            owned(SIDECAR, "20s")
+        ),
+    );
+    let guard = c.guard(&config).await;
+    wait_owner(&guard, SIDECAR, true).await;
+    // A wait that ends initialized, one that ends bypassed, and a watch restart.
+    c.pod("default", "by-owner", true, &[SIDECAR]).await;
+    c.pod("default", "by-guard", true, &[AUDIT]).await;
+    until(Duration::from_secs(5), "both pods initialized", || {
+        c.pending("default", "by-owner").is_empty() && c.pending("default", "by-guard").is_empty()
+    })
+    .await;
+    c.sim.faults().exempt_users(&[&owner_user(SIDECAR), ADMIN]);
+    c.sim.faults().force_gone_next_watch();
+    c.sim.faults().drop_watches();
+    let text = eventually_async(
+        Duration::from_secs(10),
+        "a watch restart counted",
+        || async {
+            let (_, text) = http_get(guard.addr, "/metrics").await;
+            (metric_sum(&text, "initguard_watch_restarts_total", &[]) >= 1.0).then_some(text)
+        },
+    )
+    .await;
+
+    for name in [
+        "initguard_waiting_pods",
+        "initguard_oldest_wait_seconds",
+        "initguard_wait_duration_seconds",
+        "initguard_bypasses_total",
+        "initguard_bypass_errors_total",
+        "initguard_owner_up",
+        "initguard_pileup_max_waiting_pods",
+        "initguard_pileups",
+        "initguard_is_leader",
+        "initguard_watch_restarts_total",
+        "initguard_build_info",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with(&format!("# TYPE {name} "))),
+            "{name} missing from /metrics:\n{text}"
+        );
+    }
+    let bypassed = [("initializer", AUDIT), ("reason", "deadline")];
+    assert_eq!(
+        metric_sum(&text, "initguard_bypasses_total", &bypassed),
+        1.0
+    );
+    let initialized = [("initializer", SIDECAR), ("outcome", "initialized")];
+    assert_eq!(
+        metric_sum(&text, "initguard_wait_duration_seconds_count", &initialized),
+        1.0
+    );
+    let owner_up = [("initializer", SIDECAR), ("owner_kind", "deployment")];
+    assert_eq!(metric_sum(&text, "initguard_owner_up", &owner_up), 1.0);
+    assert_eq!(metric_sum(&text, "initguard_is_leader", &[]), 1.0);
+    assert_eq!(
+        metric_sum(
+            &text,
+            "initguard_build_info",
+            &[("mechanism", "schedulingGates")]
+        ),
+        1.0
+    );
+    guard.shutdown().await;
+}

@@ -1,0 +1,520 @@
+//! The shared setup of the end-to-end tests: a simulated cluster enforcing the shipped RBAC for
+//! the guard's user, pods, owners and guards, and readers of the server's request log and object
+//! history.
+
+use std::fmt::Display;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use initguard::config::{Config, Mechanism};
+use initguard::mechanism::{BYPASSED_ANNOTATION, parse_records};
+use initguard::policy::OwnerState;
+use initguard::run::Guard;
+use initguard::sim::controllers::{GateOwner, GateOwnerHandle, GateOwnerOptions, dns_name};
+use initguard::sim::{ChangeType, Rbac, RequestRecord, Sim, SimOptions};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The guard's user, bound by `deploy/rbac.yaml`.
+pub const GUARD_USER: &str = "system:initguard";
+/// Unrestricted user for test setup.
+pub const ADMIN: &str = "system:admin";
+/// The opt-in label key used throughout.
+pub const OPT_IN: &str = "initguard.io/bypass";
+/// A listed initializer with a Deployment owner.
+pub const SIDECAR: &str = "sidecar.example.com";
+/// A second listed initializer with a Deployment owner.
+pub const AUDIT: &str = "audit.example.com";
+/// An initializer the config does not list (`unlistedInitializers: ignore`).
+pub const UNLISTED: &str = "unlisted.example.com";
+
+/// Both mechanisms, for scenarios that make sense on either.
+macro_rules! both_mechanisms {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            use initguard::config::Mechanism;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn scheduling_gates() {
+                super::$scenario(Mechanism::SchedulingGates).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn initializers() {
+                super::$scenario(Mechanism::Initializers).await;
+            }
+        }
+    )*};
+}
+pub(crate) use both_mechanisms;
+
+/// Polls `check` every 25 ms until it answers Some; panics naming `what` after `timeout`.
+pub async fn eventually<T>(
+    timeout: Duration,
+    what: impl Display,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// Like [`eventually`] for a boolean condition.
+pub async fn until(timeout: Duration, what: impl Display, mut check: impl FnMut() -> bool) {
+    eventually(timeout, what, || check().then_some(())).await
+}
+
+/// Like [`eventually`] for an asynchronous check (HTTP requests).
+pub async fn eventually_async<T, F, Fut>(timeout: Duration, what: impl Display, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check().await {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+/// `GET path` on `addr` with HTTP/1.1 over a plain TCP stream: (status, body).
+pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await.unwrap();
+        String::from_utf8(raw).unwrap()
+    };
+    let text = tokio::time::timeout(Duration::from_secs(5), exchange)
+        .await
+        .unwrap_or_else(|_| panic!("GET {path} on {addr} took over 5s"));
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no header end in {text:?}"));
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status in {head:?}"));
+    let chunked = head.lines().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    });
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    (status, body)
+}
+
+/// Decode a chunked HTTP/1.1 body.
+fn dechunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, tail)) = rest.split_once("\r\n") {
+        let size = usize::from_str_radix(size.split(';').next().unwrap_or("0").trim(), 16)
+            .unwrap_or_else(|_| panic!("bad chunk size {size:?}"));
+        if size == 0 {
+            break;
+        }
+        out.push_str(&tail[..size]);
+        rest = tail[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// Sum of every sample of `name` in Prometheus text whose labels contain all of `labels`
+/// (`key="value"` pairs).
+pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (metric, label_text) = match series.split_once('{') {
+                Some((m, rest)) => (m, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            (metric == name).then_some((label_text, value))
+        })
+        .filter(|(label_text, _)| {
+            labels
+                .iter()
+                .all(|(k, v)| label_text.contains(&format!("{k}=\"{v}\"")))
+        })
+        .map(|(_, value)| value.parse::<f64>().unwrap())
+        .sum()
+}
+
+/// The RBAC the guard's user gets from the shipped manifests: `deploy/rbac.yaml`, plus
+/// `deploy/rbac-legacy-initializers.yaml` on legacy clusters.
+pub fn shipped_rbac(mechanism: Mechanism) -> Rbac {
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    let load = |file: &str| {
+        let path = deploy.join(file);
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        let rbac = Rbac::from_yaml_str(&text, GUARD_USER)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_ne!(
+            rbac,
+            Rbac::default(),
+            "{} grants nothing to {GUARD_USER}",
+            path.display()
+        );
+        rbac
+    };
+    let mut rbac = load("rbac.yaml");
+    if mechanism == Mechanism::Initializers {
+        rbac.merge(load("rbac-legacy-initializers.yaml"));
+    }
+    rbac
+}
+
+/// A configuration for `mechanism`: listening on a free port, opt-in label [`OPT_IN`] and leader
+/// election off unless `rest` configures them, then `rest` (YAML top-level keys).
+pub fn config(mechanism: Mechanism, rest: &str) -> Arc<Config> {
+    let mut yaml = format!("mechanism: {}\nlisten: 127.0.0.1:0\n", mechanism.as_str());
+    if !rest.contains("optIn") {
+        yaml.push_str(&format!("optIn: {{ label: {OPT_IN} }}\n"));
+    }
+    if !rest.contains("leaderElection") {
+        yaml.push_str("leaderElection: { enabled: false }\n");
+    }
+    yaml.push_str(rest);
+    let config = Config::from_yaml_str(&yaml, "e2e.yaml")
+        .unwrap_or_else(|e| panic!("invalid test config:\n{e}\n---\n{yaml}"));
+    Arc::new(config)
+}
+
+/// A config entry for `name` with this deadline, owned by the Deployment a [`GateOwner`] keeps.
+pub fn owned(name: &str, deadline: &str) -> String {
+    format!(
+        "  - {{ name: {name}, deadline: {deadline}, owner: {{ deployment: kube-system/{} }} }}\n",
+        dns_name(name)
+    )
+}
+
+/// One initializer removed from one pod, from the object history.
+#[derive(Debug, Clone)]
+pub struct Removal {
+    /// `namespace/name`.
+    pub pod: String,
+    pub uid: String,
+    pub initializer: String,
+    /// Who removed it.
+    pub user: String,
+    pub time: SystemTime,
+    /// The reason recorded in the bypass annotation for this initializer, if any.
+    pub reason: Option<String>,
+}
+
+/// When a pod was created: its `creationTimestamp` (whole seconds) and the commit instant.
+#[derive(Debug, Clone, Copy)]
+pub struct Created {
+    pub timestamp: SystemTime,
+    pub committed: SystemTime,
+}
+
+/// A simulated cluster: the API server enforcing the shipped RBAC for the guard's user.
+pub struct Cluster {
+    pub sim: Sim,
+    pub mechanism: Mechanism,
+    admin: kube::Client,
+}
+
+impl Cluster {
+    /// A cluster for `mechanism` with default server options.
+    pub async fn start(mechanism: Mechanism) -> Cluster {
+        Cluster::start_with(mechanism, |_| {}).await
+    }
+
+    /// A cluster for `mechanism` with server options adjusted by `tweak`.
+    pub async fn start_with(mechanism: Mechanism, tweak: impl FnOnce(&mut SimOptions)) -> Cluster {
+        let mut options = SimOptions {
+            mechanism,
+            schedule_delay: Duration::from_millis(20),
+            ..SimOptions::default()
+        };
+        tweak(&mut options);
+        let sim = Sim::start(options).await.unwrap();
+        sim.enforce_rbac_policy(GUARD_USER, shipped_rbac(mechanism));
+        let admin = sim.client(ADMIN);
+        Cluster {
+            sim,
+            mechanism,
+            admin,
+        }
+    }
+
+    /// Create a namespace.
+    pub async fn namespace(&self, name: &str) {
+        let body = json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": name } });
+        self.post("/api/v1/namespaces", &body).await;
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> Value {
+        let request = http::Request::post(path)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(serde_json::to_vec(body).unwrap())
+            .unwrap();
+        self.admin
+            .request::<Value>(request)
+            .await
+            .unwrap_or_else(|e| panic!("POST {path}: {e}"))
+    }
+
+    /// Create a pod waiting on `initializers` (scheduling gates or legacy pending
+    /// initializers), labeled with the opt-in label when `opted_in`. Returns at once, also on
+    /// legacy clusters (the CREATE says `includeUninitialized=true`).
+    pub async fn pod(&self, namespace: &str, name: &str, opted_in: bool, initializers: &[&str]) {
+        let entries: Vec<Value> = initializers.iter().map(|n| json!({ "name": n })).collect();
+        let mut pod = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": { "name": name, "labels": { "app": "e2e" } },
+            "spec": { "containers": [{ "name": "main", "image": "registry.k8s.io/pause:3.10" }] },
+        });
+        if opted_in {
+            pod["metadata"]["labels"][OPT_IN] = json!("true");
+        }
+        match self.mechanism {
+            Mechanism::SchedulingGates => pod["spec"]["schedulingGates"] = json!(entries),
+            Mechanism::Initializers => {
+                pod["metadata"]["initializers"] = json!({ "pending": entries });
+            }
+        }
+        self.post(
+            &format!("/api/v1/namespaces/{namespace}/pods?includeUninitialized=true"),
+            &pod,
+        )
+        .await;
+    }
+
+    /// Start the owner of `initializer` as user `owner:<initializer>`, heartbeat 100 ms, then
+    /// apply `tweak`. Returns once its Deployment shows whether it is alive, so a guard started
+    /// afterwards observes it up (or down) from the start.
+    pub async fn owner(
+        &self,
+        initializer: &str,
+        tweak: impl FnOnce(&mut GateOwnerOptions),
+    ) -> GateOwnerHandle {
+        let mut options = GateOwnerOptions::new(initializer, self.mechanism);
+        options.heartbeat = Duration::from_millis(100);
+        tweak(&mut options);
+        let (namespace, deployment) = (
+            options.namespace.clone(),
+            options.deployment.clone().unwrap(),
+        );
+        let available = i64::from(options.alive);
+        let owner =
+            GateOwner::start(self.sim.kube_config(&owner_user(initializer)), options).unwrap();
+        until(
+            Duration::from_secs(5),
+            format!("the deployment of {initializer} to be written"),
+            || {
+                self.sim
+                    .get_object("deployments", Some(&namespace), &deployment)
+                    .and_then(|d| d["status"]["availableReplicas"].as_i64())
+                    == Some(available)
+            },
+        )
+        .await;
+        owner
+    }
+
+    /// A client of the guard's user, as `initguard run` builds it.
+    pub fn guard_client(&self) -> kube::Client {
+        initguard::client::build(self.sim.kube_config(GUARD_USER), self.mechanism).unwrap()
+    }
+
+    /// Start a guard (leader election as configured) and wait until it is ready.
+    pub async fn guard(&self, config: &Arc<Config>) -> Guard {
+        self.guard_named(config, "e2e-guard").await
+    }
+
+    /// [`Cluster::guard`] with an explicit leader-election identity.
+    pub async fn guard_named(&self, config: &Arc<Config>, identity: &str) -> Guard {
+        let guard = Guard::start_with(
+            self.guard_client(),
+            config.clone(),
+            identity.to_owned(),
+            initguard::run::STALL_AFTER,
+        )
+        .await
+        .unwrap();
+        wait_ready(&guard).await;
+        guard
+    }
+
+    /// Writes (anything but get, list and watch) by the guard's user.
+    pub fn guard_writes(&self) -> Vec<RequestRecord> {
+        self.sim
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                r.user == GUARD_USER && !matches!(r.verb.as_str(), "get" | "list" | "watch")
+            })
+            .collect()
+    }
+
+    /// PATCH requests by the guard's user on the pod `name`, whatever their answer.
+    pub fn guard_pod_patches(&self, name: &str) -> Vec<RequestRecord> {
+        self.sim
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                r.user == GUARD_USER
+                    && r.verb == "patch"
+                    && r.resource == "pods"
+                    && r.name.as_deref() == Some(name)
+            })
+            .collect()
+    }
+
+    /// Every initializer removed from any pod, in commit order.
+    pub fn removals(&self) -> Vec<Removal> {
+        let mut out = Vec::new();
+        for change in self.sim.object_history() {
+            if change.resource != "pods" {
+                continue;
+            }
+            let records = change
+                .after
+                .as_ref()
+                .and_then(|a| a["metadata"]["annotations"][BYPASSED_ANNOTATION].as_str())
+                .map(parse_records)
+                .unwrap_or_default();
+            for initializer in change.removed_initializers() {
+                let reason = records
+                    .iter()
+                    .rev()
+                    .find(|r| r.initializer == initializer)
+                    .map(|r| r.reason.clone());
+                out.push(Removal {
+                    pod: format!(
+                        "{}/{}",
+                        change.namespace.as_deref().unwrap_or_default(),
+                        change.name
+                    ),
+                    uid: change.uid.clone(),
+                    initializer,
+                    user: change.user.clone(),
+                    time: change.time,
+                    reason,
+                });
+            }
+        }
+        out
+    }
+
+    /// Removals of initializers from `namespace/name` by the guard's user.
+    pub fn bypasses_of(&self, pod: &str) -> Vec<Removal> {
+        self.removals()
+            .into_iter()
+            .filter(|r| r.pod == pod && r.user == GUARD_USER)
+            .collect()
+    }
+
+    /// Initializers still pending on the stored pod (empty when it is gone or initialized).
+    pub fn pending(&self, namespace: &str, name: &str) -> Vec<String> {
+        self.sim
+            .get_object("pods", Some(namespace), name)
+            .map(|pod| initguard::mechanism::pending_names(self.mechanism, &pod))
+            .unwrap_or_default()
+    }
+
+    /// When `namespace/name` was created.
+    pub fn created(&self, namespace: &str, name: &str) -> Created {
+        let change = self
+            .sim
+            .object_history()
+            .into_iter()
+            .find(|c| {
+                c.resource == "pods"
+                    && c.change_type == ChangeType::Added
+                    && c.namespace.as_deref() == Some(namespace)
+                    && c.name == name
+            })
+            .unwrap_or_else(|| panic!("pod {namespace}/{name} was never created"));
+        let stamp = change.after.as_ref().unwrap()["metadata"]["creationTimestamp"]
+            .as_str()
+            .unwrap()
+            .parse::<jiff::Timestamp>()
+            .unwrap();
+        Created {
+            timestamp: SystemTime::from(stamp),
+            committed: change.time,
+        }
+    }
+}
+
+/// The user a test owner of `initializer` acts as.
+pub fn owner_user(initializer: &str) -> String {
+    format!("owner:{}", dns_name(initializer))
+}
+
+/// Wait until the guard's initial lists are complete.
+pub async fn wait_ready(guard: &Guard) {
+    let shared = guard.shared.clone();
+    eventually(Duration::from_secs(10), "the guard to become ready", || {
+        let missing = shared.not_ready();
+        missing.is_empty().then_some(())
+    })
+    .await;
+}
+
+/// Wait until the guard sees the owner of `initializer` up (or down).
+pub async fn wait_owner(guard: &Guard, initializer: &str, up: bool) {
+    let shared = guard.shared.clone();
+    until(
+        Duration::from_secs(5),
+        format!("the guard to see the owner of {initializer} up={up}"),
+        || match shared.owners.state(initializer) {
+            OwnerState::Up { .. } => up,
+            OwnerState::Down { .. } => !up,
+            OwnerState::Unknown => false,
+        },
+    )
+    .await;
+}
+
+/// `later - earlier` (zero when `later` is not later).
+pub fn since(earlier: SystemTime, later: SystemTime) -> Duration {
+    later.duration_since(earlier).unwrap_or_default()
+}
+
+/// Assert `later - earlier` lies in `[min, max]`.
+pub fn assert_between(
+    what: &str,
+    earlier: SystemTime,
+    later: SystemTime,
+    min: Duration,
+    max: Duration,
+) {
+    let signed = match later.duration_since(earlier) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
+    };
+    assert!(
+        signed >= min.as_secs_f64() && signed <= max.as_secs_f64(),
+        "{what}: {signed:.3}s, expected within [{min:?}, {max:?}]"
+    );
+}

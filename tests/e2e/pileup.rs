@@ -1,0 +1,148 @@
+//! The pileup the guard exists to prevent: creators that keep making pods while an initializer's
+//! owner is dead.
+
+use std::time::Duration;
+
+use initguard::config::Mechanism;
+use initguard::sim::controllers::{
+    Creator, CreatorHandle, CreatorKind, CreatorOptions, pending_names, pile_report,
+};
+
+use crate::harness::*;
+
+/// Legacy CREATEs time out after this long (504, pod kept).
+const CREATE_TIMEOUT: Duration = Duration::from_secs(2);
+
+async fn legacy_cluster() -> Cluster {
+    Cluster::start_with(Mechanism::Initializers, |o| {
+        o.legacy_initializers = vec![SIDECAR.to_owned()];
+        o.create_timeout = CREATE_TIMEOUT;
+    })
+    .await
+}
+
+/// A Job-like creator of one pod, opted in, re-creating 100 ms after a failed CREATE.
+fn job(c: &Cluster, name: &str) -> (CreatorHandle, String) {
+    let mut options = CreatorOptions::job("default", name, 1);
+    options.kind = CreatorKind::Job {
+        parallelism: 1,
+        retry_backoff: Duration::from_millis(100),
+    };
+    options.opt_in_label = Some(OPT_IN.to_owned());
+    let key = options.controller_key();
+    (
+        Creator::start(c.sim.kube_config("job-controller"), options).unwrap(),
+        key,
+    )
+}
+
+/// Waiting pods of the controller `key` in the store right now.
+fn pile(c: &Cluster, key: &str) -> usize {
+    pile_report(&c.sim, c.mechanism)
+        .per_controller
+        .get(key)
+        .copied()
+        .unwrap_or(0)
+}
+
+/// Without the guard: the Job controller cannot see its uninitialized pod, its CREATE times
+/// out, it creates another, and the pile grows (kubernetes/kubernetes#48893).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_job_piles_up_without_the_guard() {
+    let c = legacy_cluster().await;
+    let _owner = c.owner(SIDECAR, |o| o.alive = false).await;
+    let (_job, key) = job(&c, "backfill");
+    until(
+        Duration::from_secs(12),
+        "more than 3 pods piled up for the Job",
+        || pile(&c, &key) > 3,
+    )
+    .await;
+}
+
+/// With the guard (owner down for 500 ms, deadline 1 s): never more than one uninitialized pod
+/// per Job, and every Job gets its pod on the first CREATE.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_job_pileup_is_prevented() {
+    let c = legacy_cluster().await;
+    let _owner = c.owner(SIDECAR, |o| o.alive = false).await;
+    let config = config(
+        Mechanism::Initializers,
+        &format!(
+            "defaults: {{ ownerDownGrace: 500ms }}\ninitializers:\n{}",
+            owned(SIDECAR, "1s")
+        ),
+    );
+    let guard = c.guard(&config).await;
+    wait_owner(&guard, SIDECAR, false).await;
+    let jobs: Vec<(CreatorHandle, String)> =
+        (0..3).map(|i| job(&c, &format!("backfill-{i}"))).collect();
+
+    // Sample for three create timeouts.
+    for _ in 0..24 {
+        let report = pile_report(&c.sim, c.mechanism);
+        assert!(report.largest_pile <= 1, "pile: {report:?}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    until(
+        Duration::from_secs(5),
+        "every Job to have its pod running",
+        || jobs.iter().all(|(job, _)| job.stats().visible_pods() == 1),
+    )
+    .await;
+    let pods = c.sim.list_objects("pods");
+    for (job, key) in &jobs {
+        let name = key.rsplit('/').next().unwrap();
+        let own: Vec<_> = pods
+            .iter()
+            .filter(|p| p["metadata"]["labels"]["job-name"] == name)
+            .collect();
+        assert_eq!(own.len(), 1, "{key} has {} pods", own.len());
+        assert!(pending_names(own[0], c.mechanism).is_empty());
+        assert_eq!(job.stats().create_timeouts(), 0, "{key}");
+    }
+    guard.shutdown().await;
+}
+
+/// Scheduling gates, a CronJob-like creator every 200 ms and a dead gate owner: with the guard
+/// the gated pile stays at most 2 pods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gated_cron_job_pile_stays_bounded() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let _owner = c.owner(SIDECAR, |o| o.alive = false).await;
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!(
+            "defaults: {{ ownerDownGrace: 500ms }}\ninitializers:\n{}",
+            owned(SIDECAR, "1s")
+        ),
+    );
+    let guard = c.guard(&config).await;
+    wait_owner(&guard, SIDECAR, false).await;
+    let mut options = CreatorOptions::cron_job("default", "report", Duration::from_millis(200));
+    options.opt_in_label = Some(OPT_IN.to_owned());
+    options.gates = vec![SIDECAR.to_owned()];
+    let key = options.controller_key();
+    let cron = Creator::start(c.sim.kube_config("cronjob-controller"), options).unwrap();
+
+    for _ in 0..16 {
+        assert!(
+            pile(&c, &key) <= 2,
+            "{:?}",
+            pile_report(&c.sim, c.mechanism)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let created = cron.stats().creates_issued();
+    assert!(created >= 10, "only {created} pods created");
+    let bypassed = c
+        .removals()
+        .into_iter()
+        .filter(|r| r.user == GUARD_USER && r.reason.as_deref() == Some("owner_down"))
+        .count() as u64;
+    assert!(
+        bypassed + 2 >= created,
+        "{bypassed} of {created} pods bypassed"
+    );
+    guard.shutdown().await;
+}
