@@ -363,7 +363,11 @@ impl ControlLoop {
         let api: Api<SlimPod> = Api::all(client);
         let mut pods = pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
         let mut owner_changes = self.shared.owners.subscribe();
-        let mut heartbeat = tokio::time::interval(HEARTBEAT);
+        // Beat well within the stall window, or an idle loop would look stalled.
+        let beat = HEARTBEAT
+            .min(self.shared.stall_after / 4)
+            .max(Duration::from_millis(10));
+        let mut heartbeat = tokio::time::interval(beat);
         loop {
             self.shared.progress();
             while self.shared.wedged.load(Ordering::Acquire) && !cancel.is_cancelled() {
@@ -485,6 +489,21 @@ impl ControlLoop {
         }
     }
 
+    /// Whether the tracked pod already shows the in-flight bypass of `key` done (or is gone).
+    fn removal_seen(&self, key: &str) -> bool {
+        let Some(f) = self.in_flight.get(key) else {
+            return false;
+        };
+        let tracker = self.shared.tracker();
+        match tracker.get(key) {
+            Some(pod) => {
+                let count = pod.pending.iter().filter(|n| **n == f.initializer).count();
+                pod.uid != f.uid || count < f.count_before
+            }
+            None => true,
+        }
+    }
+
     fn expire_expectations(&mut self) {
         let expired: Vec<PodKey> = self
             .in_flight
@@ -578,6 +597,12 @@ impl ControlLoop {
             Report::Bypassed { .. } => {
                 if let Some(f) = self.in_flight.get_mut(&key) {
                     f.written_at = Some(Instant::now());
+                }
+                // The watch may have shown the removal before this report came (the Event is
+                // published first); then no later event would clear the expectation.
+                if self.removal_seen(&key) {
+                    self.in_flight.remove(&key);
+                    self.decide(&key);
                 }
             }
             Report::DryRun { job } => {
