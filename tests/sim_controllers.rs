@@ -251,6 +251,18 @@ async fn healthy_gate_owner_removes_only_its_own_gate() {
         ["b.example.com"]
     );
     assert_eq!(p["status"]["phase"], "Pending");
+    // Every removal was one gate, its own, written by the owner.
+    let removals: Vec<(String, Vec<String>)> = sim
+        .object_history()
+        .into_iter()
+        .map(|c| (c.user.clone(), c.removed_initializers()))
+        .filter(|(_, removed)| !removed.is_empty())
+        .collect();
+    assert_eq!(removals.len(), 2, "{removals:?}");
+    for (user, removed) in &removals {
+        assert_eq!(user, "a-owner");
+        assert_eq!(removed, &["a.example.com"]);
+    }
     assert_eq!(owner.stats().removed(), 2);
     owner.stop().await;
     sim.shutdown().await;
@@ -304,8 +316,26 @@ async fn legacy_owner_acts_only_at_the_head() {
         .expect("CREATE succeeds once initialized");
     assert_eq!(created.metadata.name.as_deref(), Some("web"));
     assert!(pods.get_opt("web").await.unwrap().is_some());
-    assert_eq!(first_owner.stats().removed(), 1);
-    assert_eq!(second_owner.stats().removed(), 1);
+    // Each owner removed exactly its own name, the head first.
+    let removals: Vec<(String, Vec<String>)> = sim
+        .object_history()
+        .into_iter()
+        .filter(|c| c.name == "web")
+        .map(|c| (c.user.clone(), c.removed_initializers()))
+        .filter(|(_, removed)| !removed.is_empty())
+        .collect();
+    assert_eq!(
+        removals,
+        [
+            ("first-owner".to_string(), vec![first.to_string()]),
+            ("second-owner".to_string(), vec![second.to_string()]),
+        ]
+    );
+    // The PATCH response may reach the owner after the CREATE returned.
+    eventually(Duration::from_secs(2), "owner stats", || async {
+        (first_owner.stats().removed() == 1 && second_owner.stats().removed() == 1).then_some(())
+    })
+    .await;
     first_owner.stop().await;
     second_owner.stop().await;
     sim.shutdown().await;
@@ -427,7 +457,10 @@ async fn kill_and_revive_show_in_deployment_lease_and_owner_pod() {
         (pile_report(&sim, Mechanism::SchedulingGates).stored_waiting_pods == 0).then_some(())
     })
     .await;
-    assert_eq!(owner.stats().removed(), 3);
+    eventually(Duration::from_secs(2), "owner stats", || async {
+        (owner.stats().removed() == 3).then_some(())
+    })
+    .await;
     owner.stop().await;
     sim.shutdown().await;
 }
