@@ -5,9 +5,9 @@
 //! `Config::initializer(name)`, `Config::deadline_for(name)`, `Config::is_opted_in(ns, labels)`,
 //! [`LabelSelector`] and the Kubernetes name checks in [`names`].
 //!
-//! Pipeline: size and character checks → a yaml-rust2 event pass ([`locate`]: key positions,
-//! duplicate keys, extra documents, nesting limit) → serde_yaml into the raw types ([`raw`],
-//! unknown keys rejected) → [`resolve`] (defaults and every semantic rule, all problems
+//! Pipeline: size and character checks → a yaml-rust2 event pass (`locate`: key positions,
+//! duplicate keys, extra documents, nesting limit) → serde_yaml into the raw types (`raw`,
+//! unknown keys rejected) → `resolve` (defaults and every semantic rule, all problems
 //! collected). Every problem is reported as `FILE:LINE:COL: message`.
 //!
 //! An empty file (or one holding only comments or `null`) is rejected: it is far more often a
