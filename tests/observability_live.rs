@@ -155,6 +155,8 @@ struct Process {
 impl Process {
     fn spawn(name: &'static str, command: &mut Command) -> Process {
         let mut child = command
+            // Plain logs in failure messages.
+            .env("NO_COLOR", "1")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -374,6 +376,11 @@ impl Prometheus {
             other => Err(format!("{expr}: unexpected result type {other:?}")),
         }
     }
+}
+
+/// The value of one query result: a vector element's `[time, value]`, or a scalar's.
+fn sample_value(result: &Value) -> Option<&str> {
+    result.get("value").unwrap_or(result).get(1)?.as_str()
 }
 
 fn encode(s: &str) -> String {
@@ -639,15 +646,21 @@ async fn real_prometheus_shows_every_dashboard_query_and_rule_on_a_live_guard() 
             "panel {} {:?} target {}: {}",
             q.panel_id, q.panel_title, q.ref_id, q.runnable
         );
-        match prometheus.query(&q.runnable).await {
-            Ok(series) if series.is_empty() => problems.push(format!("{at}\n  returned no data")),
-            Ok(_) => {}
-            Err(e) => problems.push(format!("{at}\n  failed: {e}")),
-        }
+        let problem = match prometheus.query(&q.runnable).await {
+            Ok(series) if series.is_empty() => "returned no data".to_owned(),
+            // Grafana draws nothing for NaN (a quantile of no observations, say).
+            Ok(series) if series.iter().all(|s| sample_value(s) == Some("NaN")) => {
+                format!("returned only NaN: {}", Value::from(series))
+            }
+            Ok(_) => continue,
+            Err(e) => format!("failed: {e}"),
+        };
+        problems.push(format!("{at}\n  {problem}"));
     }
     // Its variables resolve: label_values(M, L) is Grafana's call of the label values API.
-    for (name, metric, label) in dashboard_variables(&dashboard) {
-        let path = format!("/api/v1/label/{label}/values?match[]={}", encode(&metric));
+    let variables = dashboard_variables(&dashboard);
+    for (name, metric, label) in &variables {
+        let path = format!("/api/v1/label/{label}/values?match[]={}", encode(metric));
         match prometheus.api(&path).await {
             Ok(values) if values.as_array().is_some_and(|v| !v.is_empty()) => {}
             Ok(values) => problems.push(format!("variable ${name}: {path} gave {values}")),
@@ -656,9 +669,11 @@ async fn real_prometheus_shows_every_dashboard_query_and_rule_on_a_live_guard() 
     }
     if !problems.is_empty() {
         stack.fail(&format!(
-            "{} of {} dashboard queries and variables failed against the live guard:\n{}",
+            "{} problems with the {} queries and {} variables of {DASHBOARD} against a live \
+             guard:\n{}",
             problems.len(),
             queries.len(),
+            variables.len(),
             problems.join("\n")
         ));
     }
