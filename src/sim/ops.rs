@@ -502,19 +502,19 @@ pub fn list(
             remaining: None,
         };
     }
+    // Counting what is left costs a scan; only unfiltered lists report it, as real servers
+    // do, and filtered ones just look for one more match.
     let unfiltered = filter.labels.is_empty() && filter.fields.is_empty();
-    let rest = iter.count() as u64;
-    if rest == 0 {
-        return Page {
-            items,
-            next: None,
-            remaining: None,
-        };
-    }
+    let (more, remaining) = if unfiltered {
+        let rest = iter.count() as u64;
+        (rest > 0, Some(rest))
+    } else {
+        (iter.next().is_some(), None)
+    };
     Page {
         items,
-        next: last,
-        remaining: unfiltered.then_some(rest),
+        next: if more { last } else { None },
+        remaining: if more { remaining } else { None },
     }
 }
 
