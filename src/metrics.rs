@@ -192,6 +192,21 @@ impl Metrics {
             }
             m.bypass_errors_total.with_label_values(&[&i.name]);
         }
+        // Restart counters exist from the start, so a healthy guard shows 0 rather than no data.
+        m.watch_restarts_total.with_label_values(&["pods"]);
+        for owner in config.initializers.iter().filter_map(|i| i.owner.as_ref()) {
+            match owner {
+                crate::config::OwnerSpec::Deployment(_) => {
+                    m.watch_restarts_total.with_label_values(&["deployments"])
+                }
+                crate::config::OwnerSpec::Lease(_) => {
+                    m.watch_restarts_total.with_label_values(&["leases"])
+                }
+                crate::config::OwnerSpec::Pods { .. } | crate::config::OwnerSpec::Http { .. } => {
+                    continue;
+                }
+            };
+        }
         m.dry_run.set(i64::from(config.dry_run));
         Ok(m)
     }
