@@ -364,8 +364,7 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Problems<'_>) -> Config {
         },
     );
 
-    let raw_defaults = raw.defaults;
-    let (deadline, grace, probe) = match raw_defaults {
+    let (deadline, grace, probe) = match raw.defaults {
         Some(d) => (d.deadline, d.owner_down_grace, d.probe_interval),
         None => (None, None, None),
     };
@@ -440,8 +439,7 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Problems<'_>) -> Config {
     };
 
     let leader_election = {
-        let le = raw.leader_election;
-        let (enabled, namespace, name, lease) = match le {
+        let (enabled, namespace, name, lease) = match raw.leader_election {
             Some(l) => (l.enabled, l.namespace, l.name, l.lease_duration),
             None => (None, None, None, None),
         };
