@@ -117,10 +117,7 @@ fn main() -> ExitCode {
             init_logging(LogFormat::Text);
             status_report(&config, kubeconfig.as_deref(), output)
         }
-        Command::Sim(args) => {
-            init_logging(LogFormat::Text);
-            initguard::sim::cli::run(args)
-        }
+        Command::Sim(args) => initguard::sim::cli::run(args),
         Command::Demo { mechanism, serve } => demo(mechanism, serve),
     }
 }

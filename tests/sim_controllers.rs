@@ -165,6 +165,22 @@ async fn legacy_job_pileup_grows_with_a_dead_initializer() {
         assert_eq!(pod["metadata"]["ownerReferences"][0]["kind"], "Job");
         assert_eq!(pod["metadata"]["labels"]["initguard.io/bypass"], "true");
     }
+    // The owner that started dead shows as down: no available replica, an expired Lease.
+    let admin = sim.client(ADMIN);
+    let deployment = Api::<Deployment>::namespaced(admin.clone(), "kube-system")
+        .get("sidecar-example-com")
+        .await
+        .unwrap();
+    assert_eq!(deployment.status.unwrap().available_replicas, Some(0));
+    let lease = Api::<Lease>::namespaced(admin, "kube-system")
+        .get("sidecar-example-com")
+        .await
+        .unwrap()
+        .spec
+        .unwrap();
+    let expires = lease.renew_time.unwrap().0
+        + std::time::Duration::from_secs(lease.lease_duration_seconds.unwrap() as u64);
+    assert!(expires < k8s_openapi::jiff::Timestamp::now());
     creator.stop().await;
     owner.stop().await;
     sim.shutdown().await;

@@ -45,9 +45,10 @@ pub fn parse_mechanism(s: &str) -> Result<Mechanism, String> {
     }
 }
 
-/// Runs `initguard sim` on a new Tokio runtime; returns the process exit code
-/// (0 ok, 1 runtime failure, 2 usage or configuration error).
+/// Runs `initguard sim` on a new Tokio runtime, logging to stderr; returns the process exit
+/// code (0 ok, 1 runtime failure, 2 usage or configuration error).
 pub fn run(args: SimArgs) -> ExitCode {
+    init_logging();
     match tokio::runtime::Runtime::new() {
         Ok(rt) => rt.block_on(run_async(args)),
         Err(e) => {
@@ -57,7 +58,20 @@ pub fn run(args: SimArgs) -> ExitCode {
     }
 }
 
-/// [`run`] for callers already inside a Tokio runtime.
+/// Logs to stderr; `RUST_LOG` refines the default. kube's per-request error lines are off by
+/// default: the simulated creators get 504s by design (that is the pileup), and each would be
+/// logged as an error.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_client=off"));
+    // Already initialized by an embedding program: keep its subscriber.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// [`run`] for callers already inside a Tokio runtime (does not set up logging).
 pub async fn run_async(args: SimArgs) -> ExitCode {
     let scenario = match &args.scenario {
         Some(path) => match Scenario::load(path) {

@@ -623,6 +623,8 @@ struct Backing {
     pods: Api<Pod>,
     /// `Some(up)` once the Deployment status says `up`.
     deployment_written: Option<bool>,
+    /// The Lease is known to exist (renewed by this owner, or left expired).
+    lease_present: bool,
     /// `Some(ready)` once the owner pod's Ready condition says `ready`.
     pod_written: Option<bool>,
     /// A CREATE of the owner pod in flight (legacy initializers can block it).
@@ -639,6 +641,7 @@ impl Backing {
             leases: Api::namespaced(client.clone(), &opts.namespace),
             pods: Api::namespaced(client, &opts.namespace),
             deployment_written: None,
+            lease_present: false,
             pod_written: None,
             pod_create: None,
         }
@@ -656,11 +659,22 @@ impl Backing {
                 }
             }
         }
-        if alive
-            && let Some(name) = &opts.lease
-            && let Err(e) = self.renew_lease(name).await
-        {
-            tracing::debug!(initializer = %opts.initializer, error = %e, "cannot renew owner lease");
+        if let Some(name) = &opts.lease {
+            if alive {
+                match self.renew_lease(name).await {
+                    Ok(()) => self.lease_present = true,
+                    Err(e) => {
+                        tracing::debug!(initializer = %opts.initializer, error = %e, "cannot renew owner lease");
+                    }
+                }
+            } else if !self.lease_present {
+                match self.ensure_expired_lease(name).await {
+                    Ok(()) => self.lease_present = true,
+                    Err(e) => {
+                        tracing::debug!(initializer = %opts.initializer, error = %e, "cannot create owner lease");
+                    }
+                }
+            }
         }
         if let Some(name) = opts.owner_pod_name() {
             self.reconcile_owner_pod(&name, alive).await;
@@ -713,13 +727,16 @@ impl Backing {
         Ok(())
     }
 
+    fn lease_seconds(&self) -> i32 {
+        i32::try_from(self.opts.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX)
+    }
+
     async fn renew_lease(&self, name: &str) -> Result<(), kube::Error> {
-        let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
-        let seconds = i32::try_from(self.opts.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX);
+        let now = k8s_openapi::jiff::Timestamp::now();
         let patch = json!({ "spec": {
             "holderIdentity": self.holder,
-            "leaseDurationSeconds": seconds,
-            "renewTime": now,
+            "leaseDurationSeconds": self.lease_seconds(),
+            "renewTime": MicroTime(now),
         }});
         match self
             .leases
@@ -727,28 +744,48 @@ impl Backing {
             .await
         {
             Ok(_) => Ok(()),
-            Err(e) if is_not_found(&e) => {
-                let lease = Lease {
-                    metadata: ObjectMeta {
-                        name: Some(name.to_string()),
-                        namespace: Some(self.opts.namespace.clone()),
-                        ..Default::default()
-                    },
-                    spec: Some(LeaseSpec {
-                        holder_identity: Some(self.holder.clone()),
-                        lease_duration_seconds: Some(seconds),
-                        acquire_time: Some(now.clone()),
-                        renew_time: Some(now),
-                        lease_transitions: Some(0),
-                        ..Default::default()
-                    }),
-                };
-                match self.leases.create(&PostParams::default(), &lease).await {
-                    Ok(_) => Ok(()),
-                    Err(e) if is_already_exists(&e) => Ok(()),
-                    Err(e) => Err(e),
-                }
-            }
+            Err(e) if is_not_found(&e) => self.create_lease(name, now).await,
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A dead owner's Lease as the crashed process left it: renewed long enough ago to have
+    /// expired. Created only when missing, so that an owner that starts dead is seen down
+    /// rather than never seen.
+    async fn ensure_expired_lease(&self, name: &str) -> Result<(), kube::Error> {
+        if self.leases.get_opt(name).await?.is_some() {
+            return Ok(());
+        }
+        let expired = self.opts.lease_duration.max(Duration::from_secs(1)) * 2;
+        let renewed = k8s_openapi::jiff::Timestamp::now()
+            .checked_sub(expired)
+            .unwrap_or(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+        self.create_lease(name, renewed).await
+    }
+
+    async fn create_lease(
+        &self,
+        name: &str,
+        renewed: k8s_openapi::jiff::Timestamp,
+    ) -> Result<(), kube::Error> {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some(self.opts.namespace.clone()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(self.holder.clone()),
+                lease_duration_seconds: Some(self.lease_seconds()),
+                acquire_time: Some(MicroTime(renewed)),
+                renew_time: Some(MicroTime(renewed)),
+                lease_transitions: Some(0),
+                ..Default::default()
+            }),
+        };
+        match self.leases.create(&PostParams::default(), &lease).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_already_exists(&e) => Ok(()),
             Err(e) => Err(e),
         }
     }
