@@ -41,7 +41,7 @@ async fn healthz_reports_a_stuck_control_loop() {
         assert_eq!(healthz().await, 200, "idle guard reported unhealthy");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    guard.shutdown().await;
+    c.finish(guard).await;
 }
 
 /// `/readyz` is 503 naming the owner that cannot be observed (its Deployment is forbidden) and
@@ -141,7 +141,7 @@ async fn status_lists_waiting_pods_with_plans() {
         plain["initializers"][0]["plan"]["why"], "not opted in",
         "{plain:#}"
     );
-    guard.shutdown().await;
+    c.finish(guard).await;
 }
 
 /// `/metrics` serves every metric DESIGN.md names once each has something to report.
@@ -218,5 +218,5 @@ async fn metrics_have_the_documented_names() {
         ),
         1.0
     );
-    guard.shutdown().await;
+    c.finish(guard).await;
 }

@@ -364,6 +364,23 @@ impl Cluster {
         guard
     }
 
+    /// Shut `guard` down gracefully, then check that the shipped RBAC allowed every request it
+    /// made (a denied watch or Event would otherwise go unnoticed).
+    pub async fn finish(&self, guard: Guard) {
+        guard.shutdown().await;
+        let denied: Vec<RequestRecord> = self
+            .sim
+            .requests()
+            .into_iter()
+            .filter(|r| r.user == GUARD_USER && r.status == 403)
+            .collect();
+        assert_eq!(
+            denied,
+            vec![],
+            "requests of {GUARD_USER} denied by the shipped RBAC"
+        );
+    }
+
     /// Writes (anything but get, list and watch) by the guard's user.
     pub fn guard_writes(&self) -> Vec<RequestRecord> {
         self.sim

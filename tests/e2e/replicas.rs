@@ -111,7 +111,7 @@ async fn replicas_bypass_each_initializer_once_across_a_failover(mechanism: Mech
     for name in first.iter().chain(&second) {
         assert_bypassed_once(&c, name, &[SIDECAR, AUDIT]);
     }
-    survivor.shutdown().await;
+    c.finish(survivor).await;
 }
 
 /// A guard shut down and replaced in the middle of a wait: the new one bypasses no earlier than
@@ -184,5 +184,5 @@ async fn restarted_guard_is_never_early_and_never_repeats(mechanism: Mechanism) 
     for name in &names {
         assert_bypassed_once(&c, name, &[SIDECAR]);
     }
-    second.shutdown().await;
+    c.finish(second).await;
 }

@@ -52,7 +52,7 @@ async fn dry_run_counts_once_and_writes_nothing(mechanism: Mechanism) {
     for name in &names {
         assert_eq!(c.pending("default", name), vec![SIDECAR.to_owned()]);
     }
-    guard.shutdown().await;
+    c.finish(guard).await;
 }
 
 /// The guard's user may only read pods: every bypass is answered 403, counted in
