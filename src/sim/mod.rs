@@ -17,20 +17,20 @@
 
 pub mod cli;
 pub mod controllers;
-pub mod discovery;
+pub(crate) mod discovery;
 pub mod faults;
-pub mod kinds;
-pub mod ops;
-pub mod patch;
+pub(crate) mod kinds;
+pub(crate) mod ops;
+pub(crate) mod patch;
 pub mod rbac;
-pub mod resources;
+pub(crate) mod resources;
 pub mod scenario;
 pub mod selectors;
-pub mod server;
-pub mod status;
-pub mod store;
-pub mod table;
-pub mod watch;
+pub(crate) mod server;
+pub(crate) mod status;
+pub(crate) mod store;
+pub(crate) mod table;
+pub(crate) mod watch;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

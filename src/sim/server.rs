@@ -1074,8 +1074,9 @@ fn start_watch(ctx: &Ctx, rr: &ResourceRoute) -> Result<Response<RespBody>, ApiE
                 .map_err(|_| ApiError::bad_request(format!("invalid resource version: {v}")))?,
         ),
     };
+    // 0, like no value, means the server's own watch duration.
     let timeout = match ctx.q("timeoutSeconds") {
-        None | Some("") => DEFAULT_WATCH_TIMEOUT,
+        None | Some("") | Some("0") => DEFAULT_WATCH_TIMEOUT,
         Some(t) => Duration::from_secs(
             t.parse::<u64>()
                 .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds: {t}")))?,
@@ -1085,7 +1086,6 @@ fn start_watch(ctx: &Ctx, rr: &ResourceRoute) -> Result<Response<RespBody>, ApiE
         res: rr.res,
         namespace: rr.namespace.clone(),
         filter,
-        from,
         send_initial_events: ctx.flag("sendInitialEvents"),
         bookmarks: ctx.flag("allowWatchBookmarks"),
         timeout,

@@ -122,11 +122,6 @@ impl Store {
             .take_while(move |(k, _)| namespace.is_none_or(|ns| k.0 == ns))
     }
 
-    /// Number of objects in a storage.
-    pub fn count(&self, storage: Storage) -> usize {
-        self.objects[storage.index()].len()
-    }
-
     /// Store `obj` (ADDED if the key is new, else MODIFIED), assigning the next
     /// resourceVersion to `metadata.resourceVersion`.
     pub fn put(&mut self, storage: Storage, mut obj: Value, user: &str) -> Arc<Change> {

@@ -33,8 +33,6 @@ pub struct WatchRequest {
     /// None: all namespaces (or a cluster-scoped resource).
     pub namespace: Option<String>,
     pub filter: Filter,
-    /// None: start with the current state as ADDED events ("" or "0").
-    pub from: Option<u64>,
     pub send_initial_events: bool,
     pub bookmarks: bool,
     pub timeout: Duration,
