@@ -604,7 +604,10 @@ async fn owner_heartbeat(client: Client, opts: Arc<GateOwnerOptions>, life: Arc<
     let mut backing = Backing::new(client, &opts);
     loop {
         let alive = *alive_rx.borrow_and_update();
-        backing.reconcile(alive).await;
+        tokio::select! {
+            _ = life.cancel.cancelled() => return,
+            _ = backing.reconcile(alive) => {}
+        }
         tokio::select! {
             _ = life.cancel.cancelled() => return,
             changed = alive_rx.changed() => if changed.is_err() { return },
@@ -629,6 +632,14 @@ struct Backing {
     pod_written: Option<bool>,
     /// A CREATE of the owner pod in flight (legacy initializers can block it).
     pod_create: Option<JoinHandle<Result<(), kube::Error>>>,
+}
+
+impl Drop for Backing {
+    fn drop(&mut self) {
+        if let Some(create) = &self.pod_create {
+            create.abort();
+        }
+    }
 }
 
 impl Backing {
