@@ -1387,11 +1387,13 @@ async fn serve(n: &mut Narrator, cluster: Cluster, guard_url: &str) -> Result<()
         cluster.sim.mechanism().as_str(),
         cluster.sim.url()
     ));
+    // kubectl's custom-columns paths need the dots inside label and annotation keys escaped.
+    let label = DEFAULT_OPT_IN_LABEL.replace('.', "\\.");
+    let annotation = BYPASSED_ANNOTATION.replace('.', "\\.");
+    n.line(format_args!("  kubectl --kubeconfig {k} get pods -A"));
     n.line(format_args!(
-        "  kubectl --kubeconfig {k} get pods -A -L {DEFAULT_OPT_IN_LABEL}"
-    ));
-    n.line(format_args!(
-        "  kubectl --kubeconfig {k} get pods -n {NAMESPACE} -o custom-columns=NAME:.metadata.name,BYPASSED:'.metadata.annotations.initguard\\.io/bypassed'"
+        "  kubectl --kubeconfig {k} get pods -n {NAMESPACE} -o custom-columns='NAME:.metadata.name,\
+         PHASE:.status.phase,OPT-IN:.metadata.labels.{label},BYPASSED:.metadata.annotations.{annotation}'"
     ));
     n.line(format_args!(
         "  curl -s {guard_url}/metrics | grep ^initguard_"
@@ -1463,5 +1465,131 @@ impl<T: Display> Display for Stamped<T> {
             write!(f, "\n{:8}{line}", "")?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sim::controllers::PileReport;
+    use serde_json::json;
+
+    #[test]
+    fn embedded_config_is_valid_and_keeps_the_story_true_at_every_scale() {
+        for mechanism in [Mechanism::SchedulingGates, Mechanism::Initializers] {
+            for scale in [0.05, 0.5, 1.0, 10.0] {
+                let clock = Clock { scale };
+                let text = config_yaml(mechanism, PREFERRED_LISTEN, clock);
+                let config = Config::from_yaml_str(&text, "demo").unwrap();
+                assert!(config.warnings().is_empty(), "{:?}", config.warnings());
+                assert_eq!(config.mechanism, mechanism);
+                assert!(!config.leader_election.enabled);
+                let grace = clock.d(OWNER_DOWN_GRACE);
+                let sidecar = config.initializer(SIDECAR).unwrap();
+                assert_eq!(sidecar.owner_down_grace, grace);
+                // The first pods of the outage reach their deadline before the owner counts as
+                // down, so both reasons appear.
+                assert!(sidecar.deadline < grace, "{text}");
+                if mechanism == Mechanism::Initializers {
+                    for i in &config.initializers {
+                        assert!(i.deadline < clock.d(CREATE_TIMEOUT), "{text}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn bypass_reason_is_the_latest_record_of_that_initializer() {
+        let pod = json!({ "metadata": { "annotations": { BYPASSED_ANNOTATION:
+            "a.example.com=pileup@2026-01-01T00:00:00Z,\
+             sidecar.example.com=deadline@2026-01-01T00:00:01Z,\
+             sidecar.example.com=owner_down@2026-01-01T00:00:02Z" } } });
+        assert_eq!(bypass_reason(&pod, SIDECAR), "owner_down");
+        assert_eq!(bypass_reason(&pod, "a.example.com"), "pileup");
+        assert_eq!(bypass_reason(&pod, QUOTA), "unrecorded");
+        assert_eq!(bypass_reason(&json!({}), SIDECAR), "unrecorded");
+    }
+
+    #[test]
+    fn creation_timestamp_parses_whole_seconds() {
+        let pod = json!({ "metadata": { "creationTimestamp": "1970-01-01T00:01:40Z" } });
+        assert_eq!(
+            creation_timestamp(&pod),
+            Some(SystemTime::UNIX_EPOCH + Duration::from_secs(100))
+        );
+        assert_eq!(creation_timestamp(&json!({ "metadata": {} })), None);
+    }
+
+    #[test]
+    fn stamped_lines_indent_their_continuations() {
+        let text = Stamped(Duration::from_millis(5040), "first\nsecond").to_string();
+        assert_eq!(text, "[ 5.0s] first\n        second");
+        let text = Stamped(Duration::from_millis(14_000), "one").to_string();
+        assert_eq!(text, "[14.0s] one");
+    }
+
+    #[test]
+    fn largest_pile_prefers_the_first_controller_on_a_tie() {
+        let pile = PileReport {
+            per_controller: BTreeMap::from([
+                ("CronJob/demo/b".to_string(), 2),
+                ("Job/demo/a".to_string(), 2),
+                ("Job/demo/c".to_string(), 1),
+            ]),
+            ..PileReport::default()
+        };
+        assert_eq!(largest(&pile), Some(("CronJob/demo/b", 2)));
+        assert_eq!(largest(&PileReport::default()), None);
+        assert_eq!(controller_display("CronJob/demo/b"), "CronJob demo/b");
+    }
+
+    #[test]
+    fn timeline_is_ordered_with_the_outage_inside_the_run() {
+        let steps = timeline();
+        assert!(steps.windows(2).all(|w| w[0].0 <= w[1].0));
+        let at = |want: fn(&Step) -> bool| steps.iter().find(|(_, s)| want(s)).unwrap().0;
+        let (kill, revive) = (
+            at(|s| matches!(s, Step::Kill)),
+            at(|s| matches!(s, Step::Revive)),
+        );
+        assert!(0.0 < kill && kill < revive && revive < RUN_LENGTH);
+        // Some opted-in and some unlabeled work starts while the owner is dead.
+        let during = |opted_in: bool| {
+            WORKLOADS
+                .iter()
+                .any(|w| w.opted_in == opted_in && kill < w.at && w.at < revive)
+        };
+        assert!(during(true) && during(false));
+    }
+
+    #[test]
+    fn table_has_a_timeout_row_only_for_legacy_initializers() {
+        let stats = RunStats {
+            bypasses: BTreeMap::from([("owner_down".to_string(), 3), ("deadline".to_string(), 1)]),
+            largest_pile: 7,
+            largest_pile_controller: Some("Job/demo/job-b".to_string()),
+            ..RunStats::default()
+        };
+        let mut summary = DemoSummary {
+            mechanism: Mechanism::SchedulingGates,
+            without_guard: RunStats::default(),
+            with_guard: stats,
+            guard_url: String::new(),
+        };
+        let table = render_table(&summary);
+        let row = |label: &str| {
+            table
+                .lines()
+                .find(|l| l.starts_with(label))
+                .map(|l| l.split_whitespace().rev().take(2).collect::<Vec<_>>())
+        };
+        assert_eq!(row("guard bypasses"), Some(vec!["4", "0"]));
+        assert_eq!(row("  reason deadline"), Some(vec!["1", "0"]));
+        assert_eq!(row("largest pile"), Some(vec!["7", "0"]));
+        assert!(table.contains("Job demo/job-b"));
+        assert_eq!(row("pod CREATEs timed out"), None);
+        summary.mechanism = Mechanism::Initializers;
+        assert!(render_table(&summary).contains("pod CREATEs timed out (504)"));
     }
 }
