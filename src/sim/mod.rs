@@ -14,6 +14,20 @@
 //!
 //! Users are identified by bearer token: `user:NAME` is user `NAME`, no token is
 //! `system:anonymous`. It is never meant for production use.
+//!
+//! Known simplifications, each harmless for kube-rs and kubectl:
+//! * list continuations read the current state after the last key served (as an expired
+//!   snapshot would) while reporting the first page's resourceVersion;
+//! * deletion is immediate (no `deletionTimestamp`, no graceful termination, no
+//!   finalizers); deleting a namespace deletes its objects at once;
+//! * strategic merge patch knows the merge keys of the built-in lists it stores; server-side
+//!   apply is answered 415; `fieldValidation` is accepted and not enforced;
+//! * validation covers names, containers, scheduling gates, pod spec immutability and
+//!   initializers, not every field of every kind;
+//! * a failed legacy initialization (`metadata.initializers.result`) deletes the pod and the
+//!   waiting CREATE gets the result's status;
+//! * a JSON Patch that cannot be applied answers 422 `Invalid` whose message ends with the
+//!   patch library's error (`testing value /path failed`), as 1.7–1.13 servers showed it.
 
 pub mod cli;
 pub mod controllers;
@@ -292,7 +306,7 @@ impl Sim {
 
     /// A plain kube-rs client for `user` (without the `includeUninitialized` layer; use
     /// `initguard::client::build(sim.kube_config(user), mechanism)` where legacy visibility
-    /// matters).
+    /// matters). Call it inside a Tokio runtime, as kube clients spawn a task.
     pub fn client(&self, user: &str) -> kube::Client {
         let config = self.kube_config(user);
         match kube::Client::try_from(config.clone()) {
