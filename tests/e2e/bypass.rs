@@ -122,6 +122,14 @@ async fn slow_owner_is_bypassed_at_the_deadline(mechanism: Mechanism) {
         let patches = c.guard_pod_patches(name);
         assert_eq!(patches.len(), 1, "{patches:?}");
         assert_eq!(c.bypasses_of(&format!("default/{name}")).len(), 1);
+        let events = c.bypass_events(name);
+        assert_eq!(events.len(), 1, "{events:#?}");
+        assert_eq!(events[0]["type"], "Warning");
+        let message = events[0]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains(SIDECAR) && message.contains("deadline"),
+            "{message}"
+        );
     }
     c.finish(guard).await;
 }

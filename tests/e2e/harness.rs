@@ -450,6 +450,15 @@ impl Cluster {
             .collect()
     }
 
+    /// `InitializerBypassed` Events about the pod `name` (stored in core/v1 form).
+    pub fn bypass_events(&self, name: &str) -> Vec<Value> {
+        self.sim
+            .list_objects("events")
+            .into_iter()
+            .filter(|e| e["reason"] == "InitializerBypassed" && e["involvedObject"]["name"] == name)
+            .collect()
+    }
+
     /// Initializers still pending on the stored pod (empty when it is gone or initialized).
     pub fn pending(&self, namespace: &str, name: &str) -> Vec<String> {
         self.sim
