@@ -1,0 +1,1074 @@
+//! Soak: the released binary under sustained chaos, judged by what the API server saw.
+//!
+//! The guards run as child processes of `initguard run` against the simulated API server, which
+//! enforces the shipped RBAC for their user. Simulated owners, Job-like and CronJob-like
+//! creators (opted in and not) and a reaper (which deletes finished pods so Jobs keep creating,
+//! and pods stuck too long) keep the cluster busy, while:
+//!
+//! * 20 % of the guards' requests fail with 500, 503 or 429. The simulated controllers are
+//!   exempt: their behaviour, an owner's liveness above all, must follow the chaos schedule
+//!   below and nothing else, so that every bypass can be judged against it. Only the guard
+//!   suffers the faults, which is what is under test.
+//! * every watch is dropped every 5 s, and now and then the next watch is answered 410 Gone;
+//! * the API server restarts (every connection cut) every 20 s;
+//! * a guard is SIGKILLed and restarted every 15 s (replicas in turn);
+//! * owners are killed and revived at random.
+//!
+//! Then faults stop, and once the API has been healthy for the longest deadline plus 2 s every
+//! opted-in pod must be free of listed initializers past their deadline. Invariants, from the
+//! request log and the object history: no guard write to a pod without opt-in or to anything
+//! the guard has no business writing; no 403; every guard patch removes exactly one entry,
+//! listed, the one its `initguard.io/bypassed` record names; no `deadline` bypass before the
+//! deadline; no `owner_down` bypass unless the owner had been down for the grace; no initializer
+//! removed twice; no panic; no memory growth (last RSS sample at most twice the median after
+//! warm-up, per guard process that lived long enough).
+//!
+//! `INITGUARD_SOAK_SECONDS` sets the chaos phase (default 60 s; the legacy variant runs a third
+//! of it, at least 20 s); `INITGUARD_SOAK_SEED` replays a chaos schedule (the seed is printed).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use initguard::config::Mechanism;
+use initguard::mechanism::{BYPASSED_ANNOTATION, BypassRecord, parse_records, pending_names};
+use initguard::pod::SlimPod;
+use initguard::sim::controllers::{
+    Creator, CreatorHandle, CreatorOptions, GateOwner, GateOwnerHandle, GateOwnerOptions, dns_name,
+};
+use initguard::sim::{ChangeType, ObjectChange, RequestRecord, Sim, SimOptions};
+use kube::api::{Api, DeleteParams, ListParams};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use crate::support::*;
+
+const NS: &str = "soak";
+/// Owned by a Deployment.
+const SIDECAR: &str = "sidecar.example.com";
+/// Owned by a Lease.
+const QUOTA: &str = "quota.example.com";
+/// No owner: deadline only.
+const AUDIT: &str = "audit.example.com";
+/// Not in the configuration (`unlistedInitializers: ignore`): never to be touched.
+const UNLISTED: &str = "unlisted.example.com";
+const FAILING: &[u16] = &[500, 503, 429];
+const ERROR_RATE: f64 = 0.2;
+const GRACE: Duration = Duration::from_secs(1);
+const LEASE_DURATION: &str = "3s";
+/// A guard may act on an owner's death this long after the owner came back (its watch of the
+/// owner may be down or backing off); later than that is a violation.
+const OWNER_VIEW_LAG: Duration = Duration::from_secs(15);
+/// Pods older than this are deleted by the reaper (bounded store).
+const REAP_AFTER: Duration = Duration::from_secs(30);
+/// Slack on "still waiting past its deadline" at the end.
+const END_SLACK: Duration = Duration::from_secs(2);
+/// Memory: processes that lived at least this long are checked, after this warm-up.
+const MEMORY_MIN_LIFE: Duration = Duration::from_secs(20);
+const MEMORY_WARM_UP: Duration = Duration::from_secs(5);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scheduling_gates_two_replicas() {
+    let chaos = soak_seconds();
+    run(Scenario {
+        mechanism: Mechanism::SchedulingGates,
+        replicas: 2,
+        chaos,
+        drop_every: Duration::from_secs(5),
+        restart_every: Duration::from_secs(20),
+        kill_every: Duration::from_secs(15),
+        deadlines: BTreeMap::from([
+            (SIDECAR, Duration::from_secs(8)),
+            (QUOTA, Duration::from_secs(8)),
+            (AUDIT, Duration::from_secs(3)),
+        ]),
+        check_memory: chaos >= Duration::from_secs(40),
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_initializers_one_replica() {
+    let chaos = (soak_seconds() / 3).max(Duration::from_secs(20));
+    run(Scenario {
+        mechanism: Mechanism::Initializers,
+        replicas: 1,
+        chaos,
+        drop_every: Duration::from_secs(5),
+        restart_every: Duration::from_secs(10),
+        kill_every: Duration::from_secs(7),
+        // Below the 5 s create timeout of this server, as the operator guide asks.
+        deadlines: BTreeMap::from([
+            (SIDECAR, Duration::from_secs(3)),
+            (AUDIT, Duration::from_secs(2)),
+        ]),
+        check_memory: false,
+    })
+    .await;
+}
+
+fn soak_seconds() -> Duration {
+    let secs = std::env::var("INITGUARD_SOAK_SECONDS")
+        .ok()
+        .map(|s| {
+            s.parse::<u64>().unwrap_or_else(|_| {
+                panic!("INITGUARD_SOAK_SECONDS={s:?} is not a number of seconds")
+            })
+        })
+        .unwrap_or(60);
+    Duration::from_secs(secs.max(10))
+}
+
+fn soak_seed() -> u64 {
+    match std::env::var("INITGUARD_SOAK_SEED") {
+        Ok(s) => s
+            .parse()
+            .unwrap_or_else(|_| panic!("INITGUARD_SOAK_SEED={s:?} is not a u64")),
+        Err(_) => rand::rng().random(),
+    }
+}
+
+struct Scenario {
+    mechanism: Mechanism,
+    /// Guard replicas; more than one runs with leader election.
+    replicas: usize,
+    chaos: Duration,
+    drop_every: Duration,
+    restart_every: Duration,
+    kill_every: Duration,
+    /// Listed initializers and their deadlines.
+    deadlines: BTreeMap<&'static str, Duration>,
+    check_memory: bool,
+}
+
+impl Scenario {
+    fn leader_election(&self) -> bool {
+        self.replicas > 1
+    }
+
+    fn name(&self) -> &'static str {
+        match self.mechanism {
+            Mechanism::SchedulingGates => "soak/schedulingGates",
+            Mechanism::Initializers => "soak/initializers",
+        }
+    }
+
+    /// Owned initializers and the owner kind the configuration watches.
+    fn owned(&self) -> Vec<(&'static str, &'static str)> {
+        [(SIDECAR, "deployment"), (QUOTA, "lease")]
+            .into_iter()
+            .filter(|(g, _)| self.deadlines.contains_key(g))
+            .collect()
+    }
+
+    fn config_yaml(&self) -> String {
+        let mut yaml = format!(
+            "mechanism: {}\nlisten: 127.0.0.1:0\noptIn: {{ label: {OPT_IN} }}\n\
+             defaults: {{ deadline: 20s, ownerDownGrace: {}ms }}\n\
+             unlistedInitializers: ignore\ninitializers:\n",
+            self.mechanism.as_str(),
+            GRACE.as_millis()
+        );
+        let owners: HashMap<&str, &str> = self.owned().into_iter().collect();
+        for (name, deadline) in &self.deadlines {
+            let owner = owners
+                .get(name)
+                .map(|kind| format!(", owner: {{ {kind}: kube-system/{} }}", dns_name(name)))
+                .unwrap_or_default();
+            yaml.push_str(&format!(
+                "  - {{ name: {name}, deadline: {}ms{owner} }}\n",
+                deadline.as_millis()
+            ));
+        }
+        if self.leader_election() {
+            yaml.push_str(&format!(
+                "leaderElection: {{ enabled: true, namespace: kube-system, name: initguard, \
+                 leaseDuration: {LEASE_DURATION} }}\n"
+            ));
+        } else {
+            yaml.push_str("leaderElection: { enabled: false }\n");
+        }
+        yaml
+    }
+
+    /// The creators: (options, user). Gates only matter for scheduling gates; legacy pods get
+    /// the server's initializers.
+    fn creators(&self) -> Vec<CreatorOptions> {
+        let gates = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let opted = |mut o: CreatorOptions, g: &[&str]| {
+            o.opt_in_label = Some(OPT_IN.to_owned());
+            o.gates = gates(g);
+            o
+        };
+        let plain = |mut o: CreatorOptions, g: &[&str]| {
+            o.gates = gates(g);
+            o
+        };
+        match self.mechanism {
+            Mechanism::SchedulingGates => vec![
+                opted(
+                    CreatorOptions::cron_job(NS, "cron-in", Duration::from_millis(700)),
+                    &[SIDECAR, AUDIT],
+                ),
+                plain(
+                    CreatorOptions::cron_job(NS, "cron-out", Duration::from_millis(1200)),
+                    &[SIDECAR, QUOTA],
+                ),
+                opted(
+                    CreatorOptions::cron_job(NS, "cron-unlisted", Duration::from_secs(2)),
+                    &[UNLISTED, QUOTA],
+                ),
+                opted(CreatorOptions::job(NS, "job-in", 3), &[QUOTA]),
+                plain(CreatorOptions::job(NS, "job-out", 2), &[AUDIT]),
+            ],
+            Mechanism::Initializers => vec![
+                opted(
+                    CreatorOptions::cron_job(NS, "cron-in", Duration::from_secs(1)),
+                    &[],
+                ),
+                plain(
+                    CreatorOptions::cron_job(NS, "cron-out", Duration::from_secs(2)),
+                    &[],
+                ),
+                opted(CreatorOptions::job(NS, "job-in", 2), &[]),
+                plain(CreatorOptions::job(NS, "job-out", 1), &[]),
+            ],
+        }
+    }
+}
+
+/// An owner going down or coming back, by the chaos schedule.
+#[derive(Debug, Clone, Copy)]
+struct OwnerEvent {
+    initializer: &'static str,
+    alive: bool,
+    at: SystemTime,
+}
+
+/// One life of a guard process and what was seen of it.
+struct Life {
+    process: GuardProcess,
+    addr: Option<SocketAddr>,
+    /// (age, RSS KiB).
+    rss: Vec<(Duration, u64)>,
+    /// Last scraped `initguard_watch_restarts_total` (all resources).
+    watch_restarts: f64,
+    bypass_errors: f64,
+    leader: bool,
+    healthz_failures: Vec<String>,
+    killed: bool,
+}
+
+struct Replica {
+    label: String,
+    lives: Vec<Life>,
+    /// When a killed replica comes back.
+    respawn_at: Option<Instant>,
+}
+
+impl Replica {
+    fn current(&mut self) -> Option<&mut Life> {
+        self.lives.last_mut().filter(|l| !l.killed)
+    }
+}
+
+struct Guards {
+    dir: PathBuf,
+    config: PathBuf,
+    kubeconfig: PathBuf,
+    replicas: Vec<Replica>,
+    spawned: usize,
+}
+
+impl Guards {
+    fn spawn(&mut self, index: usize) {
+        self.spawned += 1;
+        let r = &mut self.replicas[index];
+        let label = format!("{}-{}", r.label, r.lives.len());
+        // One replica logs JSON, the other text: both formats live through the chaos.
+        let format = if index % 2 == 0 { "json" } else { "text" };
+        let process = GuardProcess::run(
+            &self.dir,
+            &label,
+            &self.config,
+            &self.kubeconfig,
+            &["--log-format", format],
+            &[],
+        );
+        r.lives.push(Life {
+            process,
+            addr: None,
+            rss: Vec::new(),
+            watch_restarts: 0.0,
+            bypass_errors: 0.0,
+            leader: false,
+            healthz_failures: Vec::new(),
+            killed: false,
+        });
+        r.respawn_at = None;
+    }
+
+    fn kill(&mut self, index: usize, respawn_at: Instant) {
+        let r = &mut self.replicas[index];
+        if let Some(life) = r.current() {
+            life.process.kill();
+            life.killed = true;
+        }
+        r.respawn_at = Some(respawn_at);
+    }
+
+    fn lives(&self) -> impl Iterator<Item = &Life> {
+        self.replicas.iter().flat_map(|r| r.lives.iter())
+    }
+
+    /// Scrape every live process: address, /healthz, /metrics, RSS; note unexpected exits.
+    async fn observe(&mut self, violations: &mut Vec<String>) {
+        for r in &mut self.replicas {
+            let Some(life) = r.current() else { continue };
+            let age = life.process.started.elapsed();
+            if let Some(status) = life.process.exit_status() {
+                violations.push(format!(
+                    "{} exited by itself with {status} after {age:?}",
+                    life.process.label
+                ));
+                life.killed = true;
+                r.respawn_at = Some(Instant::now());
+                continue;
+            }
+            if let Some(kib) = life.process.rss_kib() {
+                life.rss.push((age, kib));
+            }
+            if life.addr.is_none() {
+                life.addr = life.process.logged_addr();
+            }
+            let Some(addr) = life.addr else {
+                if age > Duration::from_secs(10) {
+                    violations.push(format!(
+                        "{} did not start serving in {age:?}",
+                        life.process.label
+                    ));
+                    life.addr = Some(SocketAddr::from(([127, 0, 0, 1], 1)));
+                }
+                continue;
+            };
+            match http_get(addr, "/healthz", Duration::from_secs(3)).await {
+                Ok((200, _)) => {}
+                Ok((code, body)) => life
+                    .healthz_failures
+                    .push(format!("{code} at {age:?}: {}", body.trim())),
+                Err(e) => life.healthz_failures.push(format!("at {age:?}: {e}")),
+            }
+            if let Ok((200, text)) = http_get(addr, "/metrics", Duration::from_secs(3)).await {
+                life.watch_restarts = metric_sum(&text, "initguard_watch_restarts_total", &[]);
+                life.bypass_errors = metric_sum(&text, "initguard_bypass_errors_total", &[]);
+                life.leader = metric_sum(&text, "initguard_is_leader", &[]) == 1.0;
+            }
+        }
+    }
+}
+
+/// The housekeeping of a cluster: deletes pods that run (a finished Job pod, so the Job creates
+/// another) and pods stuck longer than [`REAP_AFTER`]. Exempt from faults.
+async fn reaper(
+    sim: Sim,
+    mechanism: Mechanism,
+    cancel: CancellationToken,
+    deleted: Arc<AtomicU64>,
+) {
+    let client = initguard::client::build(sim.kube_config(ADMIN), mechanism).unwrap();
+    let pods: Api<SlimPod> = Api::namespaced(client, NS);
+    while !cancel.is_cancelled() {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+        let Ok(list) = pods.list(&ListParams::default()).await else {
+            continue;
+        };
+        let now = SystemTime::now();
+        for pod in list.items {
+            let age = pod
+                .created()
+                .and_then(|c| now.duration_since(c).ok())
+                .unwrap_or_default();
+            let running =
+                pod.pending(mechanism).is_empty() && pod.phase.as_deref() == Some("Running");
+            if (running && age > Duration::from_secs(1)) || age > REAP_AFTER {
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                if pods.delete(&name, &DeleteParams::default()).await.is_ok() {
+                    deleted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+/// What the chaos did.
+#[derive(Default, Debug)]
+struct Chaos {
+    watch_drops: u32,
+    forced_gone: u32,
+    server_restarts: u32,
+    guard_kills: u32,
+    owner_flips: u32,
+}
+
+async fn run(s: Scenario) {
+    let seed = soak_seed();
+    println!(
+        "{}: chaos {:?} (INITGUARD_SOAK_SECONDS), seed {seed} (INITGUARD_SOAK_SEED to replay)",
+        s.name(),
+        s.chaos
+    );
+    let mut rng = StdRng::seed_from_u64(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let legacy = s.mechanism == Mechanism::Initializers;
+    let sim = Sim::start(SimOptions {
+        mechanism: s.mechanism,
+        schedule_delay: Duration::from_millis(20),
+        legacy_initializers: if legacy {
+            vec![SIDECAR.into(), AUDIT.into()]
+        } else {
+            vec![]
+        },
+        create_timeout: Duration::from_secs(5),
+        // Room for every request of the run: the invariants read them all.
+        request_log_limit: 200_000 + 6_000 * s.chaos.as_secs() as usize,
+        ..SimOptions::default()
+    })
+    .await
+    .unwrap();
+    sim.enforce_rbac_policy(GUARD_USER, shipped_rbac(s.mechanism));
+    create_namespace(&sim, NS).await;
+
+    // Owners: alive at first, heartbeat 200 ms, a 2 s lease.
+    let mut owners: Vec<(&'static str, GateOwnerHandle)> = Vec::new();
+    let mut exempt: Vec<String> = vec![ADMIN.to_owned()];
+    for (initializer, _) in s.owned() {
+        let user = format!("owner:{}", dns_name(initializer));
+        let mut o = GateOwnerOptions::new(initializer, s.mechanism);
+        o.heartbeat = Duration::from_millis(200);
+        o.lease_duration = Duration::from_secs(2);
+        owners.push((
+            initializer,
+            GateOwner::start(sim.kube_config(&user), o).unwrap(),
+        ));
+        exempt.push(user);
+    }
+    for (initializer, _) in s.owned() {
+        let name = dns_name(initializer);
+        until(
+            Duration::from_secs(10),
+            "owners to publish their deployments",
+            || {
+                sim.get_object("deployments", Some("kube-system"), &name)
+                    .is_some_and(|d| d["status"]["availableReplicas"].as_i64() == Some(1))
+            },
+        )
+        .await;
+    }
+    let mut creators: Vec<CreatorHandle> = Vec::new();
+    for c in s.creators() {
+        let user = format!("creator:{}", c.name);
+        creators.push(Creator::start(sim.kube_config(&user), c).unwrap());
+        exempt.push(user);
+    }
+    let exempt_refs: Vec<&str> = exempt.iter().map(String::as_str).collect();
+    sim.faults().exempt_users(&exempt_refs);
+    let reaper_cancel = CancellationToken::new();
+    let reaped = Arc::new(AtomicU64::new(0));
+    let reaper_task = tokio::spawn(reaper(
+        sim.clone(),
+        s.mechanism,
+        reaper_cancel.clone(),
+        reaped.clone(),
+    ));
+
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, s.config_yaml()).unwrap();
+    let check = std::process::Command::new(BIN)
+        .args(["check-config", config.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let kubeconfig = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kubeconfig, GUARD_USER).unwrap();
+    let mut guards = Guards {
+        dir: dir.path().to_path_buf(),
+        config,
+        kubeconfig,
+        replicas: (0..s.replicas)
+            .map(|i| Replica {
+                label: format!("guard-{}", char::from(b'a' + i as u8)),
+                lives: Vec::new(),
+                respawn_at: None,
+            })
+            .collect(),
+        spawned: 0,
+    };
+    for i in 0..s.replicas {
+        guards.spawn(i);
+    }
+    for r in &mut guards.replicas {
+        let life = r.lives.last_mut().unwrap();
+        life.addr = Some(life.process.wait_addr(Duration::from_secs(20)).await);
+    }
+
+    // Chaos.
+    let mut violations: Vec<String> = Vec::new();
+    let mut owner_events: Vec<OwnerEvent> = Vec::new();
+    let mut chaos = Chaos::default();
+    sim.faults().set_error_rate(ERROR_RATE, FAILING);
+    let start = Instant::now();
+    let chaos_end = start + s.chaos;
+    let mut next_drop = start + s.drop_every;
+    let mut next_restart = start + s.restart_every;
+    let mut next_kill = start + s.kill_every;
+    let mut next_flip = start + Duration::from_millis(rng.random_range(1000..3000));
+    let mut next_observe = start;
+    let mut kill_turn = 0usize;
+    while Instant::now() < chaos_end {
+        let now = Instant::now();
+        if now >= next_drop {
+            if rng.random_bool(0.4) {
+                sim.faults().force_gone_next_watch();
+                chaos.forced_gone += 1;
+            }
+            sim.faults().drop_watches();
+            chaos.watch_drops += 1;
+            next_drop += s.drop_every;
+        }
+        if now >= next_restart {
+            let downtime = Duration::from_millis(rng.random_range(0..800));
+            sim.restart_after(downtime).await.unwrap();
+            chaos.server_restarts += 1;
+            next_restart += s.restart_every;
+        }
+        if now >= next_kill {
+            let index = kill_turn % s.replicas;
+            kill_turn += 1;
+            let back = Instant::now() + Duration::from_millis(rng.random_range(0..1500));
+            guards.kill(index, back);
+            chaos.guard_kills += 1;
+            next_kill += s.kill_every;
+        }
+        for i in 0..s.replicas {
+            if guards.replicas[i]
+                .respawn_at
+                .is_some_and(|t| t <= Instant::now())
+            {
+                guards.spawn(i);
+            }
+        }
+        if now >= next_flip && !owners.is_empty() {
+            let (initializer, owner) = &owners[rng.random_range(0..owners.len())];
+            let alive = !owner.is_alive();
+            if alive {
+                owner.revive();
+            } else {
+                owner.kill();
+            }
+            owner_events.push(OwnerEvent {
+                initializer,
+                alive,
+                at: SystemTime::now(),
+            });
+            chaos.owner_flips += 1;
+            next_flip = now + Duration::from_millis(rng.random_range(2000..6000));
+        }
+        if now >= next_observe {
+            guards.observe(&mut violations).await;
+            next_observe = now + Duration::from_secs(1);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // Healthy API: faults off, every replica up, no new pods; then the longest deadline + slack.
+    sim.faults().clear();
+    let healthy_since = SystemTime::now();
+    for i in 0..s.replicas {
+        if guards.replicas[i].current().is_none() {
+            guards.spawn(i);
+        }
+    }
+    for c in creators.drain(..) {
+        c.stop().await;
+    }
+    reaper_cancel.cancel();
+    reaper_task.await.unwrap();
+    let settle_start = Instant::now();
+    if s.leader_election() {
+        while !guards.lives().any(|l| !l.killed && l.leader) {
+            assert!(
+                settle_start.elapsed() < Duration::from_secs(20),
+                "no leader within 20 s of the API turning healthy"
+            );
+            guards.observe(&mut violations).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    let longest = *s.deadlines.values().max().unwrap();
+    let settled = Instant::now() + longest + END_SLACK;
+    while Instant::now() < settled {
+        guards.observe(&mut violations).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let checked_at = SystemTime::now();
+    guards.observe(&mut violations).await;
+
+    // From here on only the server's records are read.
+    for r in &mut guards.replicas {
+        if let Some(life) = r.current() {
+            life.process.kill();
+        }
+    }
+    drop(owners);
+    let history = sim.object_history();
+    let requests = sim.requests();
+    let total_requests: u64 = sim.counts().values().sum();
+    if total_requests > requests.len() as u64 {
+        violations.push(format!(
+            "request log overflowed ({total_requests} answered, {} kept): raise request_log_limit",
+            requests.len()
+        ));
+    }
+    let judge = Judge::new(&s, &history, &owner_events);
+    judge.guard_changes(&mut violations);
+    judge.removed_once(&mut violations);
+    judge.guard_requests(&requests, &mut violations);
+    judge.still_waiting(&sim, healthy_since, checked_at, &mut violations);
+
+    let mut memory_checked = 0;
+    for life in guards.lives() {
+        let log = life.process.log_text();
+        if let Some(line) = log.lines().find(|l| l.contains("panicked")) {
+            violations.push(format!("{} panicked: {line}", life.process.label));
+        }
+        let lived = life.rss.last().map(|(age, _)| *age).unwrap_or_default();
+        if s.check_memory && lived >= MEMORY_MIN_LIFE {
+            memory_checked += 1;
+            let mut warm: Vec<u64> = life
+                .rss
+                .iter()
+                .filter(|(age, _)| *age >= MEMORY_WARM_UP)
+                .map(|(_, kib)| *kib)
+                .collect();
+            let last = *warm.last().unwrap();
+            warm.sort_unstable();
+            let median = warm[warm.len() / 2];
+            if last > 2 * median {
+                violations.push(format!(
+                    "{}: RSS grew to {last} KiB, median after warm-up {median} KiB",
+                    life.process.label
+                ));
+            }
+        }
+        for failure in &life.healthz_failures {
+            violations.push(format!("{} /healthz: {failure}", life.process.label));
+        }
+    }
+    if s.check_memory && memory_checked == 0 {
+        violations.push(format!(
+            "no guard process lived {MEMORY_MIN_LIFE:?} to check its memory"
+        ));
+    }
+
+    // Summary.
+    let guard_requests: Vec<&RequestRecord> =
+        requests.iter().filter(|r| r.user == GUARD_USER).collect();
+    let failed = guard_requests
+        .iter()
+        .filter(|r| r.status == 429 || r.status >= 500)
+        .count();
+    let watches = guard_requests.iter().filter(|r| r.verb == "watch").count();
+    let restarts_metric: f64 = guards.lives().map(|l| l.watch_restarts).sum();
+    let bypass_errors: f64 = guards.lives().map(|l| l.bypass_errors).sum();
+    let max_rss = guards
+        .lives()
+        .flat_map(|l| l.rss.iter().map(|(_, k)| *k))
+        .max()
+        .unwrap_or(0);
+    let pods_created = history
+        .iter()
+        .filter(|c| c.resource == "pods" && c.change_type == ChangeType::Added)
+        .count();
+    println!(
+        "{name}: {secs:.0}s chaos; {pods_created} pods created, {reaped} reaped; guard requests \
+         {total} ({failed} failed with 429/5xx, {watches} watch requests, {restarts_metric} watch \
+         restarts counted in /metrics, {bypass_errors} bypass errors); chaos {chaos:?}; guard \
+         processes {spawned}; owner-down windows {downs}; bypasses {bypasses:?}; max owner_down \
+         lag after revival {lag:.1}s; memory: {memory_checked} processes checked, max RSS {max_rss} \
+         KiB; invariant violations {violations}",
+        name = s.name(),
+        secs = s.chaos.as_secs_f64(),
+        reaped = reaped.load(Ordering::Relaxed),
+        total = guard_requests.len(),
+        spawned = guards.spawned,
+        downs = owner_events.iter().filter(|e| !e.alive).count(),
+        bypasses = judge.bypass_counts(),
+        lag = judge.max_lag(),
+        violations = violations.len(),
+    );
+    if !violations.is_empty() {
+        for life in guards.lives() {
+            let log = life.process.log_text();
+            let tail: Vec<&str> = log.lines().rev().take(15).collect();
+            eprintln!("--- {} (last lines) ---", life.process.label);
+            for line in tail.into_iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "{}: {} invariant violations (seed {seed}):\n{}",
+        s.name(),
+        violations.len(),
+        violations.join("\n")
+    );
+}
+
+/// A pod as first stored.
+struct PodInfo {
+    key: String,
+    created: SystemTime,
+    opted_in: bool,
+    /// Legacy: when each initializer became the head of the pending list (commit time).
+    head_since: HashMap<String, SystemTime>,
+}
+
+/// Reads the object history against the scenario and the chaos schedule.
+struct Judge<'a> {
+    s: &'a Scenario,
+    history: &'a [ObjectChange],
+    pods: HashMap<String, PodInfo>,
+    /// Pod key → opted in (names are unique within a run).
+    opted_by_key: HashMap<String, bool>,
+    /// Initializer → down windows [down, up) by the schedule.
+    down: HashMap<&'static str, Vec<(SystemTime, Option<SystemTime>)>>,
+    bypasses: Vec<(String, String, String, SystemTime)>,
+    lag: std::cell::Cell<f64>,
+}
+
+impl<'a> Judge<'a> {
+    fn new(s: &'a Scenario, history: &'a [ObjectChange], owner_events: &[OwnerEvent]) -> Judge<'a> {
+        let mut pods: HashMap<String, PodInfo> = HashMap::new();
+        for c in history.iter().filter(|c| c.resource == "pods") {
+            let Some(after) = &c.after else { continue };
+            let info = pods.entry(c.uid.clone()).or_insert_with(|| PodInfo {
+                key: format!("{}/{}", c.namespace.as_deref().unwrap_or_default(), c.name),
+                created: creation_timestamp(after).unwrap_or(c.time),
+                opted_in: has_opt_in(after),
+                head_since: HashMap::new(),
+            });
+            if let Some(head) = pending_names(s.mechanism, after).first() {
+                info.head_since.entry(head.clone()).or_insert(c.time);
+            }
+        }
+        let opted_by_key = pods.values().map(|p| (p.key.clone(), p.opted_in)).collect();
+        let mut down: HashMap<&'static str, Vec<(SystemTime, Option<SystemTime>)>> = HashMap::new();
+        for e in owner_events {
+            let windows = down.entry(e.initializer).or_default();
+            if e.alive {
+                if let Some(last) = windows.last_mut().filter(|w| w.1.is_none()) {
+                    last.1 = Some(e.at);
+                }
+            } else {
+                windows.push((e.at, None));
+            }
+        }
+        Judge {
+            s,
+            history,
+            pods,
+            opted_by_key,
+            down,
+            bypasses: Vec::new(),
+            lag: std::cell::Cell::new(0.0),
+        }
+        .with_bypasses()
+    }
+
+    fn with_bypasses(mut self) -> Self {
+        for c in self.history {
+            if c.resource != "pods" || c.user != GUARD_USER {
+                continue;
+            }
+            let after = c.after.as_deref().unwrap_or(&Value::Null);
+            if let Some(r) = records(after).last() {
+                self.bypasses.push((
+                    c.uid.clone(),
+                    r.initializer.clone(),
+                    r.reason.clone(),
+                    c.time,
+                ));
+            }
+        }
+        self
+    }
+
+    fn bypass_counts(&self) -> BTreeMap<String, usize> {
+        let mut counts = BTreeMap::new();
+        for (_, _, reason, _) in &self.bypasses {
+            *counts.entry(reason.clone()).or_default() += 1;
+        }
+        counts
+    }
+
+    fn max_lag(&self) -> f64 {
+        self.lag.get()
+    }
+
+    /// Every change the guard made: pods only as a bypass of one listed initializer of an
+    /// opted-in pod, recorded, and on time; its own Lease; Events.
+    fn guard_changes(&self, violations: &mut Vec<String>) {
+        for c in self.history.iter().filter(|c| c.user == GUARD_USER) {
+            let what = format!(
+                "{} {}/{} rv {}",
+                c.resource,
+                c.namespace.as_deref().unwrap_or(""),
+                c.name,
+                c.resource_version
+            );
+            match c.resource.as_str() {
+                "pods" => self.guard_pod_change(c, &what, violations),
+                "leases" => {
+                    if c.namespace.as_deref() != Some("kube-system") || c.name != "initguard" {
+                        violations.push(format!("guard wrote a lease that is not its own: {what}"));
+                    }
+                }
+                "events" => {}
+                _ => violations.push(format!("guard changed {what}")),
+            }
+        }
+    }
+
+    fn guard_pod_change(&self, c: &ObjectChange, what: &str, violations: &mut Vec<String>) {
+        let (Some(before), Some(after)) = (&c.before, &c.after) else {
+            violations.push(format!("guard created or deleted a pod: {what}"));
+            return;
+        };
+        let Some(pod) = self.pods.get(&c.uid) else {
+            violations.push(format!("guard changed an unknown pod: {what}"));
+            return;
+        };
+        if !pod.opted_in {
+            violations.push(format!("guard changed a pod that is not opted in: {what}"));
+        }
+        let was = pending_names(self.s.mechanism, before);
+        let now = pending_names(self.s.mechanism, after);
+        let removed: Vec<&String> = {
+            let mut rest: Vec<&String> = now.iter().collect();
+            was.iter()
+                .filter(|n| match rest.iter().position(|m| m == n) {
+                    Some(i) => {
+                        rest.remove(i);
+                        false
+                    }
+                    None => true,
+                })
+                .collect()
+        };
+        if removed.len() != 1 || was.len() != now.len() + 1 {
+            violations.push(format!(
+                "guard patch removed {removed:?} (pending {was:?} -> {now:?}): {what}"
+            ));
+            return;
+        }
+        let removed = removed[0].as_str();
+        let (old, new) = (records(before), records(after));
+        if new.len() != old.len() + 1 || new[..old.len()] != old[..] {
+            violations.push(format!(
+                "guard patch did not append exactly one record ({old:?} -> {new:?}): {what}"
+            ));
+            return;
+        }
+        let record = &new[old.len()];
+        if record.initializer != removed {
+            violations.push(format!(
+                "guard removed {removed} but recorded {record:?}: {what}"
+            ));
+        }
+        let Some(deadline) = self.s.deadlines.get(removed) else {
+            violations.push(format!(
+                "guard removed unlisted initializer {removed}: {what}"
+            ));
+            return;
+        };
+        match record.reason.as_str() {
+            "deadline" => {
+                let start = match self.s.mechanism {
+                    Mechanism::SchedulingGates => pod.created,
+                    Mechanism::Initializers => *pod.head_since.get(removed).unwrap_or(&pod.created),
+                };
+                let waited = secs_between(start, c.time);
+                if waited < deadline.as_secs_f64() {
+                    violations.push(format!(
+                        "deadline bypass of {removed} after {waited:.3}s < {deadline:?}: {what}"
+                    ));
+                }
+            }
+            "owner_down" => self.owner_down_on_time(removed, c.time, what, violations),
+            other => violations.push(format!("unexpected bypass reason {other:?}: {what}")),
+        }
+    }
+
+    /// An `owner_down` bypass at `at` needs an owner that went down at least the grace before
+    /// and was still down, or came back at most [`OWNER_VIEW_LAG`] before.
+    fn owner_down_on_time(
+        &self,
+        initializer: &str,
+        at: SystemTime,
+        what: &str,
+        violations: &mut Vec<String>,
+    ) {
+        let Some(windows) = self.down.get(initializer) else {
+            violations.push(format!(
+                "owner_down bypass of {initializer}, whose owner never went down: {what}"
+            ));
+            return;
+        };
+        let early = windows
+            .iter()
+            .filter(|(down, _)| secs_between(*down, at) >= GRACE.as_secs_f64())
+            .collect::<Vec<_>>();
+        let Some(latest) = early.last() else {
+            violations.push(format!(
+                "owner_down bypass of {initializer} before its owner had been down for {GRACE:?}: {what}"
+            ));
+            return;
+        };
+        if let Some(up) = latest.1 {
+            let lag = secs_between(up, at);
+            self.lag.set(self.lag.get().max(lag));
+            if lag > OWNER_VIEW_LAG.as_secs_f64() {
+                violations.push(format!(
+                    "owner_down bypass of {initializer} {lag:.1}s after its owner came back: {what}"
+                ));
+            }
+        }
+    }
+
+    /// No initializer of any pod (same uid) removed twice, by anyone, and no pod recording the
+    /// same initializer twice.
+    fn removed_once(&self, violations: &mut Vec<String>) {
+        let mut seen: HashSet<(String, String)> = HashSet::new();
+        for c in self.history.iter().filter(|c| c.resource == "pods") {
+            for name in c.removed_initializers() {
+                if !seen.insert((c.uid.clone(), name.clone())) {
+                    violations.push(format!(
+                        "{name} removed twice from pod {} ({})",
+                        c.name, c.uid
+                    ));
+                }
+            }
+        }
+        let mut recorded: HashSet<(String, String)> = HashSet::new();
+        for (uid, name, _, _) in &self.bypasses {
+            if !recorded.insert((uid.clone(), name.clone())) {
+                violations.push(format!("{name} bypassed twice on pod uid {uid}"));
+            }
+        }
+    }
+
+    /// Requests by the guard's user: no 403; writes only to opted-in pods, events and its Lease.
+    fn guard_requests(&self, requests: &[RequestRecord], violations: &mut Vec<String>) {
+        let mut denied = 0;
+        for r in requests.iter().filter(|r| r.user == GUARD_USER) {
+            if r.status == 403 {
+                denied += 1;
+                if denied <= 5 {
+                    violations.push(format!("403 for {} {} {}", r.verb, r.resource, r.path));
+                }
+            }
+            if matches!(r.verb.as_str(), "get" | "list" | "watch") {
+                continue;
+            }
+            let what = format!("{} {} {} -> {}", r.verb, r.resource, r.path, r.status);
+            match r.resource.as_str() {
+                "pods" => {
+                    let key = format!(
+                        "{}/{}",
+                        r.namespace.as_deref().unwrap_or(""),
+                        r.name.as_deref().unwrap_or("")
+                    );
+                    if self.opted_by_key.get(&key) != Some(&true) {
+                        violations
+                            .push(format!("guard wrote to a pod that is not opted in: {what}"));
+                    }
+                    if r.verb != "patch" {
+                        violations
+                            .push(format!("guard wrote to a pod other than by patch: {what}"));
+                    }
+                }
+                "events" => {}
+                "leases" if r.name.as_deref().is_none_or(|n| n == "initguard") => {}
+                _ => violations.push(format!("guard wrote {what}")),
+            }
+        }
+        if denied > 5 {
+            violations.push(format!("{denied} requests of {GUARD_USER} denied in all"));
+        }
+    }
+
+    /// Once healthy for the longest deadline plus slack: no opted-in pod still waits on a
+    /// listed initializer past its deadline.
+    fn still_waiting(
+        &self,
+        sim: &Sim,
+        healthy_since: SystemTime,
+        at: SystemTime,
+        violations: &mut Vec<String>,
+    ) {
+        for pod in sim.list_objects("pods") {
+            if pod["metadata"]["namespace"] != NS || !has_opt_in(&pod) {
+                continue;
+            }
+            let uid = pod["metadata"]["uid"].as_str().unwrap_or_default();
+            let Some(info) = self.pods.get(uid) else {
+                continue;
+            };
+            let pending = pending_names(self.s.mechanism, &pod);
+            for (i, name) in pending.iter().enumerate() {
+                let Some(deadline) = self.s.deadlines.get(name.as_str()) else {
+                    continue;
+                };
+                let start = match self.s.mechanism {
+                    Mechanism::SchedulingGates => info.created,
+                    // Only the head's clock runs, and a guard restarted during the chaos
+                    // restarts it at first sight (at the latest when the API turned healthy).
+                    Mechanism::Initializers if i == 0 => {
+                        (*info.head_since.get(name).unwrap_or(&info.created)).max(healthy_since)
+                    }
+                    Mechanism::Initializers => continue,
+                };
+                let waited = secs_between(start, at);
+                if waited > (*deadline + END_SLACK).as_secs_f64() {
+                    violations.push(format!(
+                        "{} still waits on {name} after {waited:.1}s (deadline {deadline:?}), \
+                         {:.1}s after the API turned healthy",
+                        info.key,
+                        secs_between(healthy_since, at)
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// The bypass records of a stored pod.
+fn records(pod: &Value) -> Vec<BypassRecord> {
+    pod["metadata"]["annotations"][BYPASSED_ANNOTATION]
+        .as_str()
+        .map(parse_records)
+        .unwrap_or_default()
+}

@@ -1,0 +1,343 @@
+//! Shared pieces: the guard binary as a child process, plain HTTP probes, metric parsing, the
+//! shipped RBAC and object-history readers.
+
+use std::fs::File;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use initguard::config::Mechanism;
+use initguard::sim::{Rbac, Sim};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// The released binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_initguard");
+/// The guard's user, bound by `deploy/rbac.yaml`.
+pub const GUARD_USER: &str = "system:initguard";
+/// Unrestricted user for setup and the simulated cluster's housekeeping.
+pub const ADMIN: &str = "system:admin";
+/// The opt-in label key used throughout.
+pub const OPT_IN: &str = "initguard.io/bypass";
+
+/// The RBAC the guard's user gets from the shipped manifests: `deploy/rbac.yaml`, plus
+/// `deploy/rbac-legacy-initializers.yaml` on legacy clusters.
+pub fn shipped_rbac(mechanism: Mechanism) -> Rbac {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    let load = |file: &str| {
+        let path = deploy.join(file);
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        let rbac = Rbac::from_yaml_str(&text, GUARD_USER)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_ne!(rbac, Rbac::default(), "{} grants nothing", path.display());
+        rbac
+    };
+    let mut rbac = load("rbac.yaml");
+    if mechanism == Mechanism::Initializers {
+        rbac.merge(load("rbac-legacy-initializers.yaml"));
+    }
+    rbac
+}
+
+/// Create namespace `name` as [`ADMIN`].
+pub async fn create_namespace(sim: &Sim, name: &str) {
+    let body = json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": name } });
+    post(sim, "/api/v1/namespaces", &body).await;
+}
+
+/// POST `body` to `path` as [`ADMIN`]; panics on an error answer.
+pub async fn post(sim: &Sim, path: &str, body: &Value) -> Value {
+    let request = http::Request::post(path)
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(serde_json::to_vec(body).unwrap())
+        .unwrap();
+    sim.client(ADMIN)
+        .request::<Value>(request)
+        .await
+        .unwrap_or_else(|e| panic!("POST {path}: {e}"))
+}
+
+/// A child process of the guard binary. Its stdout and stderr go to one log file; it is killed
+/// with SIGKILL and reaped on drop, so a failing test leaves nothing running.
+pub struct GuardProcess {
+    pub label: String,
+    pub log: PathBuf,
+    pub started: Instant,
+    child: Child,
+    exited: Option<ExitStatus>,
+}
+
+impl GuardProcess {
+    /// Start `initguard ARGS` with `envs`, logging to `DIR/LABEL.log`.
+    pub fn spawn(dir: &Path, label: &str, args: &[&str], envs: &[(&str, &str)]) -> GuardProcess {
+        let log = dir.join(format!("{label}.log"));
+        let out = File::create(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
+        let err = out.try_clone().unwrap();
+        let mut command = Command::new(BIN);
+        command
+            .args(args)
+            // Plain text logs: no colour codes between field names and values.
+            .env("NO_COLOR", "1")
+            .env_remove("RUST_LOG")
+            .env_remove("KUBECONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(out))
+            .stderr(Stdio::from(err));
+        for (k, v) in envs {
+            command.env(k, v);
+        }
+        let child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {BIN} {args:?}: {e}"));
+        GuardProcess {
+            label: label.to_owned(),
+            log,
+            started: Instant::now(),
+            child,
+            exited: None,
+        }
+    }
+
+    /// `initguard run --config CONFIG --kubeconfig KUBECONFIG EXTRA…`.
+    pub fn run(
+        dir: &Path,
+        label: &str,
+        config: &Path,
+        kubeconfig: &Path,
+        extra: &[&str],
+        envs: &[(&str, &str)],
+    ) -> GuardProcess {
+        let (config, kubeconfig) = (config.to_str().unwrap(), kubeconfig.to_str().unwrap());
+        let mut args = vec!["run", "--config", config, "--kubeconfig", kubeconfig];
+        args.extend_from_slice(extra);
+        GuardProcess::spawn(dir, label, &args, envs)
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything logged so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read(&self.log)
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// The HTTP address from the "initguard started" log line (text or JSON), once logged.
+    pub fn logged_addr(&self) -> Option<SocketAddr> {
+        started_addr(&self.log_text())
+    }
+
+    /// Waits for [`GuardProcess::logged_addr`]; panics with the log after `timeout`.
+    pub async fn wait_addr(&mut self, timeout: Duration) -> SocketAddr {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(addr) = self.logged_addr() {
+                return addr;
+            }
+            if let Some(status) = self.exit_status() {
+                panic!("{} exited with {status}:\n{}", self.label, self.log_text());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} did not start within {timeout:?}:\n{}",
+                self.label,
+                self.log_text()
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    /// The exit status if the process has ended (without waiting).
+    pub fn exit_status(&mut self) -> Option<ExitStatus> {
+        if self.exited.is_none() {
+            self.exited = self.child.try_wait().ok().flatten();
+        }
+        self.exited
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        if self.exit_status().is_none() {
+            let _ = self.child.kill();
+            self.exited = self.child.wait().ok();
+        }
+    }
+
+    /// Waits up to `timeout` for the process to exit by itself.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Some(status) = self.exit_status() {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        None
+    }
+
+    /// Resident set size in KiB, from `/proc/PID/status`.
+    pub fn rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    }
+}
+
+impl Drop for GuardProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// The address of the "initguard started" line: `addr=HOST:PORT` (text) or
+/// `"addr":"HOST:PORT"` (JSON).
+pub fn started_addr(log: &str) -> Option<SocketAddr> {
+    let line = log.lines().find(|l| l.contains("initguard started"))?;
+    let (_, rest) = line.split_once("addr")?;
+    let value: String = rest
+        .trim_start_matches(['"', ':', '='])
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == ':')
+        .collect();
+    value.parse().ok()
+}
+
+/// `GET path` on `addr` over HTTP/1.1 with a timeout: (status, body), or what went wrong.
+pub async fn http_get(
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> Result<(u16, String), String> {
+    let exchange = async {
+        let mut stream = TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connect {addr}: {e}"))?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .map_err(|e| format!("write: {e}"))?;
+        let mut raw = Vec::new();
+        stream
+            .read_to_end(&mut raw)
+            .await
+            .map_err(|e| format!("read: {e}"))?;
+        Ok::<_, String>(String::from_utf8_lossy(&raw).into_owned())
+    };
+    let text = tokio::time::timeout(timeout, exchange)
+        .await
+        .map_err(|_| format!("GET {path} on {addr}: no answer within {timeout:?}"))??;
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("no header end in {text:?}"))?;
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("no status in {head:?}"))?;
+    let chunked = head.lines().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    });
+    Ok((
+        status,
+        if chunked {
+            dechunk(body)
+        } else {
+            body.to_owned()
+        },
+    ))
+}
+
+/// Decode a chunked HTTP/1.1 body.
+fn dechunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, tail)) = rest.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.split(';').next().unwrap_or("0").trim(), 16)
+        else {
+            break;
+        };
+        if size == 0 || size > tail.len() {
+            break;
+        }
+        out.push_str(&tail[..size]);
+        rest = tail[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// Sum of every sample of `name` in Prometheus text whose labels contain all of `labels`.
+pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (metric, label_text) = match series.split_once('{') {
+                Some((m, rest)) => (m, rest.trim_end_matches('}')),
+                None => (series, ""),
+            };
+            (metric == name).then_some((label_text, value))
+        })
+        .filter(|(label_text, _)| {
+            labels
+                .iter()
+                .all(|(k, v)| label_text.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|(_, value)| value.parse::<f64>().ok())
+        .sum()
+}
+
+/// `metadata.creationTimestamp` of a stored pod.
+pub fn creation_timestamp(pod: &Value) -> Option<SystemTime> {
+    pod["metadata"]["creationTimestamp"]
+        .as_str()?
+        .parse::<jiff::Timestamp>()
+        .ok()
+        .map(SystemTime::from)
+}
+
+/// Whether a stored pod carries the opt-in label.
+pub fn has_opt_in(pod: &Value) -> bool {
+    pod["metadata"]["labels"].get(OPT_IN).is_some()
+}
+
+/// `later - earlier` in seconds, negative when `later` is earlier.
+pub fn secs_between(earlier: SystemTime, later: SystemTime) -> f64 {
+    match later.duration_since(earlier) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
+    }
+}
+
+/// Polls `check` every 25 ms until it holds; panics naming `what` after `timeout`.
+pub async fn until(timeout: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !check() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+#[test]
+fn started_addr_reads_text_and_json_lines() {
+    let text = "2026-11-21T10:00:00Z  INFO initguard::run: initguard started addr=127.0.0.1:41234 \
+                mechanism=\"schedulingGates\" dry_run=false";
+    assert_eq!(started_addr(text), Some("127.0.0.1:41234".parse().unwrap()));
+    let json = r#"{"timestamp":"x","level":"INFO","message":"initguard started","addr":"127.0.0.1:9","dry_run":false}"#;
+    assert_eq!(started_addr(json), Some("127.0.0.1:9".parse().unwrap()));
+    assert_eq!(started_addr("nothing here"), None);
+}
