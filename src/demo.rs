@@ -508,9 +508,13 @@ fn intro(n: &mut Narrator, mechanism: Mechanism, clock: Clock, config: &str, lis
         n.line(format_args!("  {line}"));
     }
     n.line("");
-    n.line(format_args!(
-        "During run 2 the guard serves http://{listen}/metrics and http://{listen}/status."
-    ));
+    if listen.port() == 0 {
+        n.line("During run 2 the guard serves /metrics and /status on a port printed then.");
+    } else {
+        n.line(format_args!(
+            "During run 2 the guard serves http://{listen}/metrics and http://{listen}/status."
+        ));
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -684,22 +688,23 @@ async fn start_guard(
     let client =
         crate::client::build(sim.kube_config(GUARD_USER), mechanism).map_err(DemoError::Client)?;
     let mut config = setup.config;
+    let announced = config.listen;
     drop(setup.reservation);
     let guard = match Guard::start(client.clone(), Arc::new(config.clone())).await {
         Ok(guard) => guard,
-        Err(RunError::Listen { addr, .. }) => {
+        Err(RunError::Listen { .. }) => {
             // Taken in the instant between releasing the reservation and binding it.
             config.listen = SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0));
-            let guard = Guard::start(client, Arc::new(config)).await?;
-            n.line(format_args!(
-                "(port {} was taken; the guard serves http://{} instead)",
-                addr.port(),
-                guard.addr
-            ));
-            guard
+            Guard::start(client, Arc::new(config)).await?
         }
         Err(e) => return Err(e.into()),
     };
+    if guard.addr != announced {
+        n.line(format_args!(
+            "(the guard serves http://{}/metrics and /status, not {announced} as announced)",
+            guard.addr
+        ));
+    }
     let deadline = Instant::now() + STARTUP_TIMEOUT;
     loop {
         let missing = guard.shared.not_ready();
