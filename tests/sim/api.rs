@@ -673,3 +673,62 @@ async fn restart_keeps_state_and_port() {
         "nothing answers after shutdown"
     );
 }
+
+#[tokio::test]
+async fn dry_run_delete_collection_and_metadata_lists() {
+    let sim = sim().await;
+    let client = sim.client(ADMIN);
+    namespace(&client, "dc").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "dc");
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let p = pods.create(&dry, &pod("dry", &[], &["g"])).await.unwrap();
+    assert!(
+        p.uid().is_some(),
+        "a dry run answers the object it would store"
+    );
+    assert!(sim.get_object("pods", Some("dc"), "dry").is_none());
+
+    for (name, app) in [("a", "x"), ("b", "x"), ("c", "y")] {
+        pods.create(&PostParams::default(), &pod(name, &[("app", app)], &["g"]))
+            .await
+            .unwrap();
+    }
+    let meta = pods
+        .list_metadata(&ListParams::default().labels("app=x"))
+        .await
+        .unwrap();
+    let names: Vec<String> = meta.items.iter().map(|m| m.name_any()).collect();
+    assert_eq!(names, ["a", "b"]);
+    assert_eq!(
+        meta.items[0].types.as_ref().unwrap().kind,
+        "PartialObjectMetadata"
+    );
+
+    let deleted = pods
+        .delete_collection(
+            &DeleteParams::default(),
+            &ListParams::default().labels("app=x"),
+        )
+        .await
+        .unwrap();
+    let gone: Vec<String> = deleted
+        .left()
+        .unwrap()
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(gone, ["a", "b"]);
+    let left: Vec<String> = pods
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    assert_eq!(left, ["c"]);
+}
