@@ -14,6 +14,7 @@ use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -35,6 +36,30 @@ const ADMIN: &str = "admin";
 const NS: &str = "bench";
 /// Concurrent CREATEs while seeding pods.
 const SEED_CONCURRENCY: usize = 32;
+
+/// Warnings logged by in-process guards, and how many of them were "actuator queue full".
+static WARNINGS: AtomicU64 = AtomicU64::new(0);
+static QUEUE_FULL: AtomicU64 = AtomicU64::new(0);
+
+/// Counts the WARN lines the in-process guards log instead of printing them.
+struct WarningCounter;
+
+impl std::io::Write for WarningCounter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let text = String::from_utf8_lossy(buf);
+        let lines = text.matches('\n').count().max(1) as u64;
+        WARNINGS.fetch_add(lines, Ordering::Relaxed);
+        QUEUE_FULL.fetch_add(
+            text.matches("actuator queue full").count() as u64,
+            Ordering::Relaxed,
+        );
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
 
 // ---------------------------------------------------------------------------------------------
 // Command line
@@ -145,6 +170,10 @@ fn parse_args() -> Result<Args, String> {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
     let args = match parse_args() {
         Ok(a) => a,
         Err(e) => {
@@ -152,6 +181,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // In-process guards log through this; only warnings are kept, as counts.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(|| WarningCounter)
+        .try_init();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {
@@ -912,7 +947,6 @@ mod pileup {
 
 mod latency {
     use super::*;
-    use std::sync::atomic::{AtomicU64, Ordering};
 
     const OWNER: &str = "bench-owner";
     /// Thread name prefix of the guard's runtime (at most 15 characters are kept by Linux).
@@ -964,6 +998,10 @@ mod latency {
         guard_cpu: Duration,
         /// Wall time over which `cpu` was counted.
         cpu_wall: Duration,
+        /// Warnings the guard logged from the trigger on, and how many said the actuator's
+        /// queue was full (that pod is decided again 1 s later).
+        warnings: u64,
+        queue_full: u64,
     }
 
     fn deadline_gate(i: u64) -> String {
@@ -1037,8 +1075,9 @@ mod latency {
         );
         println!(
             "| pods | trigger | maxInFlight | trigger → first PATCH | PATCH span | PATCH/s | \
-             Events created | other guard requests | guard CPU/bypass | simulator CPU/bypass | \
-             busy cores | seeded in | guard ready in | trigger instants |"
+             Events created | other guard requests | queue full, retried in 1 s (all \
+             warnings) | guard CPU/bypass | simulator CPU/bypass | busy cores | seeded / guard \
+             ready in | trigger instants |"
         );
         println!(
             "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: \
@@ -1054,8 +1093,8 @@ mod latency {
             let per =
                 |d: Duration| format!("{:.0} µs", d.as_secs_f64() * 1e6 / m.removed.max(1) as f64);
             println!(
-                "| {} | {} | {} | {} | {} | {rate:.0} | {} | {} | {} | {} | {busy:.2} | {} | {} \
-                 | {} |",
+                "| {} | {} | {} | {} | {} | {rate:.0} | {} | {} | {} ({}) | {} | {} | {busy:.2} \
+                 | {} / {} | {} |",
                 m.pods,
                 m.trigger.title(),
                 m.max_in_flight,
@@ -1063,6 +1102,8 @@ mod latency {
                 fmt_d(m.patch_span),
                 m.events,
                 m.other_requests,
+                m.queue_full,
+                m.warnings,
                 per(m.guard_cpu),
                 per(m.cpu.saturating_sub(m.guard_cpu)),
                 fmt_d(m.seeded_in),
@@ -1173,6 +1214,8 @@ mod latency {
                     threads_cpu(GUARD_THREADS)?,
                     Instant::now(),
                 );
+                WARNINGS.store(0, Ordering::Relaxed);
+                QUEUE_FULL.store(0, Ordering::Relaxed);
             }
             Trigger::OwnerDown => {
                 let before = SystemTime::now();
@@ -1198,6 +1241,8 @@ mod latency {
                     threads_cpu(GUARD_THREADS)?,
                     Instant::now(),
                 );
+                WARNINGS.store(0, Ordering::Relaxed);
+                QUEUE_FULL.store(0, Ordering::Relaxed);
             }
         }
         let first_trigger = triggers
@@ -1215,6 +1260,8 @@ mod latency {
         let cpu = cpu_time("self")?.saturating_sub(cpu_before.0);
         let guard_cpu = threads_cpu(GUARD_THREADS)?.saturating_sub(cpu_before.1);
         let cpu_wall = cpu_before.2.elapsed();
+        let warnings = WARNINGS.load(Ordering::Relaxed);
+        let queue_full = QUEUE_FULL.load(Ordering::Relaxed);
         guard.shutdown().await;
         guard_rt.shutdown_background();
         let history = sim.object_history();
@@ -1271,6 +1318,8 @@ mod latency {
             cpu,
             guard_cpu,
             cpu_wall,
+            warnings,
+            queue_full,
         })
     }
 
