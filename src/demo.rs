@@ -362,7 +362,7 @@ const WORKLOADS: [Workload; 5] = [
         opted_in: true,
     },
     Workload {
-        at: 0.5,
+        at: 0.2,
         kind: WorkloadKind::CronJob { period: 1.0 },
         name: "report",
         opted_in: true,
@@ -730,6 +730,15 @@ async fn drive(
     mechanism: Mechanism,
     clock: Clock,
 ) -> Result<RunStats, DemoError> {
+    // Start on a whole second: creationTimestamp keeps whole seconds, so work started on the
+    // timeline's whole seconds then has exact timestamps and the narrated waits read naturally.
+    let into_second = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    tokio::time::sleep(Duration::from_nanos(u64::from(
+        1_000_000_000u32.saturating_sub(into_second),
+    )))
+    .await;
     let wall_start = SystemTime::now();
     let start = Instant::now();
     let steps = timeline();
@@ -748,7 +757,8 @@ async fn drive(
         {
             next_step += 1;
             let line = apply(cluster, *step, mechanism, clock, &mut observer)?;
-            lines.push((start.elapsed(), line));
+            // Stamped on the wall clock, like the simulator's changes it is sorted with.
+            lines.push((observer.since_start(SystemTime::now()), line));
         }
         lines.extend(observer.observe(&cluster.sim));
         if let Some(guard) = &cluster.guard {
@@ -759,7 +769,8 @@ async fn drive(
         observer.sample_pile(&pile);
         if elapsed >= next_sample {
             next_sample += clock.d(SAMPLE_EVERY);
-            lines.push((elapsed, observer.sample_line(&pile)));
+            let at = observer.since_start(SystemTime::now());
+            lines.push((at, observer.sample_line(&pile)));
         }
         lines.sort_by_key(|(t, _)| *t);
         for (t, line) in lines {
@@ -780,7 +791,7 @@ async fn drive(
         .sum();
     let stats = observer.stats(cluster.guard.is_some(), timeouts, SystemTime::now());
     n.at(
-        start.elapsed(),
+        observer.since_start(SystemTime::now()),
         format_args!(
             "end of run: {} created, {} still waiting",
             count(stats.pods_created, "pod"),
