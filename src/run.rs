@@ -39,6 +39,9 @@ pub const STALL_AFTER: Duration = Duration::from_secs(20);
 const EXPECTATION_TTL: Duration = Duration::from_secs(30);
 /// After a bypass failed for good, try that pod again after this long.
 const RETRY_FAILED_AFTER: Duration = Duration::from_secs(15);
+/// After a write that found no pod, or that the API server rejected although the pod had not
+/// changed, decide again only after this pause: at once would repeat it in a tight loop.
+const RETRY_STALE_AFTER: Duration = Duration::from_secs(2);
 
 /// Errors that stop the guard.
 #[derive(Debug, thiserror::Error)]
@@ -151,6 +154,17 @@ impl Guard {
         identity: String,
         stall_after: Duration,
     ) -> Result<Guard, RunError> {
+        // Fail before any task starts, so a taken port leaves nothing running.
+        let listener = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(|source| RunError::Listen {
+                addr: config.listen,
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| RunError::Listen {
+            addr: config.listen,
+            source,
+        })?;
         let cancel = CancellationToken::new();
         let metrics = Arc::new(Metrics::new(&config)?);
         let owners = Owners::spawn(
@@ -180,16 +194,6 @@ impl Guard {
             wedged: AtomicBool::new(false),
             stall_after,
         });
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| RunError::Listen {
-                addr: config.listen,
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| RunError::Listen {
-            addr: config.listen,
-            source,
-        })?;
         let server = tokio::spawn(crate::server::serve(
             listener,
             shared.clone(),
@@ -610,11 +614,21 @@ impl ControlLoop {
                 self.in_flight.remove(&key);
                 self.decide(&key);
             }
-            Report::Stale { pod, .. } => {
+            Report::Stale { job, pod } => {
                 self.in_flight.remove(&key);
                 match pod {
-                    Some(pod) => self.apply(&pod, SystemTime::now()),
-                    None => self.decide(&key),
+                    // The pod changed under us: decide again on its new state.
+                    Some(pod)
+                        if pod.metadata.resource_version.as_deref()
+                            != Some(job.resource_version.as_str()) =>
+                    {
+                        self.apply(&pod, SystemTime::now())
+                    }
+                    // Unchanged (the server rejects the write itself, e.g. annotations over
+                    // their size limit), gone (404; the watch will say so) or not re-read.
+                    _ => self
+                        .wakes
+                        .at_most(&key, SystemTime::now() + RETRY_STALE_AFTER),
                 }
             }
             Report::Failed { .. } => {
