@@ -129,14 +129,14 @@ struct RawMeta {
 #[derive(Deserialize, Default)]
 struct RawInitializers {
     #[serde(default, deserialize_with = "null_default")]
-    pending: Vec<Named>,
+    pending: Vec<Entry>,
 }
 
 #[derive(Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 struct RawSpec {
     #[serde(default, deserialize_with = "null_default")]
-    scheduling_gates: Vec<Named>,
+    scheduling_gates: Vec<Entry>,
 }
 
 #[derive(Deserialize, Default)]
@@ -150,6 +150,24 @@ struct RawStatus {
 struct Named {
     #[serde(default, deserialize_with = "lenient_string")]
     name: String,
+}
+
+/// A pending-list entry of any shape: one that is not even an object (null, a scalar) reads as
+/// an entry without a name rather than failing the whole pod, and with it a whole list.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Entry {
+    Named(Named),
+    Other(serde::de::IgnoredAny),
+}
+
+impl Entry {
+    fn name(self) -> String {
+        match self {
+            Entry::Named(n) => n.name,
+            Entry::Other(_) => String::new(),
+        }
+    }
 }
 
 /// Keeps only our annotation out of a possibly large map.
@@ -221,9 +239,14 @@ impl<'de> Deserialize<'de> for SlimPod {
                 .spec
                 .scheduling_gates
                 .into_iter()
-                .map(|n| n.name)
+                .map(Entry::name)
                 .collect(),
-            initializers: m.initializers.pending.into_iter().map(|n| n.name).collect(),
+            initializers: m
+                .initializers
+                .pending
+                .into_iter()
+                .map(Entry::name)
+                .collect(),
             annotations_present: m.annotations.is_some(),
             bypassed_record: m.annotations.and_then(|a| a.0),
             phase: raw.status.phase,
@@ -280,6 +303,10 @@ mod tests {
         .unwrap();
         assert!(pod.scheduling_gates.is_empty() && pod.initializers.is_empty());
         assert!(!pod.annotations_present);
+        let pod: SlimPod = serde_json::from_value(json!({"spec": {"schedulingGates":
+            [null, 7, "g", [], {"name": null}, {"name": "g1"}]}}))
+        .unwrap();
+        assert_eq!(pod.scheduling_gates, ["", "", "", "", "", "g1"]);
         let pod: SlimPod = serde_json::from_value(json!({})).unwrap();
         assert_eq!(pod.key(), "/");
         assert!(serde_json::from_str::<SlimPod>("{\"metadata\": ").is_err());
