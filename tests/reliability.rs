@@ -14,8 +14,12 @@
 //! * `security`: the shipped RBAC suffices (zero 403s), and no bearer token or other kubeconfig
 //!   secret reaches logs, `/status` or `/metrics`.
 
+#[path = "reliability/fake_api.rs"]
+mod fake_api;
 #[path = "reliability/support.rs"]
 mod support;
 
+#[path = "reliability/bad_input.rs"]
+mod bad_input;
 #[path = "reliability/soak.rs"]
 mod soak;
