@@ -255,6 +255,15 @@ fn fmt_d(d: Duration) -> String {
     }
 }
 
+/// CPU time read from /proc, which counts in 10 ms clock ticks.
+fn fmt_cpu(d: Duration) -> String {
+    if d.is_zero() {
+        "< 10 ms (under one clock tick)".to_string()
+    } else {
+        fmt_d(d)
+    }
+}
+
 /// Nearest-rank percentile of an ascending slice.
 fn percentile(sorted: &[Duration], q: f64) -> Duration {
     if sorted.is_empty() {
@@ -1635,7 +1644,11 @@ mod cost {
         let mut quiet_other = 0u64;
         let mut quiet_lease = 0u64;
         let mut patches = 0u64;
+        let mut pod_lists: Vec<SystemTime> = Vec::new();
         for r in requests.iter().filter(|r| r.user == GUARD_USER) {
+            if r.verb == "list" && r.resource == "pods" && r.time < ready_wall {
+                pod_lists.push(r.time);
+            }
             let phase = if r.time < ready_wall {
                 0
             } else if r.time < quiet_from {
@@ -1698,21 +1711,31 @@ mod cost {
             mib(peak),
             verdict(rss_goal)
         );
+        if let (Some(first), Some(last)) = (pod_lists.iter().min(), pod_lists.iter().max()) {
+            println!(
+                "| initial pod list within that: {} pages, requested from {} to {} after spawn \
+                 | {} | |",
+                pod_lists.len(),
+                fmt_d(after(*first, spawned_wall)),
+                fmt_d(after(*last, spawned_wall)),
+                fmt_d(after(*last, *first)),
+            );
+        }
         println!("| RSS when ready | {} | |", mib(rss_ready));
         println!("| RSS at the end | {} | |", mib(rss_end));
-        println!("| CPU until ready | {} | |", fmt_d(phases[0].cpu));
+        println!("| CPU until ready | {} | |", fmt_cpu(phases[0].cpu));
         println!(
             "| CPU during churn + bypasses ({} wall, {} updates sent, {churn_errors} failed) | \
              {} ({:.1}% of one core) | |",
             fmt_d(phases[1].wall),
             churn_total,
-            fmt_d(phases[1].cpu),
+            fmt_cpu(phases[1].cpu),
             100.0 * phases[1].cpu.as_secs_f64() / phases[1].wall.as_secs_f64().max(0.001),
         );
         println!(
             "| CPU in the quiet window ({} s) | {} | |",
             args.quiet_seconds,
-            fmt_d(phases[2].cpu)
+            fmt_cpu(phases[2].cpu)
         );
         println!(
             "| requests in the quiet window other than lease get/update | {quiet_other} | 0: {} |",
