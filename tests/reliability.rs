@@ -21,5 +21,7 @@ mod support;
 
 #[path = "reliability/bad_input.rs"]
 mod bad_input;
+#[path = "reliability/decode_fuzz.rs"]
+mod decode_fuzz;
 #[path = "reliability/soak.rs"]
 mod soak;
