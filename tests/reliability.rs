@@ -23,5 +23,7 @@ mod support;
 mod bad_input;
 #[path = "reliability/decode_fuzz.rs"]
 mod decode_fuzz;
+#[path = "reliability/security.rs"]
+mod security;
 #[path = "reliability/soak.rs"]
 mod soak;

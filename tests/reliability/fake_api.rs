@@ -133,11 +133,6 @@ impl FakeApi {
         self.shared.lock().patches.clone()
     }
 
-    /// Watch requests received so far.
-    pub fn watch_requests(&self) -> u32 {
-        self.shared.lock().watch_requests
-    }
-
     /// The stored pod `namespace/name`.
     pub fn pod(&self, key: &str) -> Option<Value> {
         self.shared.lock().pods.get(key).cloned()
