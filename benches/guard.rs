@@ -209,6 +209,7 @@ fn main() -> ExitCode {
             failed = true;
         }
     }
+    print_goal_summary();
     if failed {
         ExitCode::from(1)
     } else {
@@ -271,6 +272,56 @@ fn percentile(sorted: &[Duration], q: f64) -> Duration {
     }
     let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
     sorted[rank - 1]
+}
+
+/// One goal checked by a scenario, for the summary printed at the end.
+struct Goal {
+    what: String,
+    measured: String,
+    goal: String,
+    met: bool,
+}
+
+static GOALS: std::sync::Mutex<Vec<Goal>> = std::sync::Mutex::new(Vec::new());
+
+fn record_goal(what: String, measured: String, goal: String, met: bool) {
+    GOALS.lock().unwrap_or_else(|e| e.into_inner()).push(Goal {
+        what,
+        measured,
+        goal,
+        met,
+    });
+}
+
+fn print_goal_summary() {
+    let goals = GOALS.lock().unwrap_or_else(|e| e.into_inner());
+    if goals.is_empty() {
+        return;
+    }
+    let missed = goals.iter().filter(|g| !g.met).count();
+    println!("## Summary of goals\n");
+    println!(
+        "{} of {} goals met{}.\n",
+        goals.len() - missed,
+        goals.len(),
+        if missed > 0 {
+            "; why the others are missed: the profiling notes below"
+        } else {
+            ""
+        }
+    );
+    println!("| scenario | measured | goal | verdict |");
+    println!("| --- | --- | --- | --- |");
+    for g in goals.iter() {
+        println!(
+            "| {} | {} | {} | {} |",
+            g.what,
+            g.measured,
+            g.goal,
+            verdict(g.met)
+        );
+    }
+    println!();
 }
 
 fn verdict(met: bool) -> &'static str {
@@ -610,8 +661,8 @@ mod pileup {
              `ownerDownGrace: 1s`). Sampled {SAMPLES_PER_SECOND} times a second with \
              `pile_report`; each row holds the maxima of its second, and the series shows every \
              5th second. Scheduling-gate waits count from `creationTimestamp`, which has whole \
-             seconds, so a 1 s deadline lets a pod wait 0–1 s. Goal with initguard: never more than 1 waiting pod per \
-             controller, and every pod running within deadline (or grace) + 1 s.\n",
+             seconds, so a 1 s deadline lets a pod wait 0–1 s. Goal with initguard: never more \
+             than 1 waiting pod per controller, and every pod running within deadline (or grace) + 1 s.\n",
             args.pileup_seconds, args.controllers,
         );
         for mechanism in [Mechanism::Initializers, Mechanism::SchedulingGates] {
@@ -708,6 +759,16 @@ mod pileup {
                 None => "–".to_string(),
                 Some(bound) => {
                     let met = max_pile <= 1 && r.never_ran == 0 && max <= bound;
+                    record_goal(
+                        format!("pileup, {}, {}", mechanism.as_str(), r.variant.title()),
+                        format!(
+                            "largest pile {max_pile}, time to pod max {}, never ran {}",
+                            fmt_d(max),
+                            r.never_ran
+                        ),
+                        format!("pile ≤ 1, every pod running ≤ {}", fmt_d(bound)),
+                        met,
+                    );
                     let mut v = verdict(met).to_string();
                     if !met {
                         let mut why = Vec::new();
@@ -1046,17 +1107,40 @@ mod latency {
         println!("| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |");
         for m in &results {
             let p99 = percentile(&m.latencies, 0.99);
+            let what = format!(
+                "latency, {} pods, {}, maxInFlight {}",
+                m.pods,
+                m.trigger.title(),
+                m.max_in_flight
+            );
             let goal = if !m.ready_before_trigger {
                 "invalid: guard not ready before the trigger".to_string()
             } else if m.removed < m.pods {
+                record_goal(
+                    what,
+                    format!("{} of {} removed", m.removed, m.pods),
+                    "every gate removed".to_string(),
+                    false,
+                );
                 format!("**MISSED**: {} of {} removed", m.removed, m.pods)
             } else if m.pods == 1_000 {
-                format!("p99 ≤ 50 ms: {}", verdict(p99 <= Duration::from_millis(50)))
+                let met = p99 <= Duration::from_millis(50);
+                record_goal(
+                    what,
+                    format!("p99 {}", fmt_d(p99)),
+                    "p99 ≤ 50 ms".to_string(),
+                    met,
+                );
+                format!("p99 ≤ 50 ms: {}", verdict(met))
             } else if m.pods == 10_000 {
-                format!(
-                    "all ≤ 2 s: {}",
-                    verdict(m.all_done <= Duration::from_secs(2))
-                )
+                let met = m.all_done <= Duration::from_secs(2);
+                record_goal(
+                    what,
+                    format!("all done in {}", fmt_d(m.all_done)),
+                    "all ≤ 2 s".to_string(),
+                    met,
+                );
+                format!("all ≤ 2 s: {}", verdict(met))
             } else {
                 "–".to_string()
             };
@@ -1699,6 +1783,33 @@ mod cost {
         );
         let ready_goal = ready_in <= Duration::from_secs(3);
         let rss_goal = peak <= 64 * 1_048_576;
+        let quiet_goal = quiet_other == 0;
+        let patch_goal = patches == bypassed && bypassed == removals && removals == expected;
+        let what = |figure: &str| format!("cost, {total} pods: {figure}");
+        record_goal(
+            what("time to /readyz 200"),
+            fmt_d(ready_in),
+            "≤ 3 s".to_string(),
+            ready_goal,
+        );
+        record_goal(
+            what("peak RSS"),
+            mib(peak),
+            "≤ 64 MiB".to_string(),
+            rss_goal,
+        );
+        record_goal(
+            what("quiet-window requests other than lease get/update"),
+            quiet_other.to_string(),
+            "0".to_string(),
+            quiet_goal,
+        );
+        record_goal(
+            what("PATCH / bypasses / removals"),
+            format!("{patches} / {bypassed} / {removals}"),
+            format!("all equal to {expected}"),
+            patch_goal,
+        );
         println!("| figure | value | goal |");
         println!("| --- | ---: | --- |");
         println!(
@@ -1739,13 +1850,13 @@ mod cost {
         );
         println!(
             "| requests in the quiet window other than lease get/update | {quiet_other} | 0: {} |",
-            verdict(quiet_other == 0)
+            verdict(quiet_goal)
         );
         println!("| lease get/update in the quiet window | {quiet_lease} | |");
         println!(
             "| PATCH pods / bypasses (metric) / gate removals (store) | {patches} / {bypassed} / \
              {removals} | equal, = {expected}: {} |",
-            verdict(patches == bypassed && bypassed == removals && removals == expected)
+            verdict(patch_goal)
         );
         println!();
         println!(

@@ -49,6 +49,7 @@ started=$(date -u +%s)
   echo "This machine is shared (other builds and tests may run at the same time): absolute"
   echo "times are noisy; compare runs made side by side in one process (ratios), and see"
   echo "the load average printed with every table. What each scenario means: benches/README.md."
+  echo "A summary of every goal follows the tables, then the profiling notes that explain misses."
   echo
   cargo bench --quiet --bench decode -- "${decode_args[@]}"
   echo
