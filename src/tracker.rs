@@ -235,12 +235,10 @@ impl Tracker {
     pub fn aggregates(&self, now: SystemTime) -> Aggregates {
         let mut agg = Aggregates::default();
         for pod in self.pods.values() {
-            for (i, name) in pod.pending.iter().enumerate() {
-                if pod.pending[..i].contains(name) {
-                    continue;
-                }
+            let waited = self.waited(pod, now);
+            // Linear in the pending list: a pod may carry tens of thousands of names.
+            for name in dedup(&pod.pending) {
                 *agg.waiting.entry((name.clone(), pod.opted_in)).or_default() += 1;
-                let waited = self.waited(pod, now);
                 let oldest = agg.oldest_wait.entry(name.clone()).or_default();
                 *oldest = (*oldest).max(waited);
             }
