@@ -88,8 +88,9 @@ fn odd_names() -> Vec<String> {
     ]
 }
 
-/// Hostile pods through the API: no labels, null metadata fields, 5,000 gates, odd and
-/// malformed gate entries, unknown fields, a 1 MiB annotation and a junk bypass record. Only
+/// Hostile pods through the API: no labels, null metadata fields, 5,000 gates (opted in) and
+/// 35,000 (not), odd and malformed gate entries, unknown fields, a 1 MiB annotation and a junk
+/// bypass record. Only
 /// the listed gate of opted-in pods is removed, at its index, after its deadline, recorded after
 /// what was there; the guard keeps serving, its metrics stay bounded and well-formed, and a
 /// normal pod created afterwards is bypassed on time.
@@ -145,6 +146,13 @@ async fn hostile_pods_through_the_api() {
         .as_object_mut()
         .unwrap()
         .remove("labels");
+    // About the most gates an object fits in etcd (1.4 MB), on a pod that is not opted in: anyone
+    // who may create a pod anywhere can create it, so it must not slow the guard down. Names of
+    // equal length that differ only at the end make every comparison of two of them cost.
+    let mut most: Vec<Value> = (0..35_000)
+        .map(|i| gate(&format!("most.example.com/gate-{i:05}")))
+        .collect();
+    most.push(gate(BIG));
     let pods = vec![
         no_labels,
         nulls,
@@ -152,6 +160,7 @@ async fn hostile_pods_through_the_api() {
         sim_pod("odd-gates", opted(), odd),
         unknown,
         huge,
+        sim_pod("most-gates", json!({ "app": "x" }), most),
     ];
     let created = SystemTime::now();
     for pod in &pods {
@@ -216,6 +225,7 @@ async fn hostile_pods_through_the_api() {
         "odd-gates",
         "unknown-fields",
         "huge-annotation",
+        "most-gates",
     ]) {
         let before = pod["spec"]["schedulingGates"].as_array().unwrap().clone();
         let expected: Vec<Value> = if bypassed.contains(&name) {
@@ -329,11 +339,19 @@ async fn hostile_pods_through_the_api() {
             "malformed metrics line {line:?}"
         );
     }
+    let status_took = Instant::now();
     let status: Value = serde_json::from_str(&get_ok(&process, addr, "/status").await).unwrap();
+    let status_took = status_took.elapsed();
     assert!(status.is_object());
     println!(
-        "hostile pods: /metrics answered in {scrape:?} ({} bytes)",
+        "hostile pods: /metrics answered in {scrape:?} ({} bytes), /status in {status_took:?}",
         metrics.len()
+    );
+    // Linear work per scrape takes milliseconds here; quadratic work in the pending list took
+    // seconds, holding the lock the control loop needs.
+    assert!(
+        scrape < Duration::from_millis(500),
+        "/metrics took {scrape:?} with a 35,000-gate pod"
     );
 
     // A normal pod afterwards is still bypassed at its deadline.
