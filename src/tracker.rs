@@ -157,12 +157,10 @@ impl Tracker {
 
         if pending.is_empty() || terminating {
             if let Some(old) = old {
+                let deleted = terminating && !pending.is_empty();
+                let outcomes = (!deleted).then(|| Outcomes::new(&old, pod));
                 for name in dedup(&old.pending) {
-                    let o = if terminating && !pending.is_empty() {
-                        Outcome::Deleted
-                    } else {
-                        outcome_of(&old, pod, name)
-                    };
+                    let o = outcomes.as_ref().map_or(Outcome::Deleted, |o| o.of(name));
                     finished.push(self.finish(&old, name, o, now));
                 }
             }
@@ -175,13 +173,17 @@ impl Tracker {
             Some(old) if old.pending.first() == pending.first() => old.head_since,
             _ => now,
         };
-        if let Some(old) = &old {
-            // Names whose count went down ended their wait (duplicates are counted).
+        if let Some(old) = old.as_ref().filter(|old| old.pending.as_slice() != pending) {
+            // Names whose count went down ended their wait (duplicates are counted). Linear in
+            // the pending list: a pod may carry tens of thousands of names.
+            let (before, after) = (occurrences(&old.pending), occurrences(pending));
+            let mut outcomes = None;
             for name in dedup(&old.pending) {
-                let before = old.pending.iter().filter(|n| *n == name).count();
-                let after = pending.iter().filter(|n| *n == name).count();
-                if after < before {
-                    let o = outcome_of(old, pod, name);
+                let count = |m: &HashMap<&str, usize>| m.get(name.as_str()).copied().unwrap_or(0);
+                if count(&after) < count(&before) {
+                    let o = outcomes
+                        .get_or_insert_with(|| Outcomes::new(old, pod))
+                        .of(name);
                     finished.push(self.finish(old, name, o, now));
                 }
             }
@@ -319,22 +321,49 @@ impl Tracker {
     }
 }
 
-/// A removal is a bypass when the same update added a bypass record for that name (the bypass
-/// patch removes and records atomically), whichever replica wrote it.
-fn outcome_of(old: &TrackedPod, new: &SlimPod, name: &str) -> Outcome {
-    let records = |annotation: Option<&str>| {
-        annotation.map_or(0, |a| {
-            parse_records(a)
-                .iter()
-                .filter(|r| r.initializer == name)
-                .count()
-        })
-    };
-    if records(new.bypassed_record.as_deref()) > records(old.bypassed_record.as_deref()) {
-        Outcome::Bypassed
-    } else {
-        Outcome::Initialized
+/// How the waits that one update ended came to an end. A removal is a bypass when the same
+/// update added a bypass record for that name (the bypass patch removes and records
+/// atomically), whichever replica wrote it. Each annotation is parsed once per update, not once
+/// per name.
+struct Outcomes {
+    before: HashMap<String, usize>,
+    after: HashMap<String, usize>,
+}
+
+impl Outcomes {
+    fn new(old: &TrackedPod, new: &SlimPod) -> Outcomes {
+        Outcomes {
+            before: records_per_name(old.bypassed_record.as_deref()),
+            after: records_per_name(new.bypassed_record.as_deref()),
+        }
     }
+
+    fn of(&self, name: &str) -> Outcome {
+        let count = |records: &HashMap<String, usize>| records.get(name).copied().unwrap_or(0);
+        if count(&self.after) > count(&self.before) {
+            Outcome::Bypassed
+        } else {
+            Outcome::Initialized
+        }
+    }
+}
+
+/// Bypass records per initializer name in an annotation value.
+fn records_per_name(annotation: Option<&str>) -> HashMap<String, usize> {
+    let mut counts = HashMap::new();
+    for record in annotation.map(parse_records).unwrap_or_default() {
+        *counts.entry(record.initializer).or_default() += 1;
+    }
+    counts
+}
+
+/// How often each name occurs.
+fn occurrences(names: &[String]) -> HashMap<&str, usize> {
+    let mut counts = HashMap::new();
+    for name in names {
+        *counts.entry(name.as_str()).or_default() += 1;
+    }
+    counts
 }
 
 /// Distinct names in first-seen order.
