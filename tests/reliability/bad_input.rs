@@ -160,7 +160,12 @@ async fn hostile_pods_through_the_api() {
         sim_pod("odd-gates", opted(), odd),
         unknown,
         huge,
-        sim_pod("most-gates", json!({ "app": "x" }), most),
+        {
+            // With a bypass record as large as annotations may be, that nobody can parse.
+            let mut pod = sim_pod("most-gates", json!({ "app": "x" }), most);
+            pod["metadata"]["annotations"] = json!({ BYPASSED_ANNOTATION: "j".repeat(200 << 10) });
+            pod
+        },
     ];
     let created = SystemTime::now();
     for pod in &pods {
@@ -353,6 +358,31 @@ async fn hostile_pods_through_the_api() {
         scrape < Duration::from_millis(500),
         "/metrics took {scrape:?} with a 35,000-gate pod"
     );
+
+    // Its owner removes the first gate, then all the others at once: each update must cost
+    // the guard no more than the pod's size.
+    let most = format!("{path}/most-gates");
+    for patch in [
+        json!([{ "op": "remove", "path": "/spec/schedulingGates/0" }]),
+        json!([{ "op": "replace", "path": "/spec/schedulingGates", "value": [] }]),
+    ] {
+        let request = http::Request::patch(&most)
+            .header("content-type", "application/json-patch+json")
+            .body(serde_json::to_vec(&patch).unwrap())
+            .unwrap();
+        sim.client(ADMIN).request::<Value>(request).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let took = Instant::now();
+        get_ok(&process, addr, "/metrics").await;
+        let took = took.elapsed();
+        println!(
+            "hostile pods: /metrics answered in {took:?} after an update of the 35,000-gate pod"
+        );
+        assert!(
+            took < Duration::from_millis(500),
+            "/metrics took {took:?} after an update of the 35,000-gate pod"
+        );
+    }
 
     // A normal pod afterwards is still bypassed at its deadline.
     post(&sim, &path, &sim_pod("normal", opted(), vec![gate(BIG)])).await;
@@ -578,4 +608,120 @@ async fn garbage_watch_frames_and_unwritable_pods() {
     assert!(!log.contains("panicked"), "{log}");
     assert_eq!(get_ok(&process, addr, "/healthz").await.trim(), "ok");
     assert_eq!(get_ok(&process, addr, "/readyz").await.trim(), "ok");
+}
+
+/// Owners unknown, no piles: only deadlines decide.
+struct NoOwners;
+
+impl initguard::policy::Environment for NoOwners {
+    fn owner_state(&self, _: &str) -> initguard::policy::OwnerState {
+        initguard::policy::OwnerState::Unknown
+    }
+    fn pile_size(&self, _: &initguard::policy::ControllerRef, _: &str) -> u32 {
+        0
+    }
+}
+
+/// A configuration with `unlistedInitializers: deadline` bypassing everything at once.
+fn bypass_everything(mechanism: Mechanism) -> initguard::config::Config {
+    let yaml = format!(
+        "mechanism: {}\noptIn: {{ label: {OPT_IN} }}\ndefaults: {{ deadline: 0s }}\n\
+         unlistedInitializers: deadline\nleaderElection: {{ enabled: false }}\n",
+        mechanism.as_str()
+    );
+    initguard::config::Config::from_yaml_str(&yaml, "test.yaml").unwrap()
+}
+
+/// BUG (src/policy.rs `decide`, `pod.pending[..index].contains(name)`): deciding is quadratic
+/// in the pending list. An opted-in pod with 35,000 gates (it fits in etcd) costs about a second
+/// per decision, with the tracker lock held, on every event, owner change, leadership change
+/// and /status request, so one pod stalls the whole control loop. Fix: remember the names seen
+/// so far in a `HashSet` while iterating.
+#[test]
+#[ignore = "BUG: policy::decide is quadratic in the pending list (see the doc comment)"]
+fn decide_is_linear_in_the_pending_list() {
+    let config = bypass_everything(Mechanism::SchedulingGates);
+    let pending: Vec<String> = (0..35_000)
+        .map(|i| format!("most.example.com/gate-{i:05}"))
+        .collect();
+    let labels = [(OPT_IN.to_owned(), String::new())].into();
+    let now = SystemTime::now();
+    let pod = initguard::policy::PodView {
+        namespace: NS,
+        name: "most-gates",
+        uid: "u",
+        labels: &labels,
+        created: now,
+        controller: None,
+        pending: &pending,
+        head_since: Some(now),
+    };
+    let took = Instant::now();
+    let outcome = initguard::policy::decide(&pod, &NoOwners, &config, now);
+    let took = took.elapsed();
+    assert_eq!(outcome.decisions.len(), pending.len());
+    // Linear takes a few milliseconds; quadratic about a second.
+    assert!(took < Duration::from_millis(250), "decide took {took:?}");
+}
+
+/// BUG (src/policy.rs with src/mechanism.rs `record_entry`): with `unlistedInitializers:
+/// deadline` the guard bypasses unlisted names of any shape, and records them as
+/// `NAME=REASON@TIME` joined by `,` without escaping. A name containing `,`, `=` or `@` (which
+/// conformant API servers reject, lax ones store) yields a record that parses as another
+/// initializer: here `equals` with reason `at@sign=deadline`. The audit trail then names an
+/// initializer that was never bypassed, and the tracker counts the wait as initialized rather
+/// than bypassed. Fix: never decide on names outside the documented charset
+/// (`config::names::validate_initializer_name`: letters, digits, `-_./`), as a `Plan::Never`
+/// with its own reason.
+#[test]
+#[ignore = "BUG: bypass records of names containing ',', '=' or '@' are ambiguous (see the doc comment)"]
+fn record_of_an_odd_name() {
+    let config = bypass_everything(Mechanism::SchedulingGates);
+    let name = "comma,equals=at@sign";
+    let doc = json!({
+        "metadata": { "name": "p", "namespace": NS, "uid": "u", "resourceVersion": "1",
+            "creationTimestamp": "2026-11-21T10:00:00Z", "labels": { OPT_IN: "" },
+            "annotations": {} },
+        "spec": { "schedulingGates": [gate(name)] },
+    });
+    let pod: initguard::pod::SlimPod = serde_json::from_value(doc.clone()).unwrap();
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    let now = SystemTime::now();
+    let view = initguard::policy::PodView {
+        namespace: NS,
+        name: "p",
+        uid: "u",
+        labels: &labels,
+        created: pod.created().unwrap(),
+        controller: None,
+        pending: &pod.scheduling_gates,
+        head_since: Some(now),
+    };
+    for d in initguard::policy::decide(&view, &NoOwners, &config, now).decisions {
+        let target = initguard::mechanism::BypassTarget {
+            uid: "u",
+            resource_version: "1",
+            index: d.index,
+            initializer: &d.initializer,
+            annotations_present: true,
+            previous_record: None,
+        };
+        let patch =
+            initguard::mechanism::bypass_patch(Mechanism::SchedulingGates, &target, d.reason, now);
+        let mut patched = doc.clone();
+        json_patch::patch(&mut patched, &patch).unwrap();
+        let record = patched["metadata"]["annotations"][BYPASSED_ANNOTATION]
+            .as_str()
+            .unwrap();
+        let names: Vec<String> = parse_records(record)
+            .into_iter()
+            .map(|r| r.initializer)
+            .collect();
+        assert_eq!(
+            names,
+            [d.initializer.clone()],
+            "record {record:?} of a bypass of {:?}",
+            d.initializer
+        );
+    }
 }
