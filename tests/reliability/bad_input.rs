@@ -719,7 +719,7 @@ fn record_of_an_odd_name() {
             .collect();
         assert_eq!(
             names,
-            [d.initializer.clone()],
+            std::slice::from_ref(&d.initializer),
             "record {record:?} of a bypass of {:?}",
             d.initializer
         );

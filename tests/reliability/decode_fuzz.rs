@@ -170,10 +170,10 @@ proptest! {
                             m.remove(&last.replace("~1", "/").replace("~0", "~"));
                         }
                         Some(Value::Array(a)) => {
-                            if let Ok(i) = last.parse::<usize>() {
-                                if i < a.len() {
-                                    a.remove(i);
-                                }
+                            if let Ok(i) = last.parse::<usize>()
+                                && i < a.len()
+                            {
+                                a.remove(i);
                             }
                         }
                         _ => {}

@@ -291,7 +291,11 @@ impl Guards {
         let r = &mut self.replicas[index];
         let label = format!("{}-{}", r.label, r.lives.len());
         // One replica logs JSON, the other text: both formats live through the chaos.
-        let format = if index % 2 == 0 { "json" } else { "text" };
+        let format = if index.is_multiple_of(2) {
+            "json"
+        } else {
+            "text"
+        };
         let process = GuardProcess::run(
             &self.dir,
             &label,
@@ -690,6 +694,13 @@ async fn run(s: Scenario) {
         .filter(|r| r.status == 429 || r.status >= 500)
         .count();
     let watches = guard_requests.iter().filter(|r| r.verb == "watch").count();
+    let mut patch_statuses: BTreeMap<u16, usize> = BTreeMap::new();
+    for r in guard_requests
+        .iter()
+        .filter(|r| r.verb == "patch" && r.resource == "pods")
+    {
+        *patch_statuses.entry(r.status).or_default() += 1;
+    }
     let restarts_metric: f64 = guards.lives().map(|l| l.watch_restarts).sum();
     let bypass_errors: f64 = guards.lives().map(|l| l.bypass_errors).sum();
     let max_rss = guards
@@ -704,7 +715,8 @@ async fn run(s: Scenario) {
     println!(
         "{name}: {secs:.0}s chaos; {pods_created} pods created, {reaped} reaped; guard requests \
          {total} ({failed} failed with 429/5xx, {watches} watch requests, {restarts_metric} watch \
-         restarts counted in /metrics, {bypass_errors} bypass errors); chaos {chaos:?}; guard \
+         restarts counted in /metrics, pod patches by status {patch_statuses:?}, {bypass_errors} \
+         bypass errors); chaos {chaos:?}; guard \
          processes {spawned}; owner-down windows {downs}; bypasses {bypasses:?}; max owner_down \
          lag after revival {lag:.1}s; memory: {memory_checked} processes checked, max RSS {max_rss} \
          KiB; invariant violations {violations}",
