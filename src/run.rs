@@ -6,7 +6,7 @@
 //! a fixed tick). Only one bypass per pod is in flight at a time, and a bypass stays "expected"
 //! until the pod watch shows it, so a stale event can never trigger a second write.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -218,6 +218,8 @@ impl Guard {
             in_flight: HashMap::new(),
             dry_run_done: HashSet::new(),
             init_seen: None,
+            backlog: VecDeque::new(),
+            backlog_set: HashSet::new(),
         };
         let loop_cancel = cancel.clone();
         let aborts = vec![leader_task.abort_handle(), actuator_task.abort_handle()];
@@ -354,6 +356,9 @@ struct ControlLoop {
     dry_run_done: HashSet<(String, String)>,
     /// Waiting pods seen since the watch (re)started listing; None outside a relist.
     init_seen: Option<HashSet<PodKey>>,
+    /// Pods whose bypass did not fit the actuator queue, oldest first.
+    backlog: VecDeque<PodKey>,
+    backlog_set: HashSet<PodKey>,
 }
 
 impl ControlLoop {
@@ -589,14 +594,38 @@ impl ControlLoop {
                 );
             }
             Err(_) => {
-                warn!(pod = %key, "actuator queue full; deciding again in 1s");
+                // Decided again as soon as the actuator reports progress (the next report frees
+                // a queue slot), with a timer as a safety net.
+                if self.backlog.is_empty() {
+                    warn!(pod = %key, "actuator queue full; holding further bypasses until it drains");
+                }
+                if self.backlog_set.insert(key.to_owned()) {
+                    self.backlog.push_back(key.to_owned());
+                }
                 self.wakes.at_most(key, now + Duration::from_secs(1));
+            }
+        }
+    }
+
+    /// Re-decide pods held back by a full actuator queue, in arrival order, while it takes them.
+    fn drain_backlog(&mut self, slots: usize) {
+        for _ in 0..slots {
+            let Some(key) = self.backlog.pop_front() else {
+                break;
+            };
+            self.backlog_set.remove(&key);
+            self.decide(&key);
+            if self.backlog_set.contains(&key) {
+                // Still full: it went back to the end of the line; stop for now.
+                break;
             }
         }
     }
 
     fn on_report(&mut self, report: Report) {
         let key = report.job().key.clone();
+        // Every report means one job left the queue.
+        self.drain_backlog(1);
         match report {
             Report::Bypassed { .. } => {
                 if let Some(f) = self.in_flight.get_mut(&key) {
