@@ -15,6 +15,6 @@ pub mod pod;
 pub mod policy;
 pub mod run;
 pub mod server;
-pub mod tracker;
 pub mod sim;
 pub mod status;
+pub mod tracker;
