@@ -719,7 +719,8 @@ async fn run(s: Scenario) {
          bypass errors); chaos {chaos:?}; guard \
          processes {spawned}; owner-down windows {downs}; bypasses {bypasses:?}; max owner_down \
          lag after revival {lag:.1}s; memory: {memory_checked} processes checked, max RSS {max_rss} \
-         KiB; invariant violations {violations}",
+         KiB; test process (simulated cluster and its records) RSS {own_rss} KiB after \
+         {total_requests} requests; invariant violations {violations}",
         name = s.name(),
         secs = s.chaos.as_secs_f64(),
         reaped = reaped.load(Ordering::Relaxed),
@@ -729,6 +730,7 @@ async fn run(s: Scenario) {
         bypasses = judge.bypass_counts(),
         lag = judge.max_lag(),
         violations = violations.len(),
+        own_rss = own_rss_kib(),
     );
     if !violations.is_empty() {
         for life in guards.lives() {
@@ -1083,4 +1085,19 @@ fn records(pod: &Value) -> Vec<BypassRecord> {
         .as_str()
         .map(parse_records)
         .unwrap_or_default()
+}
+
+/// This process's resident set size in KiB (0 when unknown).
+fn own_rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))?
+                .split_whitespace()
+                .next()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
 }
