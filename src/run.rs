@@ -67,6 +67,8 @@ pub struct Shared {
     last_progress: Mutex<Instant>,
     wedged: AtomicBool,
     stall_after: Duration,
+    /// Serializes scrapes: each resets and refills the gauges before rendering.
+    pub(crate) scrape: Mutex<()>,
 }
 
 impl Shared {
@@ -193,6 +195,7 @@ impl Guard {
             last_progress: Mutex::new(Instant::now()),
             wedged: AtomicBool::new(false),
             stall_after,
+            scrape: Mutex::new(()),
         });
         let server = tokio::spawn(crate::server::serve(
             listener,

@@ -45,8 +45,12 @@ pub fn router(shared: Arc<Shared>) -> Router {
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
-    refresh_gauges(&shared, SystemTime::now());
-    match shared.metrics.render() {
+    let rendered = {
+        let _one_at_a_time = shared.scrape.lock().unwrap_or_else(|e| e.into_inner());
+        refresh_gauges(&shared, SystemTime::now());
+        shared.metrics.render()
+    };
+    match rendered {
         Ok(body) => (
             [(
                 header::CONTENT_TYPE,
