@@ -930,6 +930,26 @@ impl<'a> Judge<'a> {
                         "deadline bypass of {removed} after {waited:.3}s < {deadline:?}: {what}"
                     ));
                 }
+                // The record's own time (whole seconds, like creationTimestamp) says the same;
+                // a legacy head's clock starts mid-second, hence a second of slack there.
+                let slack = match self.s.mechanism {
+                    Mechanism::SchedulingGates => 0.0,
+                    Mechanism::Initializers => 1.0,
+                };
+                match record.at.parse::<jiff::Timestamp>() {
+                    Ok(at) => {
+                        let recorded = secs_between(start, SystemTime::from(at));
+                        if recorded + slack < deadline.as_secs_f64() {
+                            violations.push(format!(
+                                "deadline bypass of {removed} recorded after {recorded:.3}s < \
+                                 {deadline:?}: {what}"
+                            ));
+                        }
+                    }
+                    Err(e) => {
+                        violations.push(format!("unreadable record time {record:?}: {e}: {what}"))
+                    }
+                }
             }
             "owner_down" => self.owner_down_on_time(removed, c.time, what, violations),
             other => violations.push(format!("unexpected bypass reason {other:?}: {what}")),
