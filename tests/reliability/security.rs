@@ -433,3 +433,89 @@ fn status(config: &Path, kubeconfig: &Path, output: &str, log: &str) -> String {
         String::from_utf8_lossy(&out.stderr)
     )
 }
+
+/// Send raw bytes to `addr` and read the answer's status line (empty when the server just closes).
+async fn raw_exchange(addr: std::net::SocketAddr, request: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    // The server may answer and close before reading everything; a failed write is fine then.
+    let _ = stream.write_all(request).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut answer)).await;
+    String::from_utf8_lossy(&answer)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The unauthenticated endpoints refuse bad requests with a 4xx and keep serving: bad query
+/// values, unknown paths and methods, a huge path, a garbage request line, hundreds of idle
+/// connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoints_refuse_bad_requests() {
+    let api = crate::fake_api::FakeApi::start(vec![], &[], &[], vec![]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(
+        &config,
+        "mechanism: schedulingGates\nlisten: 127.0.0.1:0\nleaderElection: { enabled: false }\n",
+    )
+    .unwrap();
+    let kubeconfig = dir.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig("token")).unwrap();
+    let mut guard = GuardProcess::run(dir.path(), "guard", &config, &kubeconfig, &[], &[]);
+    let addr = guard.wait_addr(Duration::from_secs(20)).await;
+    let status_of = |r: Result<(u16, String), String>| r.map(|(code, _)| code);
+    for (path, expected) in [
+        ("/status?limit=abc", 400),
+        ("/status?limit=-1", 400),
+        ("/status?limit=99999999999999999999999", 400),
+        ("/status?limit=0", 200),
+        ("/nope", 404),
+        ("/metrics/../healthz", 404),
+    ] {
+        let got = status_of(http_get(addr, path, Duration::from_secs(5)).await);
+        assert_eq!(got, Ok(expected), "GET {path}");
+    }
+    let long = format!("/{}", "a".repeat(64 << 10));
+    let got = status_of(http_get(addr, &long, Duration::from_secs(5)).await);
+    assert!(
+        matches!(got, Ok(400..=499)) || got.is_err(),
+        "GET of a 64 KiB path: {got:?}"
+    );
+    let line = raw_exchange(
+        addr,
+        b"POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(line.contains(" 405 "), "POST /metrics: {line:?}");
+    let line = raw_exchange(addr, b"\x00\x01GARBAGE \xff\r\n\r\n").await;
+    assert!(
+        line.is_empty() || line.contains(" 400 "),
+        "garbage request line: {line:?}"
+    );
+    // Idle connections that never send a request do not starve the others.
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    let took = Instant::now();
+    let got = http_get(addr, "/healthz", Duration::from_secs(5)).await;
+    assert_eq!(
+        status_of(got),
+        Ok(200),
+        "/healthz with 300 idle connections open"
+    );
+    println!(
+        "bad requests: /healthz answered in {:?} with 300 idle connections",
+        took.elapsed()
+    );
+    drop(idle);
+    assert!(guard.exit_status().is_none(), "{}", guard.log_text());
+    assert!(
+        !guard.log_text().contains("panicked"),
+        "{}",
+        guard.log_text()
+    );
+}
