@@ -167,7 +167,6 @@ async fn hostile_pods_through_the_api() {
             pod
         },
     ];
-    let created = SystemTime::now();
     for pod in &pods {
         post(&sim, &path, pod).await;
     }
@@ -403,7 +402,6 @@ async fn hostile_pods_through_the_api() {
         "{}",
         process.log_text()
     );
-    let _ = created;
 }
 
 /// Legacy initializers may repeat a name (nothing validates that): the first occurrence is
