@@ -196,8 +196,8 @@ impl Scenario {
         yaml
     }
 
-    /// The creators: (options, user). Gates only matter for scheduling gates; legacy pods get
-    /// the server's initializers.
+    /// The pod creators. Their gates only matter for scheduling gates; legacy pods get the
+    /// server's initializers.
     fn creators(&self) -> Vec<CreatorOptions> {
         let gates = |names: &[&str]| names.iter().map(|s| s.to_string()).collect::<Vec<_>>();
         let opted = |mut o: CreatorOptions, g: &[&str]| {
