@@ -120,6 +120,31 @@ pub struct PodStatus {
     pub initializers: Vec<InitializerPlan>,
 }
 
+/// The `limit` longest-waiting pods (oldest first) with what the guard plans for each.
+pub fn pod_statuses(
+    tracker: &crate::tracker::Tracker,
+    env: &Env<'_>,
+    config: &crate::config::Config,
+    now: SystemTime,
+    limit: usize,
+) -> Vec<PodStatus> {
+    let mut pods: Vec<_> = tracker.pods().map(|(_, p)| p).collect();
+    pods.sort_by(|a, b| {
+        (a.created, &a.namespace, &a.name).cmp(&(b.created, &b.namespace, &b.name))
+    });
+    pods.iter()
+        .take(limit)
+        .map(|p| PodStatus {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+            opted_in: p.opted_in,
+            controller: p.controller.clone(),
+            created: p.created,
+            initializers: rounded(policy::decide(&p.view(), env, config, now).plans),
+        })
+        .collect()
+}
+
 async fn status(
     State(shared): State<Arc<Shared>>,
     Query(q): Query<StatusQuery>,
@@ -132,23 +157,8 @@ async fn status(
             tracker: &tracker,
             owners: &shared.owners,
         };
-        let mut pods: Vec<_> = tracker.pods().map(|(_, p)| p).collect();
-        pods.sort_by(|a, b| {
-            (a.created, &a.namespace, &a.name).cmp(&(b.created, &b.namespace, &b.name))
-        });
-        let listed = pods
-            .iter()
-            .take(limit)
-            .map(|p| PodStatus {
-                namespace: p.namespace.clone(),
-                name: p.name.clone(),
-                opted_in: p.opted_in,
-                controller: p.controller.clone(),
-                created: p.created,
-                initializers: rounded(policy::decide(&p.view(), &env, &shared.config, now).plans),
-            })
-            .collect();
-        (pods.len(), listed)
+        let listed = pod_statuses(&tracker, &env, &shared.config, now, limit);
+        (tracker.len(), listed)
     };
     let not_ready = shared.not_ready();
     Json(StatusReport {

@@ -14,9 +14,9 @@ use crate::config::Config;
 use crate::metrics::{Metrics, MetricsError};
 use crate::owners::Owners;
 use crate::pod::SlimPod;
-use crate::policy::{self, OwnerState, Plan};
+use crate::policy::{OwnerState, Plan};
 use crate::run::Env;
-use crate::server::PodStatus;
+use crate::server::{PodStatus, pod_statuses};
 use crate::tracker::Tracker;
 
 /// How long to wait for owners' initial observation before reporting them unknown.
@@ -106,22 +106,7 @@ pub async fn gather(client: kube::Client, config: Arc<Config>) -> Result<Report,
         tracker: &tracker,
         owners: &owners,
     };
-    let mut waiting_pods: Vec<PodStatus> = tracker
-        .pods()
-        .map(|(_, p)| PodStatus {
-            namespace: p.namespace.clone(),
-            name: p.name.clone(),
-            opted_in: p.opted_in,
-            controller: p.controller.clone(),
-            created: p.created,
-            initializers: crate::server::rounded(
-                policy::decide(&p.view(), &env, &config, now).plans,
-            ),
-        })
-        .collect();
-    waiting_pods.sort_by(|a, b| {
-        (a.created, &a.namespace, &a.name).cmp(&(b.created, &b.namespace, &b.name))
-    });
+    let waiting_pods = pod_statuses(&tracker, &env, &config, now, usize::MAX);
     Ok(Report {
         mechanism: config.mechanism.as_str(),
         owners: owners.snapshot(),
