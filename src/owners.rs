@@ -980,20 +980,23 @@ where
     }
 }
 
-/// Why the server's certificate was refused, when that is what failed: rustls's error sits
-/// inside an `io::Error`, whose `source()` skips it, so both are looked into.
+/// Why the server's certificate was refused, when that is what failed. rustls's error sits
+/// inside an `io::Error` (possibly wrapped in another), whose `source()` skips what it wraps,
+/// so wrapped errors are looked into as well as sources.
 fn rejected_certificate(err: &(dyn StdError + 'static)) -> Option<String> {
-    let mut next = Some(err);
-    while let Some(e) = next {
-        let rustls_error = e.downcast_ref::<rustls::Error>().or_else(|| {
-            e.downcast_ref::<std::io::Error>()
-                .and_then(|io| io.get_ref())
-                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
-        });
-        if let Some(rustls::Error::InvalidCertificate(why)) = rustls_error {
+    let mut pending: Vec<&(dyn StdError + 'static)> = vec![err];
+    // Bounded: error chains are short; never loop on a pathological one.
+    for _ in 0..32 {
+        let e = pending.pop()?;
+        if let Some(rustls::Error::InvalidCertificate(why)) = e.downcast_ref::<rustls::Error>() {
             return Some(format!("{why:?}"));
         }
-        next = e.source();
+        if let Some(inner) = e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+            pending.push(inner);
+        }
+        if let Some(source) = e.source() {
+            pending.push(source);
+        }
     }
     None
 }
