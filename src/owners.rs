@@ -22,9 +22,9 @@ use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::fmt::Write as _;
 use std::future::pending;
+use std::path::PathBuf;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -426,7 +426,9 @@ impl Handle {
                 Observed::Unknown => None,
             };
             self.inner.metrics.set_owner_up(label, kind, up);
-            self.inner.metrics.set_owner_state(label, kind, observed.as_str());
+            self.inner
+                .metrics
+                .set_owner_state(label, kind, observed.as_str());
         }
         match observed {
             Observed::Up => info!(
@@ -769,7 +771,8 @@ impl ProbeTls {
     fn kube_config(&self, uri: &Uri) -> Result<kube::Config, String> {
         let mut config = kube::Config::new(uri.clone());
         if let Some(ca) = &self.ca_file {
-            let pem = std::fs::read(ca).map_err(|e| format!("reading caFile {}: {e}", ca.display()))?;
+            let pem =
+                std::fs::read(ca).map_err(|e| format!("reading caFile {}: {e}", ca.display()))?;
             let mut roots = Vec::new();
             for cert in CertificateDer::pem_slice_iter(&pem) {
                 let cert = cert.map_err(|e| format!("caFile {}: {e}", ca.display()))?;
@@ -781,7 +784,8 @@ impl ProbeTls {
             config.root_cert = Some(roots);
             config.root_cert_file = Some(ca.clone());
         }
-        config.auth_info.client_certificate = self.cert_file.as_ref().map(|p| p.display().to_string());
+        config.auth_info.client_certificate =
+            self.cert_file.as_ref().map(|p| p.display().to_string());
         config.auth_info.client_key = self.key_file.as_ref().map(|p| p.display().to_string());
         config.accept_invalid_certs = false;
         Ok(config)
@@ -901,7 +905,9 @@ impl Task {
                 Ok(status) if status.is_success() => {
                     self.handle.observe(Observed::Up, format!("HTTP {status}"))
                 }
-                Ok(status) => self.handle.observe(Observed::Down, format!("HTTP {status}")),
+                Ok(status) => self
+                    .handle
+                    .observe(Observed::Down, format!("HTTP {status}")),
                 Err(reason) => self.handle.observe(Observed::Down, reason),
             }
         }
@@ -991,7 +997,10 @@ fn rejected_certificate(err: &(dyn StdError + 'static)) -> Option<String> {
         if let Some(rustls::Error::InvalidCertificate(why)) = e.downcast_ref::<rustls::Error>() {
             return Some(format!("{why:?}"));
         }
-        if let Some(inner) = e.downcast_ref::<std::io::Error>().and_then(|io| io.get_ref()) {
+        if let Some(inner) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
             pending.push(inner);
         }
         if let Some(source) = e.source() {
@@ -1070,11 +1079,23 @@ mod tests {
             json!({"holderIdentity": "a", "leaseDurationSeconds": 15}),
         ));
         assert_eq!(no_renew.renew_time, None);
-        assert_eq!(LeaseRecord::of(&held("", "2024-05-01T10:00:00Z", 15)).holder, None);
-        assert_eq!(LeaseRecord::of(&held("a", "2024-05-01T10:00:00Z", -1)).duration, None);
-        assert_eq!(LeaseRecord::of(&held("a", "2024-05-01T10:00:00Z", 0)).duration, None);
+        assert_eq!(
+            LeaseRecord::of(&held("", "2024-05-01T10:00:00Z", 15)).holder,
+            None
+        );
+        assert_eq!(
+            LeaseRecord::of(&held("a", "2024-05-01T10:00:00Z", -1)).duration,
+            None
+        );
+        assert_eq!(
+            LeaseRecord::of(&held("a", "2024-05-01T10:00:00Z", 0)).duration,
+            None
+        );
         let empty = LeaseRecord::of(&lease(json!(null)));
-        assert_eq!((empty.holder, empty.renew_time, empty.duration), (None, None, None));
+        assert_eq!(
+            (empty.holder, empty.renew_time, empty.duration),
+            (None, None, None)
+        );
     }
 
     #[test]
@@ -1106,7 +1127,11 @@ mod tests {
         // The same record again (a resync, another field changing) is not a renewal.
         model.apply(held("a", "2001-01-01T00:00:00.000000Z", 10), t0 + secs(5));
         let expired = model.evaluate(t0 + secs(10));
-        assert_eq!(expired.verdict, Observed::Down, "expiry instant itself is down");
+        assert_eq!(
+            expired.verdict,
+            Observed::Down,
+            "expiry instant itself is down"
+        );
         assert_eq!(expired.next_change, None);
 
         // A renewal seen at t0+12, even to a time far in the future, restarts the duration.
@@ -1120,7 +1145,11 @@ mod tests {
         model.apply(lease(json!({"holderIdentity": "a"})), t0 + secs(31));
         assert_eq!(model.evaluate(t0 + secs(31)).verdict, Observed::Down);
         model.apply(held("", "2099-01-01T00:00:01.000000Z", 10), t0 + secs(32));
-        assert_eq!(model.evaluate(t0 + secs(32)).verdict, Observed::Down, "no holder");
+        assert_eq!(
+            model.evaluate(t0 + secs(32)).verdict,
+            Observed::Down,
+            "no holder"
+        );
         model.apply(held("a", "2099-01-01T00:00:02.000000Z", 10), t0 + secs(33));
         assert_eq!(model.evaluate(t0 + secs(33)).verdict, Observed::Up);
         model.delete(lease(json!(null)));
@@ -1240,14 +1269,23 @@ mod tests {
     fn absence_is_unknown_until_seen_and_down_after() {
         let eval = |verdict| Evaluation::new(verdict, "x");
         let mut seen = false;
-        assert_eq!(judge(eval(Observed::Unknown), &mut seen, "lease").0, Observed::Unknown);
+        assert_eq!(
+            judge(eval(Observed::Unknown), &mut seen, "lease").0,
+            Observed::Unknown
+        );
         assert!(!seen);
-        assert_eq!(judge(eval(Observed::Down), &mut seen, "lease").0, Observed::Down);
+        assert_eq!(
+            judge(eval(Observed::Down), &mut seen, "lease").0,
+            Observed::Down
+        );
         assert!(seen, "an object reporting failure was read");
         let (state, detail) = judge(eval(Observed::Unknown), &mut seen, "lease");
         assert_eq!(state, Observed::Down);
         assert!(detail.contains("deleted"), "{detail}");
-        assert_eq!(judge(eval(Observed::Up), &mut seen, "lease").0, Observed::Up);
+        assert_eq!(
+            judge(eval(Observed::Up), &mut seen, "lease").0,
+            Observed::Up
+        );
     }
     #[test]
     fn probe_urls_need_a_scheme_we_speak_and_a_host() {

@@ -67,8 +67,9 @@ fn owner_up_metric(metrics: &Metrics, initializer: &str, kind: &str) -> Option<i
 /// The `state` label whose `initguard_owner_state` series is 1 (exactly one must be).
 fn owner_state_metric(metrics: &Metrics, initializer: &str, kind: &str) -> String {
     let text = metrics.render().unwrap();
-    let prefix =
-        format!("initguard_owner_state{{initializer=\"{initializer}\",owner_kind=\"{kind}\",state=\"");
+    let prefix = format!(
+        "initguard_owner_state{{initializer=\"{initializer}\",owner_kind=\"{kind}\",state=\""
+    );
     let current: Vec<String> = text
         .lines()
         .filter_map(|l| l.strip_prefix(&prefix))
@@ -246,7 +247,11 @@ mod https {
 
     /// A CA named `name`: `name.pem`, `name.key`.
     fn ca(dir: &Path, name: &str) {
-        let (key, pem, subject) = (format!("{name}.key"), format!("{name}.pem"), format!("/CN={name}"));
+        let (key, pem, subject) = (
+            format!("{name}.key"),
+            format!("{name}.pem"),
+            format!("/CN={name}"),
+        );
         let mut args = vec!["req", "-x509", "-nodes", "-days", "2", "-subj", &subject];
         args.extend(EC);
         args.extend(["-keyout", &key, "-out", &pem]);
@@ -271,8 +276,21 @@ mod https {
         openssl(
             dir,
             &[
-                "x509", "-req", "-in", &csr, "-CA", &ca_pem, "-CAkey", &ca_key,
-                "-CAcreateserial", "-days", "2", "-out", &pem, "-extfile", &ext,
+                "x509",
+                "-req",
+                "-in",
+                &csr,
+                "-CA",
+                &ca_pem,
+                "-CAkey",
+                &ca_key,
+                "-CAcreateserial",
+                "-days",
+                "2",
+                "-out",
+                &pem,
+                "-extfile",
+                &ext,
             ],
         );
     }
@@ -416,7 +434,10 @@ initializers:
             .unwrap_or_else(|| panic!("no down line for wrong.example.com:\n{log}"));
         assert!(line.contains("certificate was rejected"), "{line}");
         let anonymous = detail("anonymous.example.com");
-        assert!(!anonymous.contains("certificate was rejected"), "{anonymous}");
+        assert!(
+            !anonymous.contains("certificate was rejected"),
+            "{anonymous}"
+        );
     }
 
     fn config_error(yaml: &str) -> String {
@@ -434,14 +455,18 @@ initializers:
         let d = dir.path();
         let file = |f: &str| path(d, f).display().to_string();
         std::fs::write(d.join("garbage.pem"), "not a certificate\n").unwrap();
-        let entry = |owner: &str| format!("initializers:\n  - name: a.example.com\n    owner: {owner}\n");
+        let entry =
+            |owner: &str| format!("initializers:\n  - name: a.example.com\n    owner: {owner}\n");
 
         let missing = config_error(&entry(&format!(
             "{{ http: {{ url: \"https://10.0.0.5/\", caFile: \"{}\" }} }}",
             file("absent.pem")
         )));
         assert!(missing.contains("test.yaml:3:"), "{missing}");
-        assert!(missing.contains("initializers[0].owner.http.caFile: cannot read"), "{missing}");
+        assert!(
+            missing.contains("initializers[0].owner.http.caFile: cannot read"),
+            "{missing}"
+        );
 
         let garbage = config_error(&entry(&format!(
             "{{ http: {{ url: \"https://10.0.0.5/\", caFile: \"{}\" }} }}",
@@ -466,9 +491,14 @@ initializers:
             "{{ http: {{ url: \"http://10.0.0.5/\", caFile: \"{}\" }} }}",
             file("ca.pem")
         )));
-        assert!(plain.contains("only https:// URLs use TLS files"), "{plain}");
+        assert!(
+            plain.contains("only https:// URLs use TLS files"),
+            "{plain}"
+        );
 
-        let unknown = config_error(&entry("{ http: { url: \"https://10.0.0.5/\", insecure: true } }"));
+        let unknown = config_error(&entry(
+            "{ http: { url: \"https://10.0.0.5/\", insecure: true } }",
+        ));
         assert!(unknown.contains("unknown field `insecure`"), "{unknown}");
 
         let no_url = config_error(&entry("{ http: { caFile: \"/x\" } }"));
@@ -808,7 +838,9 @@ mod sim {
         .unwrap();
         api.create(&PostParams::default(), &lease).await.unwrap();
         wait_state(&h.owners, "kueue.x-k8s.io/admission", is_up).await;
-        api.delete("leader", &DeleteParams::default()).await.unwrap();
+        api.delete("leader", &DeleteParams::default())
+            .await
+            .unwrap();
         wait_state(&h.owners, "kueue.x-k8s.io/admission", is_down).await;
     }
 
@@ -1012,15 +1044,32 @@ mod sim {
             .await
             .expect("check-config to finish");
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let warnings: Vec<&str> = stdout
             .lines()
             .filter(|l| l.starts_with("warning: owner "))
             .collect();
         assert_eq!(warnings.len(), 3, "{stdout}");
-        assert!(warnings[0].contains("deployment kube-system/gate-ownr (of typo.example.com) does not exist"), "{stdout}");
-        assert!(warnings[1].contains("lease kueue-system/leader (of kueue.x-k8s.io/admission) does not exist"), "{stdout}");
-        assert!(warnings[2].contains("pods quota-system/app=nobody (of nobody.example.com): no pod matches"), "{stdout}");
+        assert!(
+            warnings[0]
+                .contains("deployment kube-system/gate-ownr (of typo.example.com) does not exist"),
+            "{stdout}"
+        );
+        assert!(
+            warnings[1]
+                .contains("lease kueue-system/leader (of kueue.x-k8s.io/admission) does not exist"),
+            "{stdout}"
+        );
+        assert!(
+            warnings[2]
+                .contains("pods quota-system/app=nobody (of nobody.example.com): no pod matches"),
+            "{stdout}"
+        );
 
         let nowhere = dir.path().join("nowhere");
         std::fs::write(
@@ -1033,7 +1082,12 @@ mod sim {
         let out = tokio::time::timeout(Duration::from_secs(30), run(nowhere))
             .await
             .expect("check-config to finish");
-        assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     #[tokio::test]

@@ -333,7 +333,10 @@ fn http_owner(problems: &mut Problems<'_>, path: &str, raw: RawHttp) -> Option<O
         let text = text?;
         let p = format!("{path}.{key}");
         if url.is_some() && !is_https {
-            problems.value(&p, "only https:// URLs use TLS files; the url is not https://");
+            problems.value(
+                &p,
+                "only https:// URLs use TLS files; the url is not https://",
+            );
             return None;
         }
         if text.is_empty() {

@@ -64,7 +64,10 @@ async fn readyz_lists_unknown_owners() {
         &format!("initializers:\n{}", owned(SIDECAR, "20s")),
     );
     let guard = Guard::start(c.guard_client(), config).await.unwrap();
-    let unknown = format!("owner deployment kube-system/{}: unknown (", dns_name(SIDECAR));
+    let unknown = format!(
+        "owner deployment kube-system/{}: unknown (",
+        dns_name(SIDECAR)
+    );
     let body = eventually_async(
         Duration::from_secs(5),
         "ready, the owner listed as unknown because forbidden",
@@ -79,10 +82,14 @@ async fn readyz_lists_unknown_owners() {
 
     c.sim
         .enforce_rbac_policy(GUARD_USER, shipped_rbac(Mechanism::SchedulingGates));
-    eventually_async(Duration::from_secs(10), "/readyz without unknown owners", || async {
-        let (status, body) = http_get(guard.addr, "/readyz").await;
-        (status == 200 && body == "ok\n").then_some(())
-    })
+    eventually_async(
+        Duration::from_secs(10),
+        "/readyz without unknown owners",
+        || async {
+            let (status, body) = http_get(guard.addr, "/readyz").await;
+            (status == 200 && body == "ok\n").then_some(())
+        },
+    )
     .await;
     guard.shutdown().await;
 }

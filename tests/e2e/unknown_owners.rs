@@ -47,7 +47,11 @@ async fn a_missing_owner_never_bypasses_before_the_deadline(mechanism: Mechanism
     let witness = &c.bypasses_of("default/witness-0")[0];
     assert_eq!(witness.reason.as_deref(), Some("owner_down"), "{witness:?}");
 
-    assert_eq!(c.guard_pod_patches("typo"), vec![], "the typo's pod was written");
+    assert_eq!(
+        c.guard_pod_patches("typo"),
+        vec![],
+        "the typo's pod was written"
+    );
     assert_eq!(c.pending("default", "typo"), [SIDECAR]);
     assert_eq!(guard.shared.owners.state(SIDECAR), OwnerState::Unknown);
     let (status, body) = http_get(guard.addr, "/readyz").await;
