@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 use std::io::Read as _;
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -131,8 +131,21 @@ pub enum OwnerSpec {
     Lease(ObjectRef),
     /// Up while at least one matching pod is Ready.
     Pods { namespace: String, selector: String },
-    /// Up while GET answers 2xx within 1 s.
-    Http { url: String },
+    /// Up while GET answers 2xx within 1 s. For https, the server certificate is verified
+    /// against `ca_file` when given (else the platform's roots), and `cert_file`/`key_file`
+    /// (both or neither) are presented as the client certificate.
+    Http {
+        url: String,
+        /// PEM CA bundle (`caFile`).
+        #[serde(rename = "caFile", skip_serializing_if = "Option::is_none")]
+        ca_file: Option<PathBuf>,
+        /// PEM client certificate chain (`certFile`).
+        #[serde(rename = "certFile", skip_serializing_if = "Option::is_none")]
+        cert_file: Option<PathBuf>,
+        /// PEM private key of the client certificate (`keyFile`).
+        #[serde(rename = "keyFile", skip_serializing_if = "Option::is_none")]
+        key_file: Option<PathBuf>,
+    },
 }
 
 impl OwnerSpec {
@@ -635,7 +648,21 @@ impl fmt::Display for OwnerSpec {
                 namespace,
                 selector,
             } => write!(f, "pods {namespace} {selector}"),
-            OwnerSpec::Http { url } => write!(f, "http {url}"),
+            OwnerSpec::Http {
+                url,
+                ca_file,
+                cert_file,
+                ..
+            } => {
+                write!(f, "http {url}")?;
+                if let Some(ca) = ca_file {
+                    write!(f, " (caFile {})", ca.display())?;
+                }
+                if let Some(cert) = cert_file {
+                    write!(f, " (certFile {})", cert.display())?;
+                }
+                Ok(())
+            }
         }
     }
 }

@@ -707,7 +707,9 @@ async fn start_guard(
     }
     let deadline = Instant::now() + STARTUP_TIMEOUT;
     loop {
-        let missing = guard.shared.not_ready();
+        let mut missing = guard.shared.not_ready();
+        // The narration starts once every owner has been read at least once.
+        missing.extend(guard.shared.owners.not_synced());
         if missing.is_empty() {
             return Ok(guard);
         }

@@ -54,6 +54,9 @@ enum Command {
         path: PathBuf,
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
+        /// Also report listed owners that do not exist in this cluster (warnings; exit 0).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
     },
     /// The simulated API server alone (plain HTTP); writes a kubeconfig for any client.
     Sim(initguard::sim::cli::SimArgs),
@@ -99,7 +102,11 @@ enum LogFormat {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::CheckConfig { path, output } => check_config(&path, output),
+        Command::CheckConfig {
+            path,
+            output,
+            kubeconfig,
+        } => check_config(&path, output, kubeconfig.as_deref()),
         Command::Run {
             config,
             kubeconfig,
@@ -219,13 +226,31 @@ fn status_report(path: &Path, kubeconfig: Option<&Path>, output: StatusOutput) -
     })
 }
 
-fn check_config(path: &std::path::Path, output: Output) -> ExitCode {
+fn check_config(path: &std::path::Path, output: Output, kubeconfig: Option<&Path>) -> ExitCode {
     match Config::load(path) {
         Ok(config) => {
+            let missing = match kubeconfig {
+                Some(kubeconfig) => match missing_owners(kubeconfig, &config) {
+                    Ok(missing) => missing,
+                    Err(code) => return code,
+                },
+                None => Vec::new(),
+            };
             match output {
-                Output::Text => print!("{}", config.summary()),
+                Output::Text => {
+                    print!("{}", config.summary());
+                    for line in &missing {
+                        println!("warning: {line}");
+                    }
+                }
+                // stdout stays one JSON document; the warnings go to stderr.
                 Output::Json => match serde_json::to_string_pretty(&config) {
-                    Ok(json) => println!("{json}"),
+                    Ok(json) => {
+                        println!("{json}");
+                        for line in &missing {
+                            eprintln!("warning: {line}");
+                        }
+                    }
                     Err(e) => {
                         eprintln!("error: cannot render configuration as JSON: {e}");
                         return ExitCode::from(1);
@@ -239,6 +264,28 @@ fn check_config(path: &std::path::Path, output: Output) -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// The listed owners missing from the cluster of `kubeconfig`; exit 1 when it cannot be reached
+/// at all (a valid config with missing owners is still exit 0: they are warnings).
+fn missing_owners(kubeconfig: &Path, config: &Config) -> Result<Vec<String>, ExitCode> {
+    let rt = runtime()?;
+    rt.block_on(async {
+        match status::connect(Some(kubeconfig), config).await {
+            // Reachability first: "could not check" for every owner would bury the cause.
+            Ok(client) => match client.apiserver_version().await {
+                Ok(_) => Ok(initguard::owners::missing_owners(&client, config).await),
+                Err(e) => {
+                    eprintln!("error: cannot reach the API server to check the owners: {e}");
+                    Err(ExitCode::from(1))
+                }
+            },
+            Err(e) => {
+                eprintln!("error: {e}");
+                Err(ExitCode::from(1))
+            }
+        }
+    })
 }
 
 fn demo(mechanism: DemoMechanism, serve: bool) -> ExitCode {

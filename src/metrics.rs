@@ -51,6 +51,7 @@ pub struct Metrics {
     pub bypasses_total: IntCounterVec,
     pub bypass_errors_total: IntCounterVec,
     pub owner_up: IntGaugeVec,
+    pub owner_state: IntGaugeVec,
     pub pileup_max_waiting_pods: IntGaugeVec,
     pub pileups: IntGaugeVec,
     pub is_leader: IntGauge,
@@ -112,6 +113,13 @@ impl Metrics {
                 ),
                 &["initializer", "owner_kind"],
             )?,
+            owner_state: IntGaugeVec::new(
+                Opts::new(
+                    "initguard_owner_state",
+                    "1 for the current state (up, down or unknown) of the initializer's owner.",
+                ),
+                &["initializer", "owner_kind", "state"],
+            )?,
             pileup_max_waiting_pods: IntGaugeVec::new(
                 Opts::new(
                     "initguard_pileup_max_waiting_pods",
@@ -166,6 +174,7 @@ impl Metrics {
         r.register(Box::new(m.bypasses_total.clone()))?;
         r.register(Box::new(m.bypass_errors_total.clone()))?;
         r.register(Box::new(m.owner_up.clone()))?;
+        r.register(Box::new(m.owner_state.clone()))?;
         r.register(Box::new(m.pileup_max_waiting_pods.clone()))?;
         r.register(Box::new(m.pileups.clone()))?;
         r.register(Box::new(m.is_leader.clone()))?;
@@ -191,6 +200,10 @@ impl Metrics {
                     .with_label_values(&[&i.name, reason.as_str()]);
             }
             m.bypass_errors_total.with_label_values(&[&i.name]);
+            // Every owner starts unknown, and an alert needs the series from the start.
+            if let Some(owner) = &i.owner {
+                m.set_owner_state(&i.name, owner.kind(), "unknown");
+            }
         }
         // Restart counters exist from the start, so a healthy guard shows 0 rather than no data.
         m.watch_restarts_total.with_label_values(&["pods"]);
@@ -269,6 +282,15 @@ impl Metrics {
                     .owner_up
                     .remove_label_values(&[initializer, owner_kind]);
             }
+        }
+    }
+
+    /// Set `initguard_owner_state`: 1 for `state`, 0 for the other two.
+    pub fn set_owner_state(&self, initializer: &str, owner_kind: &str, state: &str) {
+        for s in ["up", "down", "unknown"] {
+            self.owner_state
+                .with_label_values(&[initializer, owner_kind, s])
+                .set(i64::from(s == state));
         }
     }
 

@@ -3,24 +3,30 @@
 //! One watcher or prober per distinct [`OwnerSpec`], however many initializers share it:
 //!
 //! * `deployment` — a watch on that one Deployment; up while `status.availableReplicas >= 1`.
-//! * `lease` — a watch on that one Lease; up while `renewTime + leaseDurationSeconds` lies in
-//!   the future. A lease expires without any event, so a timer is armed for the expiry instant.
+//! * `lease` — a watch on that one Lease; up while the lease was renewed within its
+//!   `leaseDurationSeconds` as observed on this process's monotonic clock (see `LeaseModel`).
+//!   A lease expires without any event, so a timer is armed for the expiry instant.
 //! * `pods` — a watch on the pods matching a label selector; up while one of them is Ready.
 //! * `http` — a GET every `probeInterval`; up on a 2xx answer within [`PROBE_TIMEOUT`]. https
-//!   is verified against the platform's trusted roots.
+//!   is verified against the owner's `caFile` when given, else the platform's trusted roots,
+//!   and presents `certFile`/`keyFile` when given. A certificate is never accepted unchecked.
 //!
-//! Every owner starts [`OwnerState::Unknown`] and becomes `Up`/`Down` at its first observation
-//! (initial list done, first probe answered). A watch error keeps the last known state: the
-//! watcher relists with backoff and only a completed observation changes the state.
+//! States (DESIGN.md "Owner states"): every owner starts [`OwnerState::Unknown`]. It becomes
+//! `Up` or `Down` once an object was read (initial list done, first probe answered); `Down`
+//! means the object reports failure, even on first sight, or was deleted after it was seen.
+//! An object that was never read (missing since start — a config typo —, forbidden, API
+//! unreachable) stays `Unknown`, which never triggers `owner_down`. A watch error keeps the
+//! last state: the watcher relists with backoff and only a completed observation changes it.
 
 use std::collections::HashMap;
 use std::error::Error as StdError;
 use std::fmt::Write as _;
 use std::future::pending;
+use std::path::PathBuf;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use bytes::Bytes;
 use futures::StreamExt;
@@ -36,6 +42,8 @@ use kube::client::ConfigExt as _;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
 use kube::{Api, Resource};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject as _;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
@@ -78,9 +86,26 @@ struct Owner {
     initializer_list: String,
     /// Shortest `probeInterval` of the initializers sharing this owner (http only).
     probe_interval: Duration,
-    state: Mutex<OwnerState>,
+    state: Mutex<Current>,
     /// Set at the first observation, never cleared.
     synced: AtomicBool,
+}
+
+/// An owner's state and what was last observed about it.
+struct Current {
+    state: OwnerState,
+    /// E.g. `2 available replicas`, `not found`, `watch failing: …`.
+    detail: String,
+}
+
+/// What a watcher or prober concluded from one observation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Observed {
+    Up,
+    /// The object was read and reports failure, or was deleted after it was seen.
+    Down,
+    /// Nothing was read: the object does not exist and never did while we watched.
+    Unknown,
 }
 
 /// One initializer's owner and its state, for `/status`.
@@ -95,6 +120,9 @@ pub struct OwnerReport {
     /// Serialized inline: `"state": "up", "since": …`.
     #[serde(flatten)]
     pub state: OwnerState,
+    /// What was last observed, e.g. `1 of 2 matching pods Ready`; for an unknown owner why
+    /// (`not observed yet`, `deployment not found`, `watch failing: …`).
+    pub detail: String,
 }
 
 /// How an owner is named in logs, `/readyz` and `/status`: `ns/name` for deployments and
@@ -106,7 +134,7 @@ pub fn owner_target(spec: &OwnerSpec) -> String {
             namespace,
             selector,
         } => format!("{namespace}/{selector}"),
-        OwnerSpec::Http { url } => url.clone(),
+        OwnerSpec::Http { url, .. } => url.clone(),
     }
 }
 
@@ -119,13 +147,40 @@ pub fn deployment_up(deployment: &Deployment) -> bool {
         .is_some_and(|n| n >= 1)
 }
 
-/// The instant a Lease expires: `renewTime + leaseDurationSeconds`. None when either is missing
-/// or the duration is negative (such a lease is never up).
-pub fn lease_expiry(lease: &Lease) -> Option<SystemTime> {
-    let spec = lease.spec.as_ref()?;
-    let renewed = SystemTime::from(spec.renew_time.as_ref()?.0);
-    let seconds = u64::try_from(spec.lease_duration_seconds?).ok()?;
-    renewed.checked_add(Duration::from_secs(seconds))
+/// What a Lease says: who holds it, when the holder last renewed it (by the holder's clock, so
+/// only ever compared for change, never with ours) and how long a renewal counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRecord {
+    /// None when absent or empty.
+    pub holder: Option<String>,
+    pub renew_time: Option<SystemTime>,
+    /// None when absent, zero or negative (such a lease is never up).
+    pub duration: Option<Duration>,
+}
+
+impl LeaseRecord {
+    /// The fields of `lease` that judge its liveness.
+    pub fn of(lease: &Lease) -> LeaseRecord {
+        let spec = lease.spec.as_ref();
+        LeaseRecord {
+            holder: spec
+                .and_then(|s| s.holder_identity.clone())
+                .filter(|h| !h.is_empty()),
+            renew_time: spec
+                .and_then(|s| s.renew_time.as_ref())
+                .map(|t| SystemTime::from(t.0)),
+            duration: spec
+                .and_then(|s| s.lease_duration_seconds)
+                .and_then(|n| u64::try_from(n).ok())
+                .filter(|n| *n > 0)
+                .map(Duration::from_secs),
+        }
+    }
+
+    /// Whether the holder renewed (or a new holder took over) between `self` and `next`.
+    fn renewed_in(&self, next: &LeaseRecord) -> bool {
+        self.holder != next.holder || self.renew_time != next.renew_time
+    }
 }
 
 /// A pod counts for its owner while it has condition `Ready=True` and is not being deleted.
@@ -182,8 +237,18 @@ impl Owners {
                         "pods",
                     ));
                 }
-                OwnerSpec::Http { url } => {
-                    tokio::spawn(task.probe(url.clone()));
+                OwnerSpec::Http {
+                    url,
+                    ca_file,
+                    cert_file,
+                    key_file,
+                } => {
+                    let tls = ProbeTls {
+                        ca_file: ca_file.clone(),
+                        cert_file: cert_file.clone(),
+                        key_file: key_file.clone(),
+                    };
+                    tokio::spawn(task.probe(url.clone(), tls));
                 }
             }
         }
@@ -204,7 +269,10 @@ impl Owners {
                     initializers: Vec::new(),
                     initializer_list: String::new(),
                     probe_interval: init.probe_interval,
-                    state: Mutex::new(OwnerState::Unknown),
+                    state: Mutex::new(Current {
+                        state: OwnerState::Unknown,
+                        detail: "not observed yet".to_owned(),
+                    }),
                     synced: AtomicBool::new(false),
                 });
                 owners.len() - 1
@@ -231,7 +299,7 @@ impl Owners {
     /// observed yet).
     pub fn state(&self, initializer: &str) -> OwnerState {
         match self.inner.by_initializer.get(initializer) {
-            Some(&index) => self.inner.owners[index].state(),
+            Some(&index) => self.inner.owners[index].current().0,
             None => OwnerState::Unknown,
         }
     }
@@ -252,6 +320,20 @@ impl Owners {
             .collect()
     }
 
+    /// Owners in state unknown, as `KIND TARGET: unknown (DETAIL)`, for `/readyz`: they are
+    /// worth a look (a typo, missing RBAC) but never stop the guard from being ready.
+    pub fn unknown(&self) -> Vec<String> {
+        self.inner
+            .owners
+            .iter()
+            .filter_map(|o| {
+                let (state, detail) = o.current();
+                (state == OwnerState::Unknown)
+                    .then(|| format!("{} {}: unknown ({detail})", o.spec.kind(), o.target))
+            })
+            .collect()
+    }
+
     /// Resolves once every owner has been observed at least once.
     pub async fn wait_synced(&self) {
         let mut changes = self.subscribe();
@@ -267,12 +349,13 @@ impl Owners {
     pub fn snapshot(&self) -> Vec<OwnerReport> {
         let mut reports = Vec::with_capacity(self.inner.by_initializer.len());
         for owner in &self.inner.owners {
-            let state = owner.state();
+            let (state, detail) = owner.current();
             reports.extend(owner.initializers.iter().map(|name| OwnerReport {
                 initializer: name.clone(),
                 owner_kind: owner.spec.kind(),
                 target: owner.target.clone(),
                 state,
+                detail: detail.clone(),
             }));
         }
         reports
@@ -286,8 +369,9 @@ impl std::fmt::Debug for Owners {
 }
 
 impl Owner {
-    fn state(&self) -> OwnerState {
-        *self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    fn current(&self) -> (OwnerState, String) {
+        let current = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        (current.state, current.detail.clone())
     }
 }
 
@@ -302,61 +386,164 @@ impl Handle {
         &self.inner.owners[self.index]
     }
 
-    /// Record an observation; on a change of state set the metric of every initializer using
+    /// Record an observation; on a change of state set the metrics of every initializer using
     /// this owner, log one line and notify subscribers. `detail` says what was observed.
-    fn observe(&self, up: bool, detail: impl FnOnce() -> String) {
+    fn observe(&self, observed: Observed, detail: String) {
         let owner = self.owner();
         let now = SystemTime::now();
         let previous = {
-            let mut state = owner.state.lock().unwrap_or_else(PoisonError::into_inner);
-            let previous = *state;
-            match (previous, up) {
-                (OwnerState::Up { .. }, true) | (OwnerState::Down { .. }, false) => return,
-                _ => {}
+            let mut current = owner.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let previous = current.state;
+            let same = matches!(
+                (previous, observed),
+                (OwnerState::Up { .. }, Observed::Up)
+                    | (OwnerState::Down { .. }, Observed::Down)
+                    | (OwnerState::Unknown, Observed::Unknown)
+            );
+            // An unknown owner's reason is news (first "not found" after "not observed yet");
+            // a live owner's changing detail (replica counts) is not.
+            let news = !same || (observed == Observed::Unknown && current.detail != detail);
+            current.detail = detail.clone();
+            if !same {
+                current.state = match observed {
+                    Observed::Up => OwnerState::Up { since: now },
+                    Observed::Down => OwnerState::Down { since: now },
+                    Observed::Unknown => OwnerState::Unknown,
+                };
             }
-            *state = if up {
-                OwnerState::Up { since: now }
-            } else {
-                OwnerState::Down { since: now }
-            };
+            let first = !owner.synced.swap(true, Ordering::AcqRel);
+            if !news && !first {
+                return;
+            }
             previous
         };
-        owner.synced.store(true, Ordering::Release);
         let kind = owner.spec.kind();
         for name in &owner.initializers {
             let label = self.inner.metrics.initializer_label(name);
-            self.inner.metrics.set_owner_up(label, kind, Some(up));
+            let up = match observed {
+                Observed::Up => Some(true),
+                Observed::Down => Some(false),
+                Observed::Unknown => None,
+            };
+            self.inner.metrics.set_owner_up(label, kind, up);
+            self.inner
+                .metrics
+                .set_owner_state(label, kind, observed.as_str());
         }
-        let detail = detail();
-        if up {
-            info!(
+        match observed {
+            Observed::Up => info!(
                 initializers = %owner.initializer_list,
                 owner_kind = kind,
                 owner = %owner.target,
                 state = "up",
                 detail = %detail,
                 "owner is up"
-            );
-        } else {
-            let up_for = match previous {
-                OwnerState::Up { since } => {
-                    let d = round_ms(now.duration_since(since).unwrap_or_default());
-                    Some(tracing::field::display(humantime::format_duration(d)))
-                }
-                _ => None,
-            };
-            warn!(
+            ),
+            Observed::Down => {
+                let up_for = match previous {
+                    OwnerState::Up { since } => {
+                        let d = round_ms(now.duration_since(since).unwrap_or_default());
+                        Some(tracing::field::display(humantime::format_duration(d)))
+                    }
+                    _ => None,
+                };
+                warn!(
+                    initializers = %owner.initializer_list,
+                    owner_kind = kind,
+                    owner = %owner.target,
+                    state = "down",
+                    detail = %detail,
+                    up_for,
+                    "owner is down"
+                );
+            }
+            Observed::Unknown => warn!(
                 initializers = %owner.initializer_list,
                 owner_kind = kind,
                 owner = %owner.target,
-                state = "down",
+                state = "unknown",
                 detail = %detail,
-                up_for,
-                "owner is down"
-            );
+                "owner is unknown: never triggers owner_down, the deadline still applies; \
+                 check the owner's name in the config and the guard's RBAC"
+            ),
         }
         self.inner.changes.send_modify(|n| *n = n.wrapping_add(1));
     }
+
+    /// While the owner is unknown, remember why (e.g. its watch failing: forbidden) for
+    /// `/readyz` and `/status`. A known state is kept as it is.
+    fn unknown_because(&self, detail: String) {
+        let mut current = self
+            .owner()
+            .state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if current.state == OwnerState::Unknown {
+            current.detail = detail;
+        }
+    }
+}
+
+impl Observed {
+    /// Value of the `state` label of `initguard_owner_state`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Observed::Up => "up",
+            Observed::Down => "down",
+            Observed::Unknown => "unknown",
+        }
+    }
+}
+
+/// For `initguard check-config --kubeconfig`: one line per listed owner that does not exist
+/// (a Deployment or Lease not found, a pods selector matching no pod) or that could not be
+/// checked (e.g. forbidden), config order, each owner once. http owners are not checked: the
+/// guard probes them from where it runs, which the machine running check-config may not reach.
+pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    let mut lines = Vec::new();
+    for init in &config.initializers {
+        let Some(spec) = &init.owner else { continue };
+        if !seen.insert(spec) {
+            continue;
+        }
+        let what = format!("{} {}", spec.kind(), owner_target(spec));
+        let found = match spec {
+            OwnerSpec::Deployment(r) => named_api::<Deployment>(client, r)
+                .get_opt(&r.name)
+                .await
+                .map(|d| d.is_some()),
+            OwnerSpec::Lease(r) => named_api::<Lease>(client, r)
+                .get_opt(&r.name)
+                .await
+                .map(|l| l.is_some()),
+            OwnerSpec::Pods {
+                namespace,
+                selector,
+            } => Api::<Pod>::namespaced(client.clone(), namespace)
+                .list_metadata(&kube::api::ListParams::default().labels(selector).limit(1))
+                .await
+                .map(|pods| !pods.items.is_empty()),
+            OwnerSpec::Http { .. } => continue,
+        };
+        let used_by = &init.name;
+        match found {
+            Ok(true) => {}
+            Ok(false) if matches!(spec, OwnerSpec::Pods { .. }) => lines.push(format!(
+                "owner {what} (of {used_by}): no pod matches the selector; the owner stays \
+                 unknown until one appears"
+            )),
+            Ok(false) => lines.push(format!(
+                "owner {what} (of {used_by}) does not exist; it stays unknown (never \
+                 owner_down) until it appears: check the name"
+            )),
+            Err(e) => lines.push(format!(
+                "owner {what} (of {used_by}) could not be checked: {}",
+                error_chain(&e)
+            )),
+        }
+    }
+    lines
 }
 
 /// Drop sub-millisecond noise from durations shown to people.
@@ -379,17 +566,49 @@ fn name_selector(r: &ObjectRef) -> watcher::Config {
 
 /// What a watcher remembers about the watched objects (a summary, never whole objects).
 trait Model<K>: Default {
-    fn apply(&mut self, object: K);
+    /// Fold in an object as listed or watched at `now` (this process's monotonic clock).
+    fn apply(&mut self, object: K, now: Instant);
     fn delete(&mut self, object: K);
-    /// Whether the owner is up at `now`, what was observed, and the next instant the answer
-    /// changes without any event.
-    fn evaluate(&self, now: SystemTime) -> Evaluation;
+    /// Carry over from the model a relist replaces what must survive it (when a lease was
+    /// last seen renewed): a relist is not a renewal.
+    fn inherit(&mut self, _previous: &Self) {}
+    /// What the objects held say at `now`, and the next instant the answer changes without
+    /// any event.
+    fn evaluate(&self, now: Instant) -> Evaluation;
 }
 
 struct Evaluation {
-    up: bool,
+    /// Up or Down when an object is held; Unknown when there is none.
+    verdict: Observed,
     detail: String,
-    next_change: Option<SystemTime>,
+    next_change: Option<Instant>,
+}
+
+impl Evaluation {
+    fn new(verdict: Observed, detail: impl Into<String>) -> Evaluation {
+        Evaluation {
+            verdict,
+            detail: detail.into(),
+            next_change: None,
+        }
+    }
+}
+
+/// The owner's state from a model's evaluation and whether an object was ever seen: no object
+/// is unknown while none was ever read (a typo must not bypass anything), down once one was
+/// (it was deleted). `seen` is updated.
+fn judge(evaluation: Evaluation, seen: &mut bool, what: &str) -> (Observed, String) {
+    match evaluation.verdict {
+        Observed::Unknown if *seen => (
+            Observed::Down,
+            format!("{what} deleted after it was seen ({})", evaluation.detail),
+        ),
+        Observed::Unknown => (Observed::Unknown, evaluation.detail),
+        verdict => {
+            *seen = true;
+            (verdict, evaluation.detail)
+        }
+    }
 }
 
 /// The one Deployment, None when it does not exist.
@@ -402,7 +621,7 @@ struct DeploymentSummary {
 }
 
 impl Model<Deployment> for DeploymentModel {
-    fn apply(&mut self, object: Deployment) {
+    fn apply(&mut self, object: Deployment, _: Instant) {
         self.0 = Some(DeploymentSummary {
             up: deployment_up(&object),
             available: object
@@ -416,74 +635,90 @@ impl Model<Deployment> for DeploymentModel {
         self.0 = None;
     }
 
-    fn evaluate(&self, _: SystemTime) -> Evaluation {
+    fn evaluate(&self, _: Instant) -> Evaluation {
         match &self.0 {
-            None => Evaluation {
-                up: false,
-                detail: "deployment not found".to_owned(),
-                next_change: None,
-            },
-            Some(d) => Evaluation {
-                up: d.up,
-                detail: format!("{} available replicas", d.available),
-                next_change: None,
-            },
+            None => Evaluation::new(Observed::Unknown, "deployment not found"),
+            Some(d) => Evaluation::new(
+                if d.up { Observed::Up } else { Observed::Down },
+                format!("{} available replicas", d.available),
+            ),
         }
     }
 }
 
 /// The one Lease, None when it does not exist.
+///
+/// Judged as client-go's leader election judges a lock it does not hold: the holder's
+/// `renewTime` is never compared with our clock (the clocks may disagree by minutes); what
+/// counts is when *this process* saw the record change — a new `renewTime` or a new holder —
+/// on its own monotonic clock. A lease is up until `leaseDurationSeconds` after that; on first
+/// sight (after a restart) it gets the benefit of one full duration, as in client-go
+/// (k8s.io/client-go/tools/leaderelection/leaderelection.go: `observedTime` is set whenever the
+/// observed record differs, and a lock is expired once `observedTime + LeaseDuration` passed).
 #[derive(Default)]
 struct LeaseModel(Option<LeaseSummary>);
 
 struct LeaseSummary {
-    holder: Option<String>,
-    expiry: Option<SystemTime>,
+    record: LeaseRecord,
+    /// When we last saw `record` renewed (or first saw it).
+    observed: Instant,
 }
 
 impl Model<Lease> for LeaseModel {
-    fn apply(&mut self, object: Lease) {
-        self.0 = Some(LeaseSummary {
-            expiry: lease_expiry(&object),
-            holder: object.spec.and_then(|s| s.holder_identity),
-        });
+    fn apply(&mut self, object: Lease, now: Instant) {
+        let record = LeaseRecord::of(&object);
+        let observed = match &self.0 {
+            Some(known) if !known.record.renewed_in(&record) => known.observed,
+            _ => now,
+        };
+        self.0 = Some(LeaseSummary { record, observed });
     }
 
     fn delete(&mut self, _: Lease) {
         self.0 = None;
     }
 
-    fn evaluate(&self, now: SystemTime) -> Evaluation {
+    fn inherit(&mut self, previous: &Self) {
+        if let (Some(lease), Some(known)) = (&mut self.0, &previous.0)
+            && !known.record.renewed_in(&lease.record)
+        {
+            lease.observed = known.observed;
+        }
+    }
+
+    fn evaluate(&self, now: Instant) -> Evaluation {
         let Some(lease) = &self.0 else {
-            return Evaluation {
-                up: false,
-                detail: "lease not found".to_owned(),
-                next_change: None,
-            };
+            return Evaluation::new(Observed::Unknown, "lease not found");
         };
-        let holder = lease.holder.as_deref().unwrap_or("");
-        match lease.expiry {
-            None => Evaluation {
-                up: false,
-                detail: format!("lease held by {holder:?} lacks renewTime or leaseDurationSeconds"),
-                next_change: None,
-            },
+        let record = &lease.record;
+        let Some(holder) = &record.holder else {
+            return Evaluation::new(Observed::Down, "lease has no holder");
+        };
+        let (Some(_), Some(duration)) = (record.renew_time, record.duration) else {
+            return Evaluation::new(
+                Observed::Down,
+                format!("lease held by {holder:?} lacks renewTime or leaseDurationSeconds"),
+            );
+        };
+        let since = round_ms(now.saturating_duration_since(lease.observed));
+        match lease.observed.checked_add(duration) {
             Some(expiry) if expiry > now => Evaluation {
-                up: true,
+                verdict: Observed::Up,
                 detail: format!(
-                    "lease held by {holder:?} until {}",
-                    humantime::format_rfc3339_millis(expiry)
+                    "lease held by {holder:?}, renewal seen {} ago, duration {}",
+                    humantime::format_duration(since),
+                    humantime::format_duration(duration)
                 ),
                 next_change: Some(expiry),
             },
-            Some(expiry) => Evaluation {
-                up: false,
-                detail: format!(
-                    "lease held by {holder:?} expired at {}",
-                    humantime::format_rfc3339_millis(expiry)
+            _ => Evaluation::new(
+                Observed::Down,
+                format!(
+                    "lease held by {holder:?} not renewed for {} (duration {})",
+                    humantime::format_duration(since),
+                    humantime::format_duration(duration)
                 ),
-                next_change: None,
-            },
+            ),
         }
     }
 }
@@ -493,7 +728,7 @@ impl Model<Lease> for LeaseModel {
 struct PodsModel(HashMap<String, bool>);
 
 impl Model<Pod> for PodsModel {
-    fn apply(&mut self, object: Pod) {
+    fn apply(&mut self, object: Pod, _: Instant) {
         let ready = pod_ready(&object);
         if let Some(name) = object.metadata.name {
             self.0.insert(name, ready);
@@ -506,13 +741,54 @@ impl Model<Pod> for PodsModel {
         }
     }
 
-    fn evaluate(&self, _: SystemTime) -> Evaluation {
-        let ready = self.0.values().filter(|r| **r).count();
-        Evaluation {
-            up: ready >= 1,
-            detail: format!("{ready} of {} matching pods Ready", self.0.len()),
-            next_change: None,
+    fn evaluate(&self, _: Instant) -> Evaluation {
+        if self.0.is_empty() {
+            return Evaluation::new(Observed::Unknown, "no matching pod");
         }
+        let ready = self.0.values().filter(|r| **r).count();
+        Evaluation::new(
+            if ready >= 1 {
+                Observed::Up
+            } else {
+                Observed::Down
+            },
+            format!("{ready} of {} matching pods Ready", self.0.len()),
+        )
+    }
+}
+
+/// TLS settings of an https owner (`caFile`, `certFile`, `keyFile`).
+struct ProbeTls {
+    ca_file: Option<PathBuf>,
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+}
+
+impl ProbeTls {
+    /// kube's rustls setup: verification against `caFile` (re-read about once a minute, for CA
+    /// rotation) when given, else the platform's roots; the client certificate when given.
+    /// `accept_invalid_certs` stays false: no certificate is ever accepted unchecked.
+    fn kube_config(&self, uri: &Uri) -> Result<kube::Config, String> {
+        let mut config = kube::Config::new(uri.clone());
+        if let Some(ca) = &self.ca_file {
+            let pem =
+                std::fs::read(ca).map_err(|e| format!("reading caFile {}: {e}", ca.display()))?;
+            let mut roots = Vec::new();
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                let cert = cert.map_err(|e| format!("caFile {}: {e}", ca.display()))?;
+                roots.push(cert.to_vec());
+            }
+            if roots.is_empty() {
+                return Err(format!("caFile {}: no PEM certificate", ca.display()));
+            }
+            config.root_cert = Some(roots);
+            config.root_cert_file = Some(ca.clone());
+        }
+        config.auth_info.client_certificate =
+            self.cert_file.as_ref().map(|p| p.display().to_string());
+        config.auth_info.client_key = self.key_file.as_ref().map(|p| p.display().to_string());
+        config.accept_invalid_certs = false;
+        Ok(config)
     }
 }
 
@@ -534,14 +810,14 @@ impl Task {
         let mut live: Option<M> = None;
         // Objects of a (re)list in progress; replaces `live` atomically when it completes.
         let mut relist: Option<M> = None;
-        let mut wake: Option<SystemTime> = None;
+        // Whether an object was ever read: from then on its absence means it was deleted.
+        let mut seen = false;
+        let what = self.handle.owner().spec.kind();
+        let mut wake: Option<Instant> = None;
         loop {
             let timer = async {
                 match wake {
-                    Some(at) => {
-                        tokio::time::sleep(at.duration_since(SystemTime::now()).unwrap_or_default())
-                            .await
-                    }
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
                     None => pending().await,
                 }
             };
@@ -549,17 +825,19 @@ impl Task {
                 () = self.cancel.cancelled() => return,
                 () = timer => true,
                 event = events.next() => match event {
-                    Some(Ok(event)) => apply_event(event, &mut live, &mut relist),
+                    Some(Ok(event)) => apply_event(event, &mut live, &mut relist, Instant::now()),
                     Some(Err(err)) => {
                         self.handle.inner.metrics.watch_restarted(resource);
                         let owner = self.handle.owner();
+                        let error = error_chain(&err);
                         warn!(
                             initializers = %owner.initializer_list,
                             owner_kind = owner.spec.kind(),
                             owner = %owner.target,
-                            error = %error_chain(&err),
+                            error = %error,
                             "owner watch failed; keeping the last known state and retrying"
                         );
+                        self.handle.unknown_because(format!("watch failing: {error}"));
                         false
                     }
                     None => {
@@ -570,25 +848,28 @@ impl Task {
                 },
             };
             if changed && let Some(model) = &live {
-                let evaluation = model.evaluate(SystemTime::now());
+                let evaluation = model.evaluate(Instant::now());
                 wake = evaluation.next_change;
-                self.handle.observe(evaluation.up, || evaluation.detail);
+                let (observed, detail) = judge(evaluation, &mut seen, what);
+                self.handle.observe(observed, detail);
             }
         }
     }
 
     /// Probe `url` every `probeInterval` until cancelled.
-    async fn probe(self, url: String) {
+    async fn probe(self, url: String, tls: ProbeTls) {
         let uri = match parse_probe_url(&url) {
             Ok(uri) => uri,
             Err(reason) => return self.cannot_probe(&url, &reason),
         };
         let builder = HttpClient::builder(TokioExecutor::new());
         if uri.scheme_str() == Some("https") {
-            // kube's rustls setup with no CA of its own verifies against the platform's roots.
-            match kube::Config::new(uri.clone()).rustls_https_connector() {
+            let connector = tls
+                .kube_config(&uri)
+                .and_then(|c| c.rustls_https_connector().map_err(|e| error_chain(&e)));
+            match connector {
                 Ok(connector) => self.probe_loop(builder.build(connector), uri).await,
-                Err(err) => self.cannot_probe(&url, &error_chain(&err)),
+                Err(reason) => self.cannot_probe(&url, &reason),
             }
         } else {
             self.probe_loop(builder.build_http(), uri).await;
@@ -622,22 +903,25 @@ impl Task {
             };
             match result {
                 Ok(status) if status.is_success() => {
-                    self.handle.observe(true, || format!("HTTP {status}"))
+                    self.handle.observe(Observed::Up, format!("HTTP {status}"))
                 }
-                Ok(status) => self.handle.observe(false, || format!("HTTP {status}")),
-                Err(reason) => self.handle.observe(false, || reason),
+                Ok(status) => self
+                    .handle
+                    .observe(Observed::Down, format!("HTTP {status}")),
+                Err(reason) => self.handle.observe(Observed::Down, reason),
             }
         }
     }
 }
 
-/// Fold one watcher event into the model; true when `live` changed. Before the first
-/// complete list `live` is None and stays so until `InitDone`; a relist is collected in
-/// `relist` and replaces `live` at once, so objects gone meanwhile disappear with it.
+/// Fold one watcher event, received at `now`, into the model; true when `live` changed. Before
+/// the first complete list `live` is None and stays so until `InitDone`; a relist is collected
+/// in `relist` and replaces `live` at once, so objects gone meanwhile disappear with it.
 fn apply_event<K, M: Model<K>>(
     event: Event<K>,
     live: &mut Option<M>,
     relist: &mut Option<M>,
+    now: Instant,
 ) -> bool {
     match event {
         Event::Init => {
@@ -645,14 +929,18 @@ fn apply_event<K, M: Model<K>>(
             false
         }
         Event::InitApply(object) => {
-            relist.get_or_insert_default().apply(object);
+            relist.get_or_insert_default().apply(object, now);
             false
         }
         Event::InitDone => {
-            *live = Some(relist.take().unwrap_or_default());
+            let mut fresh = relist.take().unwrap_or_default();
+            if let Some(previous) = live {
+                fresh.inherit(previous);
+            }
+            *live = Some(fresh);
             true
         }
-        Event::Apply(object) => live.as_mut().map(|m| m.apply(object)).is_some(),
+        Event::Apply(object) => live.as_mut().map(|m| m.apply(object, now)).is_some(),
         Event::Delete(object) => live.as_mut().map(|m| m.delete(object)).is_some(),
     }
 }
@@ -685,12 +973,41 @@ where
     match tokio::time::timeout(PROBE_TIMEOUT, client.request(request)).await {
         // The body is not needed; dropping it closes the connection.
         Ok(Ok(response)) => Ok(response.status()),
-        Ok(Err(err)) => Err(error_chain(&err)),
+        Ok(Err(err)) => Err(match rejected_certificate(&err) {
+            Some(why) => format!(
+                "the server's TLS certificate was rejected ({why}); check the owner's caFile"
+            ),
+            None => error_chain(&err),
+        }),
         Err(_) => Err(format!(
             "no answer within {}",
             humantime::format_duration(PROBE_TIMEOUT)
         )),
     }
+}
+
+/// Why the server's certificate was refused, when that is what failed. rustls's error sits
+/// inside an `io::Error` (possibly wrapped in another), whose `source()` skips what it wraps,
+/// so wrapped errors are looked into as well as sources.
+fn rejected_certificate(err: &(dyn StdError + 'static)) -> Option<String> {
+    let mut pending: Vec<&(dyn StdError + 'static)> = vec![err];
+    // Bounded: error chains are short; never loop on a pathological one.
+    for _ in 0..32 {
+        let e = pending.pop()?;
+        if let Some(rustls::Error::InvalidCertificate(why)) = e.downcast_ref::<rustls::Error>() {
+            return Some(format!("{why:?}"));
+        }
+        if let Some(inner) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            pending.push(inner);
+        }
+        if let Some(source) = e.source() {
+            pending.push(source);
+        }
+    }
+    None
 }
 
 /// An error and its sources, `outer: inner: root`.
@@ -740,35 +1057,45 @@ mod tests {
         humantime::parse_rfc3339(rfc3339).unwrap()
     }
 
-    #[test]
-    fn deployment_is_up_with_one_available_replica() {
-        assert!(!deployment_up(&deployment(json!(null))));
-        assert!(!deployment_up(&deployment(json!({"replicas": 2}))));
-        assert!(!deployment_up(&deployment(json!({"availableReplicas": 0}))));
-        assert!(deployment_up(&deployment(json!({"availableReplicas": 1}))));
-        assert!(deployment_up(&deployment(
-            json!({"replicas": 3, "availableReplicas": 3})
-        )));
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    fn held(holder: &str, renew: &str, duration: i64) -> Lease {
+        lease(json!({
+            "holderIdentity": holder,
+            "renewTime": renew,
+            "leaseDurationSeconds": duration,
+        }))
     }
 
     #[test]
-    fn lease_expires_at_renew_time_plus_duration() {
-        let full = lease(json!({
-            "holderIdentity": "a",
-            "renewTime": "2024-05-01T10:00:00.250000Z",
-            "leaseDurationSeconds": 15,
-        }));
-        assert_eq!(lease_expiry(&full), Some(at("2024-05-01T10:00:15.25Z")));
-        let no_renew = lease(json!({"holderIdentity": "a", "leaseDurationSeconds": 15}));
-        assert_eq!(lease_expiry(&no_renew), None);
-        let no_duration = lease(json!({"renewTime": "2024-05-01T10:00:00.000000Z"}));
-        assert_eq!(lease_expiry(&no_duration), None);
-        let negative = lease(json!({
-            "renewTime": "2024-05-01T10:00:00.000000Z",
-            "leaseDurationSeconds": -1,
-        }));
-        assert_eq!(lease_expiry(&negative), None);
-        assert_eq!(lease_expiry(&lease(json!(null))), None);
+    fn lease_record_reads_holder_renewal_and_duration() {
+        let full = LeaseRecord::of(&held("a", "2024-05-01T10:00:00.250000Z", 15));
+        assert_eq!(full.holder.as_deref(), Some("a"));
+        assert_eq!(full.renew_time, Some(at("2024-05-01T10:00:00.25Z")));
+        assert_eq!(full.duration, Some(secs(15)));
+        let no_renew = LeaseRecord::of(&lease(
+            json!({"holderIdentity": "a", "leaseDurationSeconds": 15}),
+        ));
+        assert_eq!(no_renew.renew_time, None);
+        assert_eq!(
+            LeaseRecord::of(&held("", "2024-05-01T10:00:00Z", 15)).holder,
+            None
+        );
+        assert_eq!(
+            LeaseRecord::of(&held("a", "2024-05-01T10:00:00Z", -1)).duration,
+            None
+        );
+        assert_eq!(
+            LeaseRecord::of(&held("a", "2024-05-01T10:00:00Z", 0)).duration,
+            None
+        );
+        let empty = LeaseRecord::of(&lease(json!(null)));
+        assert_eq!(
+            (empty.holder, empty.renew_time, empty.duration),
+            (None, None, None)
+        );
     }
 
     #[test]
@@ -782,106 +1109,184 @@ mod tests {
         assert!(!pod_ready(&pending));
     }
 
+    /// Judged on our clock: the holder's renewTime may be an hour off either way; only its
+    /// changes count, and first sight gets one full duration.
     #[test]
-    fn lease_model_is_up_until_expiry_then_down() {
-        let now = at("2024-05-01T10:00:05Z");
+    fn lease_model_judges_renewals_on_our_clock() {
+        let t0 = Instant::now();
         let mut model = LeaseModel::default();
-        let missing = model.evaluate(now);
-        assert!(!missing.up);
+        let missing = model.evaluate(t0);
+        assert_eq!(missing.verdict, Observed::Unknown);
         assert_eq!(missing.next_change, None);
 
-        model.apply(lease(json!({
-            "holderIdentity": "a",
-            "renewTime": "2024-05-01T10:00:00.000000Z",
-            "leaseDurationSeconds": 10,
-        })));
-        let live = model.evaluate(now);
-        assert!(live.up, "{}", live.detail);
-        assert_eq!(live.next_change, Some(at("2024-05-01T10:00:10Z")));
-        let expired = model.evaluate(at("2024-05-01T10:00:10Z"));
-        assert!(!expired.up, "expiry instant itself is down");
+        // renewTime far in the past by our wall clock: still up for a duration from now.
+        model.apply(held("a", "2001-01-01T00:00:00.000000Z", 10), t0);
+        let live = model.evaluate(t0 + secs(9));
+        assert_eq!(live.verdict, Observed::Up, "{}", live.detail);
+        assert_eq!(live.next_change, Some(t0 + secs(10)));
+        // The same record again (a resync, another field changing) is not a renewal.
+        model.apply(held("a", "2001-01-01T00:00:00.000000Z", 10), t0 + secs(5));
+        let expired = model.evaluate(t0 + secs(10));
+        assert_eq!(
+            expired.verdict,
+            Observed::Down,
+            "expiry instant itself is down"
+        );
         assert_eq!(expired.next_change, None);
 
-        model.apply(lease(json!({"holderIdentity": "a"})));
-        assert!(!model.evaluate(now).up);
+        // A renewal seen at t0+12, even to a time far in the future, restarts the duration.
+        model.apply(held("a", "2099-01-01T00:00:00.000000Z", 10), t0 + secs(12));
+        assert_eq!(model.evaluate(t0 + secs(21)).verdict, Observed::Up);
+        assert_eq!(model.evaluate(t0 + secs(22)).verdict, Observed::Down);
+        // So does a new holder with the same renewTime.
+        model.apply(held("b", "2099-01-01T00:00:00.000000Z", 10), t0 + secs(30));
+        assert_eq!(model.evaluate(t0 + secs(39)).verdict, Observed::Up);
+
+        model.apply(lease(json!({"holderIdentity": "a"})), t0 + secs(31));
+        assert_eq!(model.evaluate(t0 + secs(31)).verdict, Observed::Down);
+        model.apply(held("", "2099-01-01T00:00:01.000000Z", 10), t0 + secs(32));
+        assert_eq!(
+            model.evaluate(t0 + secs(32)).verdict,
+            Observed::Down,
+            "no holder"
+        );
+        model.apply(held("a", "2099-01-01T00:00:02.000000Z", 10), t0 + secs(33));
+        assert_eq!(model.evaluate(t0 + secs(33)).verdict, Observed::Up);
         model.delete(lease(json!(null)));
-        assert!(!model.evaluate(now).up);
+        assert_eq!(model.evaluate(t0 + secs(33)).verdict, Observed::Unknown);
+    }
+
+    /// A relist is not a renewal: an unchanged lease keeps the instant it was last seen renewed.
+    #[test]
+    fn lease_relist_keeps_when_the_renewal_was_seen() {
+        let t0 = Instant::now();
+        let record = || held("a", "2024-05-01T10:00:00.000000Z", 10);
+        let mut live: Option<LeaseModel> = None;
+        let mut relist = None;
+        apply_event(Event::Init, &mut live, &mut relist, t0);
+        apply_event(Event::InitApply(record()), &mut live, &mut relist, t0);
+        apply_event(Event::InitDone, &mut live, &mut relist, t0);
+        for event in [Event::Init, Event::InitApply(record()), Event::InitDone] {
+            apply_event(event, &mut live, &mut relist, t0 + secs(8));
+        }
+        let model = live.as_ref().unwrap();
+        assert_eq!(model.evaluate(t0 + secs(10)).verdict, Observed::Down);
+        // A relist that shows a renewal restarts it.
+        let renewed = held("a", "2024-05-01T10:00:09.000000Z", 10);
+        for event in [Event::Init, Event::InitApply(renewed), Event::InitDone] {
+            apply_event(event, &mut live, &mut relist, t0 + secs(11));
+        }
+        assert_eq!(
+            live.as_ref().unwrap().evaluate(t0 + secs(20)).verdict,
+            Observed::Up
+        );
     }
 
     #[test]
     fn pods_model_is_up_while_any_pod_is_ready() {
-        let now = SystemTime::now();
+        let now = Instant::now();
         let mut model = PodsModel::default();
-        assert!(!model.evaluate(now).up);
-        model.apply(pod("a", "False", false));
-        assert!(!model.evaluate(now).up);
-        model.apply(pod("b", "True", false));
-        assert!(model.evaluate(now).up);
-        model.apply(pod("b", "True", true));
-        assert!(!model.evaluate(now).up, "a terminating pod does not count");
-        model.apply(pod("a", "True", false));
-        assert!(model.evaluate(now).up);
+        assert_eq!(model.evaluate(now).verdict, Observed::Unknown, "no pod");
+        model.apply(pod("a", "False", false), now);
+        assert_eq!(model.evaluate(now).verdict, Observed::Down);
+        model.apply(pod("b", "True", false), now);
+        assert_eq!(model.evaluate(now).verdict, Observed::Up);
+        model.apply(pod("b", "True", true), now);
+        assert_eq!(
+            model.evaluate(now).verdict,
+            Observed::Down,
+            "a terminating pod does not count"
+        );
+        model.apply(pod("a", "True", false), now);
+        assert_eq!(model.evaluate(now).verdict, Observed::Up);
         model.delete(pod("a", "True", false));
-        assert!(!model.evaluate(now).up);
+        assert_eq!(model.evaluate(now).verdict, Observed::Down);
         assert_eq!(model.0.len(), 1);
     }
 
     #[test]
     fn a_relist_replaces_what_was_known_at_once() {
-        let now = SystemTime::now();
+        let now = Instant::now();
+        let up = |live: &Option<PodsModel>| live.as_ref().unwrap().evaluate(now).verdict;
         let mut live: Option<PodsModel> = None;
         let mut relist = None;
-        assert!(!apply_event(Event::Init, &mut live, &mut relist));
+        assert!(!apply_event(Event::Init, &mut live, &mut relist, now));
         assert!(!apply_event(
             Event::InitApply(pod("a", "True", false)),
             &mut live,
-            &mut relist
+            &mut relist,
+            now
         ));
         assert!(live.is_none(), "nothing is known before the list completes");
-        assert!(apply_event(Event::InitDone, &mut live, &mut relist));
-        assert!(live.as_ref().unwrap().evaluate(now).up);
+        assert!(apply_event(Event::InitDone, &mut live, &mut relist, now));
+        assert_eq!(up(&live), Observed::Up);
 
         // A relist in which pod a is gone: the old view holds until the relist is complete.
-        assert!(!apply_event(Event::Init, &mut live, &mut relist));
+        assert!(!apply_event(Event::Init, &mut live, &mut relist, now));
         assert!(!apply_event(
             Event::InitApply(pod("b", "False", false)),
             &mut live,
-            &mut relist
+            &mut relist,
+            now
         ));
-        assert!(live.as_ref().unwrap().evaluate(now).up);
-        assert!(apply_event(Event::InitDone, &mut live, &mut relist));
-        let model = live.as_ref().unwrap();
-        assert!(!model.evaluate(now).up);
-        assert_eq!(model.0.keys().collect::<Vec<_>>(), ["b"]);
+        assert_eq!(up(&live), Observed::Up);
+        assert!(apply_event(Event::InitDone, &mut live, &mut relist, now));
+        assert_eq!(up(&live), Observed::Down);
+        assert_eq!(live.as_ref().unwrap().0.keys().collect::<Vec<_>>(), ["b"]);
 
         assert!(apply_event(
             Event::Apply(pod("b", "True", false)),
             &mut live,
-            &mut relist
+            &mut relist,
+            now
         ));
-        assert!(live.as_ref().unwrap().evaluate(now).up);
+        assert_eq!(up(&live), Observed::Up);
         assert!(apply_event(
             Event::Delete(pod("b", "True", false)),
             &mut live,
-            &mut relist
+            &mut relist,
+            now
         ));
-        assert!(!live.as_ref().unwrap().evaluate(now).up);
+        assert_eq!(up(&live), Observed::Unknown, "the model holds no pod");
     }
 
     #[test]
-    fn deployment_model_is_down_when_missing() {
-        let now = SystemTime::now();
+    fn deployment_model_holds_the_one_deployment() {
+        let now = Instant::now();
         let mut model = DeploymentModel::default();
-        assert!(!model.evaluate(now).up);
-        model.apply(deployment(json!({"availableReplicas": 2})));
-        assert!(model.evaluate(now).up);
-        model.apply(deployment(json!({"availableReplicas": 0})));
-        assert!(!model.evaluate(now).up);
-        model.apply(deployment(json!({"availableReplicas": 1})));
+        assert_eq!(model.evaluate(now).verdict, Observed::Unknown);
+        model.apply(deployment(json!({"availableReplicas": 2})), now);
+        assert_eq!(model.evaluate(now).verdict, Observed::Up);
+        model.apply(deployment(json!({"availableReplicas": 0})), now);
+        assert_eq!(model.evaluate(now).verdict, Observed::Down);
+        model.apply(deployment(json!({"availableReplicas": 1})), now);
         model.delete(deployment(json!(null)));
-        assert!(!model.evaluate(now).up);
+        assert_eq!(model.evaluate(now).verdict, Observed::Unknown);
     }
 
+    /// Nothing held: unknown until something was seen, down (deleted) after.
+    #[test]
+    fn absence_is_unknown_until_seen_and_down_after() {
+        let eval = |verdict| Evaluation::new(verdict, "x");
+        let mut seen = false;
+        assert_eq!(
+            judge(eval(Observed::Unknown), &mut seen, "lease").0,
+            Observed::Unknown
+        );
+        assert!(!seen);
+        assert_eq!(
+            judge(eval(Observed::Down), &mut seen, "lease").0,
+            Observed::Down
+        );
+        assert!(seen, "an object reporting failure was read");
+        let (state, detail) = judge(eval(Observed::Unknown), &mut seen, "lease");
+        assert_eq!(state, Observed::Down);
+        assert!(detail.contains("deleted"), "{detail}");
+        assert_eq!(
+            judge(eval(Observed::Up), &mut seen, "lease").0,
+            Observed::Up
+        );
+    }
     #[test]
     fn probe_urls_need_a_scheme_we_speak_and_a_host() {
         assert!(parse_probe_url("http://10.0.0.5:8080/healthz").is_ok());
@@ -975,8 +1380,36 @@ initializers:
                 .get()
         };
 
+        let owner_state = |name: &str, state: &str| {
+            owners
+                .inner
+                .metrics
+                .owner_state
+                .get_metric_with_label_values(&[name, "deployment", state])
+                .unwrap()
+                .get()
+        };
+        assert_eq!(owner_state("a.example.com", "unknown"), 1);
+        assert_eq!(owner_state("a.example.com", "up"), 0);
+
+        // A list that finds nothing: still unknown, now with a reason, and synced.
+        handle.observe(Observed::Unknown, "deployment not found".to_owned());
+        assert_eq!(owners.state("a.example.com"), OwnerState::Unknown);
+        assert!(changes.has_changed().unwrap());
+        changes.mark_unchanged();
+        assert_eq!(
+            owners.unknown(),
+            [
+                "deployment kube-system/injector: unknown (deployment not found)",
+                "lease kueue-system/leader: unknown (not observed yet)",
+                "http http://127.0.0.1:1/healthz: unknown (not observed yet)",
+            ]
+        );
+        assert_eq!(owners.not_synced().len(), 2);
+        assert_eq!(owner_state("a.example.com", "unknown"), 1);
+
         let before = SystemTime::now();
-        handle.observe(true, || "1 available replicas".to_owned());
+        handle.observe(Observed::Up, "1 available replicas".to_owned());
         let OwnerState::Up { since: up_since } = owners.state("a.example.com") else {
             panic!("not up: {:?}", owners.state("a.example.com"));
         };
@@ -989,15 +1422,23 @@ initializers:
             (1, 1)
         );
         assert_eq!(owners.not_synced().len(), 2);
+        assert_eq!(
+            (
+                owner_state("b.example.com", "up"),
+                owner_state("b.example.com", "unknown")
+            ),
+            (1, 0)
+        );
 
-        handle.observe(true, || "2 available replicas".to_owned());
+        handle.observe(Observed::Up, "2 available replicas".to_owned());
         assert_eq!(
             owners.state("a.example.com"),
             OwnerState::Up { since: up_since }
         );
         assert!(!changes.has_changed().unwrap(), "no change, no wake-up");
+        assert_eq!(owners.snapshot()[0].detail, "2 available replicas");
 
-        handle.observe(false, || "0 available replicas".to_owned());
+        handle.observe(Observed::Down, "0 available replicas".to_owned());
         let OwnerState::Down { since } = owners.state("b.example.com") else {
             panic!("not down: {:?}", owners.state("b.example.com"));
         };
@@ -1006,6 +1447,13 @@ initializers:
         assert_eq!(
             (owner_up("a.example.com"), owner_up("b.example.com")),
             (0, 0)
+        );
+        assert_eq!(
+            (
+                owner_state("a.example.com", "down"),
+                owner_state("a.example.com", "up")
+            ),
+            (1, 0)
         );
     }
 }

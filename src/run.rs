@@ -90,18 +90,13 @@ impl Shared {
             .unwrap_or(false)
     }
 
-    /// What initial lists are still missing (empty when ready).
+    /// What initial lists are still missing (empty when ready). Owners never count: an owner
+    /// not observed (yet) is unknown, which is safe (never `owner_down`); `/readyz` lists them.
     pub fn not_ready(&self) -> Vec<String> {
         let mut missing = Vec::new();
         if !self.pods_synced.load(Ordering::Acquire) {
             missing.push("pods: initial list not complete".to_owned());
         }
-        missing.extend(
-            self.owners
-                .not_synced()
-                .into_iter()
-                .map(|o| format!("owner {o}: not observed yet")),
-        );
         missing
     }
 
@@ -699,7 +694,7 @@ pub fn describe_owner(shared: &Shared, initializer: &str, now: SystemTime) -> St
         ))
     };
     match shared.owners.state(initializer) {
-        OwnerState::Unknown => format!("{what} not observed yet"),
+        OwnerState::Unknown => format!("{what} unknown"),
         OwnerState::Up { since } => format!("{what} up for {}", for_(since)),
         OwnerState::Down { since } => format!("{what} down for {}", for_(since)),
     }

@@ -78,7 +78,15 @@ async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
 async fn readyz(State(shared): State<Arc<Shared>>) -> Response {
     let missing = shared.not_ready();
     if missing.is_empty() {
-        (StatusCode::OK, "ok\n").into_response()
+        // Unknown owners do not make the guard unready (they never trigger owner_down), but
+        // whoever looks should see them: a typo or a missing permission shows here.
+        let mut body = "ok\n".to_owned();
+        for owner in shared.owners.unknown() {
+            body.push_str("owner ");
+            body.push_str(&owner);
+            body.push('\n');
+        }
+        (StatusCode::OK, body).into_response()
     } else {
         let mut body = missing.join("\n");
         body.push('\n');

@@ -129,7 +129,7 @@ pub fn render_table(report: &Report, now: SystemTime) -> String {
                 o.initializer,
                 o.owner_kind,
                 o.target,
-                state_words(o.state, now)
+                state_words(o.state, &o.detail, now)
             );
         }
     }
@@ -156,10 +156,11 @@ pub fn render_table(report: &Report, now: SystemTime) -> String {
     align(&out)
 }
 
-fn state_words(state: OwnerState, now: SystemTime) -> String {
+fn state_words(state: OwnerState, detail: &str, now: SystemTime) -> String {
     let ago = |t: SystemTime| short(now.duration_since(t).unwrap_or_default());
     match state {
-        OwnerState::Unknown => "unknown (not observed)".into(),
+        // Why it is unknown (not found, forbidden…) is what the reader needs to act.
+        OwnerState::Unknown => format!("unknown ({detail})"),
         OwnerState::Up { since } => format!("up for {}", ago(since)),
         OwnerState::Down { since } => format!("DOWN for {}", ago(since)),
     }

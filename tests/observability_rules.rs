@@ -26,6 +26,7 @@ const RUNBOOK_URL: &str = "https://github.com/initguard/initguard/blob/main/READ
 const ALERTS: &[&str] = &[
     "InitguardStuckInitialization",
     "InitguardInitializerOwnerDown",
+    "InitguardInitializerOwnerUnknown",
     "InitguardPileup",
     "InitguardBypassing",
     "InitguardBypassErrors",
@@ -47,6 +48,7 @@ const EXPORTED: &[&str] = &[
     "initguard_bypasses_total",
     "initguard_bypass_errors_total",
     "initguard_owner_up",
+    "initguard_owner_state",
     "initguard_pileup_max_waiting_pods",
     "initguard_pileups",
     "initguard_is_leader",
@@ -66,6 +68,7 @@ const PER_INITIALIZER: &[&str] = &[
     "initguard_bypasses_total",
     "initguard_bypass_errors_total",
     "initguard_owner_up",
+    "initguard_owner_state",
     "initguard_pileup_max_waiting_pods",
     "initguard_pileups",
     "initguard_deadline_seconds",

@@ -77,7 +77,56 @@ pub(super) struct RawOwner {
     pub deployment: Option<String>,
     pub lease: Option<String>,
     pub pods: Option<RawPods>,
-    pub http: Option<String>,
+    pub http: Option<RawHttp>,
+}
+
+/// `http: "URL"`, or `http: { url, caFile, certFile, keyFile }` for https with a private CA
+/// or a client certificate.
+#[derive(Debug)]
+pub(super) enum RawHttp {
+    Url(String),
+    Full(RawHttpOwner),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    expecting = "a mapping with keys url, caFile, certFile and keyFile"
+)]
+pub(super) struct RawHttpOwner {
+    pub url: Option<String>,
+    pub ca_file: Option<String>,
+    pub cert_file: Option<String>,
+    pub key_file: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for RawHttp {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct HttpVisitor;
+
+        impl<'de> Visitor<'de> for HttpVisitor {
+            type Value = RawHttp;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(
+                    "a URL such as \"http://10.0.0.5:8080/healthz\" or a mapping with keys url, \
+                     caFile, certFile and keyFile",
+                )
+            }
+
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<RawHttp, E> {
+                Ok(RawHttp::Url(text.to_owned()))
+            }
+
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<RawHttp, A::Error> {
+                RawHttpOwner::deserialize(de::value::MapAccessDeserializer::new(map))
+                    .map(RawHttp::Full)
+            }
+        }
+
+        deserializer.deserialize_any(HttpVisitor)
+    }
 }
 
 #[derive(Debug, Deserialize)]

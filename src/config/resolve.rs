@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::fmt::Display;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use super::locate::Layout;
@@ -11,7 +12,7 @@ use super::names::{
     validate_dns1123_label, validate_dns1123_subdomain, validate_initializer_name,
     validate_qualified_name,
 };
-use super::raw::{Count, HumanDuration, RawConfig, RawInitializer, RawOwner};
+use super::raw::{Count, HumanDuration, RawConfig, RawHttp, RawInitializer, RawOwner};
 use super::selector::LabelSelector;
 use super::{
     Config, Defaults, InitializerConfig, LeaderElection, LocatedError, Mechanism, ObjectRef, OptIn,
@@ -260,11 +261,10 @@ fn owner(problems: &mut Problems<'_>, path: &str, raw: RawOwner) -> Option<Owner
             });
         }
     }
-    if let Some(url) = raw.http {
+    if let Some(http) = raw.http {
         kinds.push("http");
-        match validate_http_url(&url) {
-            Ok(()) => specs.push(OwnerSpec::Http { url }),
-            Err(e) => problems.value(&format!("{path}.http"), e),
+        if let Some(spec) = http_owner(problems, &format!("{path}.http"), http) {
+            specs.push(spec);
         }
     }
     match kinds.len() {
@@ -288,6 +288,114 @@ fn owner(problems: &mut Problems<'_>, path: &str, raw: RawOwner) -> Option<Owner
             None
         }
     }
+}
+
+/// `http: URL` or `http: { url, caFile, certFile, keyFile }`. The files are read now, so that
+/// a missing or malformed one is a located error rather than an owner that can never be probed.
+/// Relative paths are relative to the guard's working directory.
+fn http_owner(problems: &mut Problems<'_>, path: &str, raw: RawHttp) -> Option<OwnerSpec> {
+    let full = match raw {
+        RawHttp::Url(url) => {
+            return match validate_http_url(&url) {
+                Ok(()) => Some(OwnerSpec::Http {
+                    url,
+                    ca_file: None,
+                    cert_file: None,
+                    key_file: None,
+                }),
+                Err(e) => {
+                    problems.value(path, e);
+                    None
+                }
+            };
+        }
+        RawHttp::Full(full) => full,
+    };
+    let before = problems.list.len();
+    let url = match full.url {
+        None => {
+            problems.key(path, "expected a url key (the URL to probe)");
+            None
+        }
+        Some(url) => match validate_http_url(&url) {
+            Ok(()) => Some(url),
+            Err(e) => {
+                problems.value(&format!("{path}.url"), e);
+                None
+            }
+        },
+    };
+    let is_https = url.as_deref().is_some_and(|u| {
+        u.get(..8)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"))
+    });
+    let mut file = |key: &str, text: Option<String>, check: fn(&[u8]) -> Result<(), String>| {
+        let text = text?;
+        let p = format!("{path}.{key}");
+        if url.is_some() && !is_https {
+            problems.value(
+                &p,
+                "only https:// URLs use TLS files; the url is not https://",
+            );
+            return None;
+        }
+        if text.is_empty() {
+            problems.value(&p, "expected the path of a PEM file, got an empty string");
+            return None;
+        }
+        let read = std::fs::read(&text)
+            .map_err(|e| format!("cannot read {text:?}: {e}"))
+            .and_then(|bytes| check(&bytes).map_err(|e| format!("{text:?}: {e}")));
+        match read {
+            Ok(()) => Some(PathBuf::from(text)),
+            Err(e) => {
+                problems.value(&p, e);
+                None
+            }
+        }
+    };
+    let ca_file = file("caFile", full.ca_file, check_certificates);
+    let cert_file = file("certFile", full.cert_file, check_certificates);
+    let key_file = file("keyFile", full.key_file, check_private_key);
+    if cert_file.is_some() != key_file.is_some() && problems.list.len() == before {
+        problems.key(
+            path,
+            "expected both certFile and keyFile (a client certificate needs its key), or neither",
+        );
+    }
+    if problems.list.len() != before {
+        return None;
+    }
+    Some(OwnerSpec::Http {
+        url: url?,
+        ca_file,
+        cert_file,
+        key_file,
+    })
+}
+
+/// At least one PEM `CERTIFICATE` block, every one well formed.
+fn check_certificates(pem: &[u8]) -> Result<(), String> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let mut count = 0;
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        cert.map_err(|e| format!("not a valid PEM certificate file: {e}"))?;
+        count += 1;
+    }
+    if count == 0 {
+        return Err("no PEM CERTIFICATE block found".to_owned());
+    }
+    Ok(())
+}
+
+/// One PEM private key (PKCS#8, PKCS#1 or SEC1).
+fn check_private_key(pem: &[u8]) -> Result<(), String> {
+    use rustls::pki_types::PrivateKeyDer;
+    use rustls::pki_types::pem::PemObject as _;
+    PrivateKeyDer::from_pem_slice(pem)
+        .map(drop)
+        .map_err(|e| format!("no usable PEM private key: {e}"))
 }
 
 fn initializer(

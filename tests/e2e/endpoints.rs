@@ -44,10 +44,11 @@ async fn healthz_reports_a_stuck_control_loop() {
     c.finish(guard).await;
 }
 
-/// `/readyz` is 503 naming the owner that cannot be observed (its Deployment is forbidden) and
-/// 200 once the guard may read it.
+/// `/readyz` is 200 once the pods are listed, even while an owner cannot be read (its
+/// Deployment is forbidden: unknown, which never triggers a bypass), and its body names that
+/// owner and why until the guard may read it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readyz_names_what_is_missing() {
+async fn readyz_lists_unknown_owners() {
     let c = Cluster::start(Mechanism::SchedulingGates).await;
     let _owner = c.owner(SIDECAR, |_| {}).await;
     c.sim.enforce_rbac_policy(
@@ -63,23 +64,32 @@ async fn readyz_names_what_is_missing() {
         &format!("initializers:\n{}", owned(SIDECAR, "20s")),
     );
     let guard = Guard::start(c.guard_client(), config).await.unwrap();
-    let missing = format!("owner deployment kube-system/{}", dns_name(SIDECAR));
+    let unknown = format!(
+        "owner deployment kube-system/{}: unknown (",
+        dns_name(SIDECAR)
+    );
     let body = eventually_async(
         Duration::from_secs(5),
-        "pods synced, owner missing",
+        "ready, the owner listed as unknown because forbidden",
         || async {
             let (status, body) = http_get(guard.addr, "/readyz").await;
-            (status == 503 && !body.contains("pods")).then_some(body)
+            (status == 200 && body.contains("forbidden")).then_some(body)
         },
     )
     .await;
-    assert!(body.contains(&missing), "{body}");
+    assert!(body.starts_with("ok\n"), "{body}");
+    assert!(body.contains(&unknown), "{body}");
 
     c.sim
         .enforce_rbac_policy(GUARD_USER, shipped_rbac(Mechanism::SchedulingGates));
-    eventually_async(Duration::from_secs(10), "/readyz 200", || async {
-        (http_get(guard.addr, "/readyz").await.0 == 200).then_some(())
-    })
+    eventually_async(
+        Duration::from_secs(10),
+        "/readyz without unknown owners",
+        || async {
+            let (status, body) = http_get(guard.addr, "/readyz").await;
+            (status == 200 && body == "ok\n").then_some(())
+        },
+    )
     .await;
     guard.shutdown().await;
 }

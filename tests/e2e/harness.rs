@@ -501,7 +501,9 @@ pub fn owner_user(initializer: &str) -> String {
 pub async fn wait_ready(guard: &Guard) {
     let shared = guard.shared.clone();
     eventually(Duration::from_secs(10), "the guard to become ready", || {
-        let missing = shared.not_ready();
+        // Ready, and every owner read at least once (tests then expect known states).
+        let mut missing = shared.not_ready();
+        missing.extend(shared.owners.not_synced());
         missing.is_empty().then_some(())
     })
     .await;
