@@ -42,9 +42,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("privilege::forbidden_secrets_and_pod_deletes", |tb| {
         Box::pin(privilege::forbidden_secrets_and_pod_deletes(tb))
     }),
-    ("gates::deadline_bypass_removes_only_the_failed_gate", |tb| {
-        Box::pin(gates::deadline_bypass_removes_only_the_failed_gate(tb))
-    }),
+    (
+        "gates::deadline_bypass_removes_only_the_failed_gate",
+        |tb| Box::pin(gates::deadline_bypass_removes_only_the_failed_gate(tb)),
+    ),
     ("gates::killed_owner_is_bypassed_and_pods_get_bound", |tb| {
         Box::pin(gates::killed_owner_is_bypassed_and_pods_get_bound(tb))
     }),

@@ -89,9 +89,11 @@ pub async fn deadline_bypass_removes_only_the_failed_gate(tb: Arc<Testbed>) {
         .await;
     tb.gated_pod(ns, "labeled", true, &[SIDECAR, UNLISTED]);
     tb.gated_pod(ns, "unlabeled", false, &[SIDECAR, UNLISTED]);
-    eventually(Duration::from_secs(60), "labeled loses the sidecar gate", || {
-        (tb.gates(ns, "labeled") == [UNLISTED]).then_some(())
-    })
+    eventually(
+        Duration::from_secs(60),
+        "labeled loses the sidecar gate",
+        || (tb.gates(ns, "labeled") == [UNLISTED]).then_some(()),
+    )
     .await;
     // Order, not time: a labeled pod created now is bypassed only after unlabeled's deadline
     // has long passed, so had the guard meant to write unlabeled, it would have by then.
@@ -116,11 +118,17 @@ pub async fn deadline_bypass_removes_only_the_failed_gate(tb: Arc<Testbed>) {
     for (name, writes) in &patches {
         assert_eq!(writes.len(), 1, "{name}: {writes:#?}");
         let w = &writes[0];
-        assert_eq!((w.verb.as_str(), w.code, w.subresource.as_str()), ("patch", 200, ""), "{w:?}");
+        assert_eq!(
+            (w.verb.as_str(), w.code, w.subresource.as_str()),
+            ("patch", 200, ""),
+            "{w:?}"
+        );
         // Never early: the patch reached the server at least `deadline` after the pod's
         // creationTimestamp (whole seconds, so compare in whole seconds).
         let pod = tb.get("pod", ns, name).unwrap_or_default();
-        let created = pod["metadata"]["creationTimestamp"].as_str().unwrap_or_default();
+        let created = pod["metadata"]["creationTimestamp"]
+            .as_str()
+            .unwrap_or_default();
         let created: jiff::Timestamp = created.parse().unwrap_or_else(|e| panic!("{created}: {e}"));
         let received: jiff::Timestamp = w.received.parse().unwrap_or_else(|e| panic!("{w:?}: {e}"));
         assert!(
@@ -130,12 +138,17 @@ pub async fn deadline_bypass_removes_only_the_failed_gate(tb: Arc<Testbed>) {
     }
     // The patch removes exactly the sidecar gate, guarded by `test`.
     let body = patches["labeled"][0].request.to_string();
-    assert!(body.contains("\"test\"") && body.contains(SIDECAR) && !body.contains(UNLISTED), "{body}");
+    assert!(
+        body.contains("\"test\"") && body.contains(SIDECAR) && !body.contains(UNLISTED),
+        "{body}"
+    );
 
     let events: Vec<_> = tb
         .list("events", ns, None)
         .into_iter()
-        .filter(|e| e["reason"] == "InitializerBypassed" && e["involvedObject"]["name"] == "labeled")
+        .filter(|e| {
+            e["reason"] == "InitializerBypassed" && e["involvedObject"]["name"] == "labeled"
+        })
         .collect();
     assert_eq!(events.len(), 1, "{events:#?}");
     let describe = tb.kubectl(&["describe", "pod", "labeled", "-n", ns]);
@@ -170,27 +183,46 @@ pub async fn killed_owner_is_bypassed_and_pods_get_bound(tb: Arc<Testbed>) {
     for n in names {
         tb.gated_pod(ns, n, true, &[SIDECAR]);
     }
-    // Sync point only: the guard has seen the pods (and the owner up) before the crash.
-    eventually(Duration::from_secs(60), "the guard to see 3 waiting pods", || {
-        (metric_sum(&guard.metrics(), "initguard_waiting_pods", &[]) >= 3.0).then_some(())
-    })
+    // Sync point only: the guard has seen the pods (and the owner up) before the crash, or
+    // has already written (which the assertion below reports).
+    eventually(
+        Duration::from_secs(60),
+        "the guard to see 3 waiting pods",
+        || {
+            (metric_sum(&guard.metrics(), "initguard_waiting_pods", &[]) >= 3.0
+                || !tb.pod_writes_by(GUARD_USER, ns).is_empty())
+            .then_some(())
+        },
+    )
     .await;
+    let early = tb.pod_writes_by(GUARD_USER, ns);
+    assert!(
+        early.is_empty(),
+        "the guard wrote while the owner was up: {early:#?}"
+    );
     let killed_pods = owner.set_ready(&tb, false).await;
     let killed_at = tb
         .audit()
         .into_iter()
         .filter(|a| a.subresource == "status" && killed_pods.contains(&a.name) && a.ok())
-        .map(|a| a.completed)
+        .map(|a| a.received)
         .max()
         .unwrap_or_else(|| panic!("no status write of {killed_pods:?} in the audit log"));
     for n in names {
-        eventually(Duration::from_secs(60), format!("{n} bypassed and bound"), || {
-            let pod = tb.get("pod", ns, n)?;
-            (gate_names(&pod).is_empty() && pod["spec"]["nodeName"].is_string()).then_some(())
-        })
+        eventually(
+            Duration::from_secs(60),
+            format!("{n} bypassed and bound"),
+            || {
+                let pod = tb.get("pod", ns, n)?;
+                (gate_names(&pod).is_empty() && pod["spec"]["nodeName"].is_string()).then_some(())
+            },
+        )
         .await;
         let annotation = bypass_annotation(&tb, ns, n);
-        assert!(annotation.contains(&format!("{SIDECAR}=owner_down@")), "{n}: {annotation:?}");
+        assert!(
+            annotation.contains(&format!("{SIDECAR}=owner_down@")),
+            "{n}: {annotation:?}"
+        );
     }
     let patches = guard_patches(&tb, GUARD_USER, ns);
     let audit = tb.audit();
@@ -198,14 +230,22 @@ pub async fn killed_owner_is_bypassed_and_pods_get_bound(tb: Arc<Testbed>) {
         let writes = &patches[n];
         assert_eq!(writes.len(), 1, "{n}: {writes:#?}");
         assert!(writes[0].ok(), "{:?}", writes[0]);
-        assert!(writes[0].received > killed_at, "{n} patched before the owner crashed");
+        assert!(
+            writes[0].received > killed_at,
+            "{n} patched before the owner crashed"
+        );
         // Bound by the scheduler after the bypass.
         let binding = audit
             .iter()
             .find(|a| a.name == n && a.namespace == ns && a.subresource == "binding" && a.ok())
             .unwrap_or_else(|| panic!("no binding of {n} in the audit log"));
         assert_eq!(binding.user, "system:kube-scheduler");
-        assert!(binding.received > writes[0].completed, "{n} bound before the bypass");
+        // Received times only: a ResponseComplete stage may be stamped after the client
+        // already acted on the response.
+        assert!(
+            binding.received > writes[0].received,
+            "{n} bound before the bypass"
+        );
     }
     assert_no_denied(&tb);
     guard.stop();
@@ -222,15 +262,25 @@ pub async fn dry_run_writes_nothing(tb: Arc<Testbed>) {
         .guard(
             "dryrun",
             "initguard",
-            &config(&format!("dryRun: true\ninitializers:\n  - {{ name: {gate}, deadline: 1s }}\n")),
+            &config(&format!(
+                "dryRun: true\ninitializers:\n  - {{ name: {gate}, deadline: 1s }}\n"
+            )),
         )
         .await;
     tb.gated_pod(ns, "p1", true, &[gate]);
     tb.gated_pod(ns, "p2", true, &[gate]);
-    eventually(Duration::from_secs(60), "the dry-run guard to decide twice", || {
-        (metric_sum(&guard.metrics(), "initguard_bypasses_total", &[("initializer", gate)]) >= 2.0)
-            .then_some(())
-    })
+    eventually(
+        Duration::from_secs(60),
+        "the dry-run guard to decide twice",
+        || {
+            (metric_sum(
+                &guard.metrics(),
+                "initguard_bypasses_total",
+                &[("initializer", gate)],
+            ) >= 2.0)
+                .then_some(())
+        },
+    )
     .await;
     let writes: Vec<Audit> = tb
         .audit()

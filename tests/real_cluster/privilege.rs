@@ -19,7 +19,11 @@ pub async fn can_i_list_matches_expectation(tb: Arc<Testbed>) {
     for namespace in ["default", "kube-system"] {
         for (kubeconfig, user) in IDENTITIES {
             let file = expectation(&format!("can-i/{kubeconfig}-{namespace}.txt"));
-            let out = tb.kubectl_with(kubeconfig, &["auth", "can-i", "--list", "-n", namespace], None);
+            let out = tb.kubectl_with(
+                kubeconfig,
+                &["auth", "can-i", "--list", "-n", namespace],
+                None,
+            );
             assert!(
                 out.status.success(),
                 "can-i --list as {user}: {}",

@@ -20,10 +20,14 @@ pub async fn leader_killed_every_gate_bypassed_once(tb: Arc<Testbed>) {
     );
     let a = tb.guard("replica-a", "initguard", &config).await;
     let b = tb.guard("replica-b", "initguard-2", &config).await;
-    let holder = eventually(Duration::from_secs(60), "a holder of Lease kube-system/initguard", || {
-        let lease = tb.get("lease", "kube-system", "initguard")?;
-        lease["spec"]["holderIdentity"].as_str().map(str::to_owned)
-    })
+    let holder = eventually(
+        Duration::from_secs(60),
+        "a holder of Lease kube-system/initguard",
+        || {
+            let lease = tb.get("lease", "kube-system", "initguard")?;
+            lease["spec"]["holderIdentity"].as_str().map(str::to_owned)
+        },
+    )
     .await;
     let (leader, survivor, leader_user, survivor_user) = if holder.starts_with("replica-a_") {
         (a, b, GUARD_USER, GUARD_USER_2)
@@ -48,28 +52,35 @@ pub async fn leader_killed_every_gate_bypassed_once(tb: Arc<Testbed>) {
         tb.gated_pod(ns, n, true, &[gate]);
     }
     for n in &second {
-        eventually(Duration::from_secs(90), format!("{n} bypassed after the failover"), || {
-            tb.gates(ns, n).is_empty().then_some(())
-        })
+        eventually(
+            Duration::from_secs(90),
+            format!("{n} bypassed after the failover"),
+            || tb.gates(ns, n).is_empty().then_some(()),
+        )
         .await;
     }
     survivor.stop();
 
     let audit = tb.audit();
-    // Lease writes that succeeded, in completion order: who held it from when.
+    // Lease writes that succeeded, in the order the server received them: who held it from
+    // when. Received times only: a ResponseComplete stage may be stamped after the client
+    // already acted on the response (and patched a pod).
     let mut lease_writes: Vec<&Audit> = audit
         .iter()
         .filter(|e| {
-            e.resource == "leases" && e.namespace == "kube-system" && e.name == "initguard"
-                && e.is_write() && e.ok()
+            e.resource == "leases"
+                && e.namespace == "kube-system"
+                && e.name == "initguard"
+                && e.is_write()
+                && e.ok()
         })
         .collect();
-    lease_writes.sort_by(|x, y| x.completed.cmp(&y.completed));
+    lease_writes.sort_by(|x, y| x.received.cmp(&y.received));
     let holder_at = |t: &str| -> Option<&str> {
         lease_writes
             .iter()
             .rev()
-            .find(|w| w.completed.as_str() < t)
+            .find(|w| w.received.as_str() < t)
             .map(|w| w.user.as_str())
     };
     let pod_writes: Vec<&Audit> = audit
@@ -91,7 +102,12 @@ pub async fn leader_killed_every_gate_bypassed_once(tb: Arc<Testbed>) {
     }
     for n in first.iter().chain(&second) {
         let writes: Vec<&&Audit> = pod_writes.iter().filter(|w| &w.name == n).collect();
-        assert_eq!(writes.len(), 1, "{n} written {} times: {writes:#?}", writes.len());
+        assert_eq!(
+            writes.len(),
+            1,
+            "{n} written {} times: {writes:#?}",
+            writes.len()
+        );
     }
     let users = |names: &[String]| -> BTreeSet<&str> {
         pod_writes
