@@ -49,6 +49,9 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("gates::killed_owner_is_bypassed_and_pods_get_bound", |tb| {
         Box::pin(gates::killed_owner_is_bypassed_and_pods_get_bound(tb))
     }),
+    ("gates::namespace_opt_in_survives_a_restart", |tb| {
+        Box::pin(gates::namespace_opt_in_survives_a_restart(tb))
+    }),
     ("gates::dry_run_writes_nothing", |tb| {
         Box::pin(gates::dry_run_writes_nothing(tb))
     }),

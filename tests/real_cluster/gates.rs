@@ -293,3 +293,73 @@ pub async fn dry_run_writes_nothing(tb: Arc<Testbed>) {
     guard.stop();
     cleanup(&tb, ns);
 }
+
+/// `optIn.namespaces`: an unlabeled pod in a listed namespace is bypassed at its deadline, one
+/// in another namespace never; the guard is restarted (a new process) while the pod waits, and
+/// the bypass still comes exactly once and never before creation + deadline.
+pub async fn namespace_opt_in_survives_a_restart(tb: Arc<Testbed>) {
+    let (listed, other) = ("gates-nsoptin", "gates-other");
+    tb.namespace(listed);
+    tb.namespace(other);
+    let gate = "deadline.example.com";
+    let deadline = Duration::from_secs(4);
+    let config = format!(
+        "mechanism: schedulingGates\noptIn: {{ label: {OPT_IN}, namespaces: [{listed}] }}\n\
+         leaderElection: {{ enabled: false }}\n\
+         initializers:\n  - {{ name: {gate}, deadline: 4s }}\n"
+    );
+    let first = tb.guard("restart-1", "initguard", &config).await;
+    tb.gated_pod(listed, "p", false, &[gate]);
+    tb.gated_pod(other, "q", false, &[gate]);
+    eventually(
+        Duration::from_secs(60),
+        "the first guard to see 2 waiting pods",
+        || {
+            (metric_sum(&first.metrics(), "initguard_waiting_pods", &[]) >= 2.0
+                || !tb.pod_writes_by(GUARD_USER, listed).is_empty())
+            .then_some(())
+        },
+    )
+    .await;
+    first.stop();
+    let second = tb.guard("restart-2", "initguard", &config).await;
+    eventually(Duration::from_secs(60), "p loses its gate", || {
+        tb.gates(listed, "p").is_empty().then_some(())
+    })
+    .await;
+    // Order, not time: a labeled pod in the other namespace created now is bypassed only after
+    // q's deadline has long passed.
+    tb.gated_pod(other, "later", true, &[gate]);
+    eventually(Duration::from_secs(60), "later loses its gate", || {
+        tb.gates(other, "later").is_empty().then_some(())
+    })
+    .await;
+    second.stop();
+
+    let writes = tb.pod_writes_by(GUARD_USER, listed);
+    assert_eq!(writes.len(), 1, "{writes:#?}");
+    assert!(writes[0].ok() && writes[0].name == "p", "{:?}", writes[0]);
+    let pod = tb.get("pod", listed, "p").unwrap_or_default();
+    let created = pod["metadata"]["creationTimestamp"]
+        .as_str()
+        .unwrap_or_default();
+    let created: jiff::Timestamp = created.parse().unwrap_or_else(|e| panic!("{created}: {e}"));
+    let received: jiff::Timestamp = writes[0]
+        .received
+        .parse()
+        .unwrap_or_else(|e| panic!("{:?}: {e}", writes[0]));
+    assert!(
+        received.as_second() >= created.as_second() + deadline.as_secs() as i64,
+        "p patched at {received}, created {created}"
+    );
+    let other_writes: Vec<String> = tb
+        .pod_writes_by(GUARD_USER, other)
+        .into_iter()
+        .map(|a| a.name)
+        .collect();
+    assert_eq!(other_writes, ["later"]);
+    assert_eq!(tb.gates(other, "q"), [gate]);
+    assert_no_denied(&tb);
+    cleanup(&tb, listed);
+    cleanup(&tb, other);
+}
