@@ -1,0 +1,162 @@
+//! Against a real control plane (tests/testbed/: etcd, kube-apiserver, kube-controller-manager,
+//! kube-scheduler of one pinned Kubernetes version, fake Nodes): least privilege under the real
+//! RBAC authorizer, the scheduling-gates scenarios with the `initguard` binary running as its
+//! own identities, two replicas on a real Lease, and real Job controllers. Judged by the API
+//! server's objects and its audit log, never by the guard's own counters.
+//!
+//! One test bed serves every scenario (starting one takes tens of seconds), so this target has
+//! its own runner (`harness = false`): scenarios run one after another, each in its own
+//! namespace, and `down` always runs at the end (and from a watchdog if this process dies).
+//! Arguments that do not start with `-` filter scenarios by substring, as libtest does.
+//!
+//! Without a built test bed the target skips with a message, unless `CI` is set: then it fails.
+
+#[path = "real_cluster/testbed.rs"]
+mod testbed;
+
+#[path = "real_cluster/gates.rs"]
+mod gates;
+#[path = "real_cluster/jobs.rs"]
+mod jobs;
+#[path = "real_cluster/privilege.rs"]
+mod privilege;
+#[path = "real_cluster/replicas.rs"]
+mod replicas;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use testbed::Testbed;
+
+type Scenario = fn(Arc<Testbed>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Every scenario, in run order.
+const SCENARIOS: &[(&str, Scenario)] = &[
+    ("privilege::can_i_list_matches_expectation", |tb| {
+        Box::pin(privilege::can_i_list_matches_expectation(tb))
+    }),
+    ("privilege::forbidden_secrets_and_pod_deletes", |tb| {
+        Box::pin(privilege::forbidden_secrets_and_pod_deletes(tb))
+    }),
+    (
+        "gates::deadline_bypass_removes_only_the_failed_gate",
+        |tb| Box::pin(gates::deadline_bypass_removes_only_the_failed_gate(tb)),
+    ),
+    ("gates::killed_owner_is_bypassed_and_pods_get_bound", |tb| {
+        Box::pin(gates::killed_owner_is_bypassed_and_pods_get_bound(tb))
+    }),
+    ("gates::namespace_opt_in_survives_a_restart", |tb| {
+        Box::pin(gates::namespace_opt_in_survives_a_restart(tb))
+    }),
+    ("gates::dry_run_writes_nothing", |tb| {
+        Box::pin(gates::dry_run_writes_nothing(tb))
+    }),
+    ("replicas::leader_killed_every_gate_bypassed_once", |tb| {
+        Box::pin(replicas::leader_killed_every_gate_bypassed_once(tb))
+    }),
+    ("jobs::parallel_job_healthy_then_owner_down", |tb| {
+        Box::pin(jobs::parallel_job_healthy_then_owner_down(tb))
+    }),
+];
+
+/// Longest a scenario may run before it fails as hung.
+const SCENARIO_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn main() -> ExitCode {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    if std::env::args().any(|a| a == "--list") {
+        for (name, _) in SCENARIOS {
+            println!("{name}: test");
+        }
+        return ExitCode::SUCCESS;
+    }
+    let chosen: Vec<&(&str, Scenario)> = SCENARIOS
+        .iter()
+        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f)))
+        .collect();
+    if chosen.is_empty() {
+        println!("real_cluster: no scenario matches {filters:?}");
+        return ExitCode::SUCCESS;
+    }
+    if let Some(why) = testbed::not_built() {
+        if std::env::var_os("CI").is_some() {
+            eprintln!("real_cluster: FAILED: CI is set and the test bed is not built: {why}");
+            return ExitCode::FAILURE;
+        }
+        for (name, _) in &chosen {
+            println!("SKIPPED real_cluster::{name}: test bed not built ({why})");
+        }
+        return ExitCode::SUCCESS;
+    }
+
+    println!("\nrunning {} real-cluster scenarios", chosen.len());
+    let started = Instant::now();
+    let tb = match Testbed::up() {
+        Ok(tb) => Arc::new(tb),
+        Err(e) => {
+            eprintln!("real_cluster: FAILED to start the test bed: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("test bed up in {:.1}s", started.elapsed().as_secs_f64());
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("real_cluster: cannot build a tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut failed = Vec::new();
+    for (name, scenario) in chosen {
+        let t = Instant::now();
+        let result = runtime.block_on(async {
+            // A panic inside a scenario is caught by its task; a hang by the timeout.
+            let task = tokio::spawn(tokio::time::timeout(SCENARIO_TIMEOUT, scenario(tb.clone())));
+            match task.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(_)) => Err(format!("hung for over {SCENARIO_TIMEOUT:?}")),
+                Err(e) if e.is_panic() => Err("panicked (message above)".to_owned()),
+                Err(e) => Err(format!("task failed: {e}")),
+            }
+        });
+        let secs = t.elapsed().as_secs_f64();
+        match result {
+            Ok(()) => println!("test {name} ... ok ({secs:.1}s)"),
+            Err(e) => {
+                println!("test {name} ... FAILED ({secs:.1}s): {e}");
+                failed.push(name);
+            }
+        }
+    }
+    // Dropping the runtime drops every task and so every other handle on the test bed; the
+    // last handle runs `down`.
+    drop(runtime);
+    tb.failed.store(!failed.is_empty(), Ordering::Relaxed);
+    drop(tb);
+    println!(
+        "\nreal_cluster: {} failed of the chosen scenarios, {:.1}s in all{}",
+        failed.len(),
+        started.elapsed().as_secs_f64(),
+        if failed.is_empty() {
+            String::new()
+        } else {
+            format!(": {failed:?}")
+        }
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,365 @@
+//! The scheduling-gates scenarios against the real API server, with the `initguard` binary
+//! running as the `system:initguard` user: judged by the pods the server stores, its audit log
+//! and `kubectl describe`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::testbed::*;
+
+/// Config for a guard without leader election, opt-in by [`OPT_IN`], then `rest`.
+pub fn config(rest: &str) -> String {
+    format!(
+        "mechanism: schedulingGates\noptIn: {{ label: {OPT_IN} }}\n\
+         leaderElection: {{ enabled: false }}\nunlistedInitializers: ignore\n{rest}"
+    )
+}
+
+/// Every guard write in the audit log was allowed: the shipped RBAC suffices.
+pub fn assert_no_denied(tb: &Testbed) {
+    let denied: Vec<Audit> = tb
+        .audit()
+        .into_iter()
+        .filter(|a| (a.user == GUARD_USER || a.user == GUARD_USER_2) && a.code == 403)
+        .collect();
+    // The privilege scenario provokes 403s on purpose, on secrets and pod deletes only.
+    let unexpected: Vec<&Audit> = denied
+        .iter()
+        .filter(|a| !(a.resource == "secrets" || (a.resource == "pods" && a.verb == "delete")))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "requests of the guard denied: {unexpected:#?}"
+    );
+}
+
+/// Remove the namespace's pods, so that no later guard sees them.
+pub fn cleanup(tb: &Testbed, ns: &str) {
+    tb.kubectl(&[
+        "delete",
+        "pods",
+        "--all",
+        "-n",
+        ns,
+        "--force",
+        "--grace-period=0",
+        "--wait=false",
+    ]);
+}
+
+/// Guard patches of each pod of `ns`: name → audit events.
+pub fn guard_patches(tb: &Testbed, user: &str, ns: &str) -> BTreeMap<String, Vec<Audit>> {
+    let mut out: BTreeMap<String, Vec<Audit>> = BTreeMap::new();
+    for a in tb.pod_writes_by(user, ns) {
+        out.entry(a.name.clone()).or_default().push(a);
+    }
+    out
+}
+
+/// The `initguard.io/bypassed` annotation of a pod.
+pub fn bypass_annotation(tb: &Testbed, ns: &str, name: &str) -> String {
+    tb.get("pod", ns, name)
+        .and_then(|p| {
+            p["metadata"]["annotations"]["initguard.io/bypassed"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .unwrap_or_default()
+}
+
+/// A labeled pod with two gates, the listed one's owner up but never removing it: at the
+/// deadline exactly that gate goes, in one patch by the guard's user, never before the deadline;
+/// an unlabeled pod with the same gates is never written; `kubectl describe pod` shows the
+/// annotation and the `InitializerBypassed` Event.
+pub async fn deadline_bypass_removes_only_the_failed_gate(tb: Arc<Testbed>) {
+    let ns = "gates-deadline";
+    tb.namespace(ns);
+    let _owner = OwnerDeployment::start(&tb, ns, "sidecar-injector").await;
+    let deadline = Duration::from_secs(3);
+    let guard = tb
+        .guard(
+            "deadline",
+            "initguard",
+            &config(&format!(
+                "initializers:\n  - {{ name: {SIDECAR}, deadline: 3s, \
+                 owner: {{ deployment: {ns}/sidecar-injector }} }}\n"
+            )),
+        )
+        .await;
+    tb.gated_pod(ns, "labeled", true, &[SIDECAR, UNLISTED]);
+    tb.gated_pod(ns, "unlabeled", false, &[SIDECAR, UNLISTED]);
+    eventually(
+        Duration::from_secs(60),
+        "labeled loses the sidecar gate",
+        || (tb.gates(ns, "labeled") == [UNLISTED]).then_some(()),
+    )
+    .await;
+    // Order, not time: a labeled pod created now is bypassed only after unlabeled's deadline
+    // has long passed, so had the guard meant to write unlabeled, it would have by then.
+    tb.gated_pod(ns, "later", true, &[SIDECAR]);
+    eventually(Duration::from_secs(60), "later loses its gate", || {
+        tb.gates(ns, "later").is_empty().then_some(())
+    })
+    .await;
+
+    assert_eq!(tb.gates(ns, "unlabeled"), [SIDECAR, UNLISTED]);
+    let annotation = bypass_annotation(&tb, ns, "labeled");
+    assert!(
+        annotation.contains(&format!("{SIDECAR}=deadline@")) && !annotation.contains(UNLISTED),
+        "annotation {annotation:?}"
+    );
+    let patches = guard_patches(&tb, GUARD_USER, ns);
+    assert_eq!(
+        patches.keys().collect::<Vec<_>>(),
+        ["labeled", "later"],
+        "pods the guard wrote: {patches:#?}"
+    );
+    for (name, writes) in &patches {
+        assert_eq!(writes.len(), 1, "{name}: {writes:#?}");
+        let w = &writes[0];
+        assert_eq!(
+            (w.verb.as_str(), w.code, w.subresource.as_str()),
+            ("patch", 200, ""),
+            "{w:?}"
+        );
+        // Never early: the patch reached the server at least `deadline` after the pod's
+        // creationTimestamp (whole seconds, so compare in whole seconds).
+        let pod = tb.get("pod", ns, name).unwrap_or_default();
+        let created = pod["metadata"]["creationTimestamp"]
+            .as_str()
+            .unwrap_or_default();
+        let created: jiff::Timestamp = created.parse().unwrap_or_else(|e| panic!("{created}: {e}"));
+        let received: jiff::Timestamp = w.received.parse().unwrap_or_else(|e| panic!("{w:?}: {e}"));
+        assert!(
+            received.as_second() >= created.as_second() + deadline.as_secs() as i64,
+            "{name} patched at {received}, created {created}"
+        );
+    }
+    // The patch removes exactly the sidecar gate, guarded by `test`.
+    let body = patches["labeled"][0].request.to_string();
+    assert!(
+        body.contains("\"test\"") && body.contains(SIDECAR) && !body.contains(UNLISTED),
+        "{body}"
+    );
+
+    let events: Vec<_> = tb
+        .list("events", ns, None)
+        .into_iter()
+        .filter(|e| {
+            e["reason"] == "InitializerBypassed" && e["involvedObject"]["name"] == "labeled"
+        })
+        .collect();
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let describe = tb.kubectl(&["describe", "pod", "labeled", "-n", ns]);
+    assert!(
+        describe.contains("initguard.io/bypassed") && describe.contains("InitializerBypassed"),
+        "kubectl describe pod labeled:\n{describe}"
+    );
+    assert_no_denied(&tb);
+    guard.stop();
+    cleanup(&tb, ns);
+}
+
+/// The owner Deployment's pod stops being Ready (its "controller" crashed): once the
+/// Deployment has no available replica for `ownerDownGrace`, every labeled pod waiting on its
+/// gate loses it (reason owner_down), after the crash and never before; the scheduler then
+/// binds the pods.
+pub async fn killed_owner_is_bypassed_and_pods_get_bound(tb: Arc<Testbed>) {
+    let ns = "gates-owner";
+    tb.namespace(ns);
+    let owner = OwnerDeployment::start(&tb, ns, "sidecar-injector").await;
+    let guard = tb
+        .guard(
+            "owner",
+            "initguard",
+            &config(&format!(
+                "defaults: {{ ownerDownGrace: 2s }}\ninitializers:\n  - {{ name: {SIDECAR}, \
+                 deadline: 10m, owner: {{ deployment: {ns}/sidecar-injector }} }}\n"
+            )),
+        )
+        .await;
+    let names = ["a", "b", "c"];
+    for n in names {
+        tb.gated_pod(ns, n, true, &[SIDECAR]);
+    }
+    // Sync point only: the guard has seen the pods (and the owner up) before the crash, or
+    // has already written (which the assertion below reports).
+    eventually(
+        Duration::from_secs(60),
+        "the guard to see 3 waiting pods",
+        || {
+            (metric_sum(&guard.metrics(), "initguard_waiting_pods", &[]) >= 3.0
+                || !tb.pod_writes_by(GUARD_USER, ns).is_empty())
+            .then_some(())
+        },
+    )
+    .await;
+    let early = tb.pod_writes_by(GUARD_USER, ns);
+    assert!(
+        early.is_empty(),
+        "the guard wrote while the owner was up: {early:#?}"
+    );
+    let killed_pods = owner.set_ready(&tb, false).await;
+    let killed_at = tb
+        .audit()
+        .into_iter()
+        .filter(|a| a.subresource == "status" && killed_pods.contains(&a.name) && a.ok())
+        .map(|a| a.received)
+        .max()
+        .unwrap_or_else(|| panic!("no status write of {killed_pods:?} in the audit log"));
+    for n in names {
+        eventually(
+            Duration::from_secs(60),
+            format!("{n} bypassed and bound"),
+            || {
+                let pod = tb.get("pod", ns, n)?;
+                (gate_names(&pod).is_empty() && pod["spec"]["nodeName"].is_string()).then_some(())
+            },
+        )
+        .await;
+        let annotation = bypass_annotation(&tb, ns, n);
+        assert!(
+            annotation.contains(&format!("{SIDECAR}=owner_down@")),
+            "{n}: {annotation:?}"
+        );
+    }
+    let patches = guard_patches(&tb, GUARD_USER, ns);
+    let audit = tb.audit();
+    for n in names {
+        let writes = &patches[n];
+        assert_eq!(writes.len(), 1, "{n}: {writes:#?}");
+        assert!(writes[0].ok(), "{:?}", writes[0]);
+        assert!(
+            writes[0].received > killed_at,
+            "{n} patched before the owner crashed"
+        );
+        // Bound by the scheduler after the bypass.
+        let binding = audit
+            .iter()
+            .find(|a| a.name == n && a.namespace == ns && a.subresource == "binding" && a.ok())
+            .unwrap_or_else(|| panic!("no binding of {n} in the audit log"));
+        assert_eq!(binding.user, "system:kube-scheduler");
+        // Received times only: a ResponseComplete stage may be stamped after the client
+        // already acted on the response.
+        assert!(
+            binding.received > writes[0].received,
+            "{n} bound before the bypass"
+        );
+    }
+    assert_no_denied(&tb);
+    guard.stop();
+    cleanup(&tb, ns);
+}
+
+/// `dryRun: true`: the guard decides (its own counter is only the sync point) but the server
+/// sees no write from it: no pod patch, no Event; the gates stay.
+pub async fn dry_run_writes_nothing(tb: Arc<Testbed>) {
+    let ns = "gates-dryrun";
+    tb.namespace(ns);
+    let gate = "deadline.example.com";
+    let guard = tb
+        .guard(
+            "dryrun",
+            "initguard",
+            &config(&format!(
+                "dryRun: true\ninitializers:\n  - {{ name: {gate}, deadline: 1s }}\n"
+            )),
+        )
+        .await;
+    tb.gated_pod(ns, "p1", true, &[gate]);
+    tb.gated_pod(ns, "p2", true, &[gate]);
+    eventually(
+        Duration::from_secs(60),
+        "the dry-run guard to decide twice",
+        || {
+            (metric_sum(
+                &guard.metrics(),
+                "initguard_bypasses_total",
+                &[("initializer", gate)],
+            ) >= 2.0)
+                .then_some(())
+        },
+    )
+    .await;
+    let writes: Vec<Audit> = tb
+        .audit()
+        .into_iter()
+        .filter(|a| a.user == GUARD_USER && a.is_write() && a.namespace == ns)
+        .collect();
+    assert!(writes.is_empty(), "the dry-run guard wrote: {writes:#?}");
+    assert_eq!(tb.gates(ns, "p1"), [gate]);
+    assert_eq!(tb.gates(ns, "p2"), [gate]);
+    guard.stop();
+    cleanup(&tb, ns);
+}
+
+/// `optIn.namespaces`: an unlabeled pod in a listed namespace is bypassed at its deadline, one
+/// in another namespace never; the guard is restarted (a new process) while the pod waits, and
+/// the bypass still comes exactly once and never before creation + deadline.
+pub async fn namespace_opt_in_survives_a_restart(tb: Arc<Testbed>) {
+    let (listed, other) = ("gates-nsoptin", "gates-other");
+    tb.namespace(listed);
+    tb.namespace(other);
+    let gate = "deadline.example.com";
+    let deadline = Duration::from_secs(4);
+    let config = format!(
+        "mechanism: schedulingGates\noptIn: {{ label: {OPT_IN}, namespaces: [{listed}] }}\n\
+         leaderElection: {{ enabled: false }}\n\
+         initializers:\n  - {{ name: {gate}, deadline: 4s }}\n"
+    );
+    let first = tb.guard("restart-1", "initguard", &config).await;
+    tb.gated_pod(listed, "p", false, &[gate]);
+    tb.gated_pod(other, "q", false, &[gate]);
+    eventually(
+        Duration::from_secs(60),
+        "the first guard to see 2 waiting pods",
+        || {
+            (metric_sum(&first.metrics(), "initguard_waiting_pods", &[]) >= 2.0
+                || !tb.pod_writes_by(GUARD_USER, listed).is_empty())
+            .then_some(())
+        },
+    )
+    .await;
+    first.stop();
+    let second = tb.guard("restart-2", "initguard", &config).await;
+    eventually(Duration::from_secs(60), "p loses its gate", || {
+        tb.gates(listed, "p").is_empty().then_some(())
+    })
+    .await;
+    // Order, not time: a labeled pod in the other namespace created now is bypassed only after
+    // q's deadline has long passed.
+    tb.gated_pod(other, "later", true, &[gate]);
+    eventually(Duration::from_secs(60), "later loses its gate", || {
+        tb.gates(other, "later").is_empty().then_some(())
+    })
+    .await;
+    second.stop();
+
+    let writes = tb.pod_writes_by(GUARD_USER, listed);
+    assert_eq!(writes.len(), 1, "{writes:#?}");
+    assert!(writes[0].ok() && writes[0].name == "p", "{:?}", writes[0]);
+    let pod = tb.get("pod", listed, "p").unwrap_or_default();
+    let created = pod["metadata"]["creationTimestamp"]
+        .as_str()
+        .unwrap_or_default();
+    let created: jiff::Timestamp = created.parse().unwrap_or_else(|e| panic!("{created}: {e}"));
+    let received: jiff::Timestamp = writes[0]
+        .received
+        .parse()
+        .unwrap_or_else(|e| panic!("{:?}: {e}", writes[0]));
+    assert!(
+        received.as_second() >= created.as_second() + deadline.as_secs() as i64,
+        "p patched at {received}, created {created}"
+    );
+    let other_writes: Vec<String> = tb
+        .pod_writes_by(GUARD_USER, other)
+        .into_iter()
+        .map(|a| a.name)
+        .collect();
+    assert_eq!(other_writes, ["later"]);
+    assert_eq!(tb.gates(other, "q"), [gate]);
+    assert_no_denied(&tb);
+    cleanup(&tb, listed);
+    cleanup(&tb, other);
+}

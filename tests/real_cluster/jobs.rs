@@ -1,0 +1,118 @@
+//! Real controllers: a parallel Job whose pod template carries a scheduling gate. Healthy
+//! owner: the guard writes nothing; owner down: every pod of the Job is bypassed, once, after
+//! the crash, and bound by the scheduler.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::gates::{assert_no_denied, bypass_annotation, config, guard_patches};
+use crate::testbed::*;
+
+pub async fn parallel_job_healthy_then_owner_down(tb: Arc<Testbed>) {
+    let ns = "jobs";
+    tb.namespace(ns);
+    let owner = OwnerDeployment::start(&tb, ns, "sidecar-injector").await;
+    let guard = tb
+        .guard(
+            "jobs",
+            "initguard",
+            &config(&format!(
+                "defaults: {{ ownerDownGrace: 2s }}\ninitializers:\n  - {{ name: {SIDECAR}, \
+                 deadline: 10m, owner: {{ deployment: {ns}/sidecar-injector }} }}\n"
+            )),
+        )
+        .await;
+    tb.apply(&json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": { "name": "work", "namespace": ns },
+        "spec": {
+            "parallelism": 3,
+            "completions": 3,
+            "backoffLimit": 0,
+            "template": {
+                "metadata": { "labels": { "app": "work", OPT_IN: "true" } },
+                "spec": {
+                    "restartPolicy": "Never",
+                    "schedulingGates": [{ "name": SIDECAR }],
+                    "containers": [{ "name": "main", "image": "registry.k8s.io/pause:3.10" }],
+                },
+            },
+        },
+    }));
+    let pods = eventually(
+        Duration::from_secs(60),
+        "the Job controller to create 3 pods",
+        || {
+            let pods = tb.list("pods", ns, Some("app=work"));
+            (pods.len() == 3).then_some(pods)
+        },
+    )
+    .await;
+    let names: Vec<String> = pods
+        .iter()
+        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
+        .collect();
+    // Sync point only: the guard has seen the Job's pods while the owner is up, or has
+    // already written (which the assertion below reports).
+    eventually(
+        Duration::from_secs(60),
+        "the guard to see the Job's 3 waiting pods",
+        || {
+            (metric_sum(&guard.metrics(), "initguard_waiting_pods", &[]) >= 3.0
+                || !tb.pod_writes_by(GUARD_USER, ns).is_empty())
+            .then_some(())
+        },
+    )
+    .await;
+    let early = tb.pod_writes_by(GUARD_USER, ns);
+    assert!(
+        early.is_empty(),
+        "the guard wrote while the owner was healthy: {early:#?}"
+    );
+
+    let killed_pods = owner.set_ready(&tb, false).await;
+    let killed_at = tb
+        .audit()
+        .into_iter()
+        .filter(|a| a.subresource == "status" && killed_pods.contains(&a.name) && a.ok())
+        .map(|a| a.received)
+        .max()
+        .unwrap_or_else(|| panic!("no status write of {killed_pods:?} in the audit log"));
+    for n in &names {
+        eventually(
+            Duration::from_secs(60),
+            format!("job pod {n} bypassed and bound"),
+            || {
+                let pod = tb.get("pod", ns, n)?;
+                (gate_names(&pod).is_empty() && pod["spec"]["nodeName"].is_string()).then_some(())
+            },
+        )
+        .await;
+        let annotation = bypass_annotation(&tb, ns, n);
+        assert!(
+            annotation.contains(&format!("{SIDECAR}=owner_down@")),
+            "{n}: {annotation:?}"
+        );
+    }
+    let patches = guard_patches(&tb, GUARD_USER, ns);
+    assert_eq!(patches.len(), names.len(), "{patches:#?}");
+    for n in &names {
+        let writes = &patches[n];
+        assert_eq!(writes.len(), 1, "{n}: {writes:#?}");
+        assert!(writes[0].ok(), "{:?}", writes[0]);
+        // Zero bypasses while the owner was healthy: none before the crash.
+        assert!(
+            writes[0].received > killed_at,
+            "{n} bypassed while the owner was up"
+        );
+    }
+    // The Job controller kept its 3 pods (a bypass neither kills nor duplicates them).
+    assert_eq!(tb.list("pods", ns, Some("app=work")).len(), 3);
+    assert_no_denied(&tb);
+    guard.stop();
+    tb.kubectl(&["delete", "job", "work", "-n", ns, "--cascade=orphan"]);
+    crate::gates::cleanup(&tb, ns);
+}

@@ -1,0 +1,597 @@
+//! The real control plane of tests/testbed/ for the tests: started with `up`, stopped by a Drop
+//! guard with `down`; kubectl of the same version; the API server's audit log; the `initguard`
+//! binary run as a child process under one of the guard's identities.
+
+use std::fmt::Display;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+/// The guard's static-token user, bound by `deploy/rbac.yaml`.
+pub const GUARD_USER: &str = "system:initguard";
+/// The other subject `deploy/rbac.yaml` binds: ServiceAccount kube-system/initguard.
+pub const GUARD_USER_2: &str = "system:serviceaccount:kube-system:initguard";
+/// The opt-in label key of every test config.
+pub const OPT_IN: &str = "initguard.io/bypass";
+/// A listed gate owned by a Deployment.
+pub const SIDECAR: &str = "sidecar.example.com";
+/// A gate no config lists (`unlistedInitializers: ignore`).
+pub const UNLISTED: &str = "unlisted.example.com";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Why the test bed cannot run.
+pub fn not_built() -> Option<String> {
+    let build = repo().join("tests/testbed/build");
+    let text = match std::fs::read_to_string(&build) {
+        Ok(text) => text,
+        Err(e) => return Some(format!("cannot read {}: {e}", build.display())),
+    };
+    let Some(version) = text
+        .lines()
+        .find_map(|l| l.strip_prefix("K8S_VERSION="))
+        .map(str::trim)
+    else {
+        return Some(format!("{} pins no K8S_VERSION", build.display()));
+    };
+    let bin = repo().join(format!("tests/testbed/.cache/{version}/bin/testbed"));
+    (!bin.exists()).then(|| {
+        format!(
+            "{} is missing: run tests/testbed/build (or the README's test command)",
+            bin.display()
+        )
+    })
+}
+
+/// A running test bed; `down` runs when it is dropped.
+pub struct Testbed {
+    pub dir: PathBuf,
+    /// Kept on failure so logs and the audit log can be read afterwards.
+    tmp: Option<tempfile::TempDir>,
+    pub bin: PathBuf,
+    /// Set when a scenario failed: the directory is kept.
+    pub failed: AtomicBool,
+}
+
+impl Testbed {
+    /// `tests/testbed/up` in a fresh directory; a watchdog stops it when this process exits.
+    pub fn up() -> Result<Testbed, String> {
+        let tmp = tempfile::Builder::new()
+            .prefix("initguard-testbed-")
+            .tempdir()
+            .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+        let dir = tmp.path().to_owned();
+        let mut tb = Testbed {
+            dir: dir.clone(),
+            tmp: Some(tmp),
+            bin: PathBuf::new(),
+            failed: AtomicBool::new(false),
+        };
+        let status = Command::new(repo().join("tests/testbed/up"))
+            .arg(&dir)
+            .arg("--owner-pid")
+            .arg(std::process::id().to_string())
+            .stdin(Stdio::null())
+            .status()
+            .map_err(|e| format!("cannot run tests/testbed/up: {e}"))?;
+        if !status.success() {
+            tb.failed.store(true, Ordering::Relaxed);
+            return Err(format!(
+                "tests/testbed/up {} failed ({status}); logs kept there",
+                dir.display()
+            ));
+        }
+        let env = std::fs::read_to_string(dir.join("testbed.env"))
+            .map_err(|e| format!("no testbed.env after up: {e}"))?;
+        tb.bin = env
+            .lines()
+            .find_map(|l| l.strip_prefix("TESTBED_BIN="))
+            .map(PathBuf::from)
+            .ok_or("testbed.env names no TESTBED_BIN")?;
+        Ok(tb)
+    }
+
+    /// `DIR/NAME.kubeconfig`.
+    pub fn kubeconfig(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.kubeconfig"))
+    }
+
+    /// Run kubectl (same version as the server) with `kubeconfig` (admin, initguard,
+    /// initguard-2), feeding `stdin`.
+    pub fn kubectl_with(&self, kubeconfig: &str, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut cmd = Command::new(self.bin.join("kubectl"));
+        cmd.arg("--kubeconfig")
+            .arg(self.kubeconfig(kubeconfig))
+            .args(args)
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run kubectl {args:?}: {e}"));
+        if let Some(text) = stdin {
+            use std::io::Write;
+            let mut pipe = child.stdin.take().expect("piped stdin");
+            pipe.write_all(text.as_bytes())
+                .unwrap_or_else(|e| panic!("kubectl {args:?} stdin: {e}"));
+        }
+        child
+            .wait_with_output()
+            .unwrap_or_else(|e| panic!("kubectl {args:?}: {e}"))
+    }
+
+    /// kubectl as admin; panics with its stderr unless it succeeds; returns stdout.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        self.kubectl_stdin(args, None)
+    }
+
+    /// [`Testbed::kubectl`] with `stdin`.
+    pub fn kubectl_stdin(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.kubectl_with("admin", args, stdin);
+        assert!(
+            out.status.success(),
+            "kubectl {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Create (or replace) `object` as admin.
+    pub fn apply(&self, object: &Value) {
+        self.kubectl_stdin(&["apply", "-f", "-"], Some(&object.to_string()));
+    }
+
+    /// `GET` an object as JSON (`kubectl get KIND NAME -n NS -o json`); None when absent.
+    pub fn get(&self, kind: &str, namespace: &str, name: &str) -> Option<Value> {
+        let out = self.kubectl_with(
+            "admin",
+            &[
+                "get",
+                kind,
+                name,
+                "-n",
+                namespace,
+                "-o",
+                "json",
+                "--ignore-not-found",
+            ],
+            None,
+        );
+        assert!(
+            out.status.success(),
+            "kubectl get {kind} {namespace}/{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        if text.trim().is_empty() {
+            return None;
+        }
+        Some(serde_json::from_str(&text).unwrap_or_else(|e| panic!("{kind} {name}: {e}: {text}")))
+    }
+
+    /// Items of `kubectl get KIND -n NS -o json` (with an optional label selector).
+    pub fn list(&self, kind: &str, namespace: &str, selector: Option<&str>) -> Vec<Value> {
+        let mut args = vec!["get", kind, "-n", namespace, "-o", "json"];
+        if let Some(s) = selector {
+            args.extend(["-l", s]);
+        }
+        let text = self.kubectl(&args);
+        let list: Value =
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("list {kind}: {e}: {text}"));
+        list["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// A fresh namespace.
+    pub fn namespace(&self, name: &str) {
+        self.kubectl(&["create", "namespace", name]);
+    }
+
+    /// A plain pod with these scheduling gates, opted in or not.
+    pub fn gated_pod(&self, namespace: &str, name: &str, opted_in: bool, gates: &[&str]) {
+        let mut pod = json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": { "name": name, "namespace": namespace, "labels": { "app": "real" } },
+            "spec": {
+                "containers": [{ "name": "main", "image": "registry.k8s.io/pause:3.10" }],
+                "schedulingGates": gates.iter().map(|g| json!({ "name": g })).collect::<Vec<_>>(),
+            },
+        });
+        if opted_in {
+            pod["metadata"]["labels"][OPT_IN] = json!("true");
+        }
+        self.kubectl_stdin(&["create", "-f", "-"], Some(&pod.to_string()));
+    }
+
+    /// Scheduling gates still on the pod (empty when it has none or is gone).
+    pub fn gates(&self, namespace: &str, name: &str) -> Vec<String> {
+        self.get("pod", namespace, name)
+            .map(|p| gate_names(&p))
+            .unwrap_or_default()
+    }
+
+    /// Every audit event so far (one JSON object a line).
+    pub fn audit(&self) -> Vec<Audit> {
+        let text = std::fs::read_to_string(self.dir.join("audit.log"))
+            .unwrap_or_else(|e| panic!("cannot read the audit log: {e}"));
+        text.lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| {
+                let v: Value =
+                    serde_json::from_str(l).unwrap_or_else(|e| panic!("bad audit line {l:?}: {e}"));
+                Audit::from(v)
+            })
+            .collect()
+    }
+
+    /// Successful or failed pod writes (create, update, patch, delete) by `user` in `namespace`,
+    /// subresources included.
+    pub fn pod_writes_by(&self, user: &str, namespace: &str) -> Vec<Audit> {
+        self.audit()
+            .into_iter()
+            .filter(|a| {
+                a.user == user && a.is_write() && a.resource == "pods" && a.namespace == namespace
+            })
+            .collect()
+    }
+
+    /// Run the `initguard` binary as `identity` (kubeconfig name) with `config` (YAML without
+    /// `listen`, which is set to a fresh port) until it is ready.
+    pub async fn guard(&self, name: &str, kubeconfig: &str, config: &str) -> GuardProcess {
+        let port = free_port();
+        let config_path = self.dir.join(format!("{name}.config.yaml"));
+        let yaml = format!("listen: 127.0.0.1:{port}\n{config}");
+        std::fs::write(&config_path, &yaml)
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", config_path.display()));
+        let log_path = self.dir.join(format!("logs/{name}.log"));
+        let log = std::fs::File::create(&log_path)
+            .unwrap_or_else(|e| panic!("cannot create {}: {e}", log_path.display()));
+        let err = log
+            .try_clone()
+            .unwrap_or_else(|e| panic!("cannot clone the log handle: {e}"));
+        let child = Command::new(env!("CARGO_BIN_EXE_initguard"))
+            .arg("run")
+            .arg("--config")
+            .arg(&config_path)
+            .arg("--kubeconfig")
+            .arg(self.kubeconfig(kubeconfig))
+            .env("POD_NAME", name)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start initguard: {e}"));
+        // Registered with the test bed, so that `down` (also from the watchdog, should this
+        // process die) stops it.
+        let pid_file = self.dir.join(format!("pids/guard-{name}.pid"));
+        std::fs::write(&pid_file, child.id().to_string())
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", pid_file.display()));
+        let mut guard = GuardProcess {
+            name: name.to_owned(),
+            child,
+            port,
+            log: log_path,
+            pid_file,
+        };
+        let url = format!("http://127.0.0.1:{port}/readyz");
+        let ready = eventually(
+            Duration::from_secs(60),
+            format!("guard {name} /readyz"),
+            || {
+                if let Ok(Some(status)) = guard.child.try_wait() {
+                    panic!("guard {name} exited ({status}):\n{}", guard.log_text());
+                }
+                (curl(&url).0 == 200).then_some(())
+            },
+        );
+        ready.await;
+        guard
+    }
+}
+
+impl Drop for Testbed {
+    fn drop(&mut self) {
+        let status = Command::new(repo().join("tests/testbed/down"))
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .status();
+        if let Err(e) = status {
+            eprintln!("tests/testbed/down {}: {e}", self.dir.display());
+        }
+        if self.failed.load(Ordering::Relaxed)
+            && let Some(tmp) = self.tmp.take()
+        {
+            let kept = tmp.keep();
+            eprintln!("test bed logs and audit log kept in {}", kept.display());
+        }
+    }
+}
+
+/// One audit event, the fields the tests judge by.
+#[derive(Debug, Clone)]
+pub struct Audit {
+    pub verb: String,
+    pub user: String,
+    pub resource: String,
+    pub subresource: String,
+    pub namespace: String,
+    pub name: String,
+    pub code: i64,
+    /// `requestReceivedTimestamp` (RFC 3339, microseconds, UTC: sorts as text). The only time
+    /// the tests compare: `stageTimestamp` of ResponseComplete may be stamped after the client
+    /// already acted on the response.
+    pub received: String,
+    pub request: Value,
+}
+
+impl From<Value> for Audit {
+    fn from(v: Value) -> Audit {
+        let s = |p: &str| {
+            v.pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned()
+        };
+        Audit {
+            verb: s("/verb"),
+            user: s("/user/username"),
+            resource: s("/objectRef/resource"),
+            subresource: s("/objectRef/subresource"),
+            namespace: s("/objectRef/namespace"),
+            name: s("/objectRef/name"),
+            code: v
+                .pointer("/responseStatus/code")
+                .and_then(Value::as_i64)
+                .unwrap_or(0),
+            received: s("/requestReceivedTimestamp"),
+            request: v.get("requestObject").cloned().unwrap_or(Value::Null),
+        }
+    }
+}
+
+impl Audit {
+    /// Anything but get, list and watch.
+    pub fn is_write(&self) -> bool {
+        !matches!(self.verb.as_str(), "get" | "list" | "watch")
+    }
+
+    /// 2xx.
+    pub fn ok(&self) -> bool {
+        (200..300).contains(&self.code)
+    }
+}
+
+/// The guard as a child process; SIGKILLed on drop.
+pub struct GuardProcess {
+    pub name: String,
+    child: Child,
+    pub port: u16,
+    log: PathBuf,
+    pid_file: PathBuf,
+}
+
+impl GuardProcess {
+    /// Its log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `/metrics` text.
+    pub fn metrics(&self) -> String {
+        let (status, body) = curl(&format!("http://127.0.0.1:{}/metrics", self.port));
+        assert_eq!(status, 200, "guard {} /metrics: {body}", self.name);
+        body
+    }
+
+    /// Die as on SIGKILL (no lease release).
+    pub fn kill(mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, wait for the exit; then assert the log shows no panic.
+    pub fn stop(mut self) {
+        let pid = self.child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        for _ in 0..300 {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let log = self.log_text();
+        assert!(
+            !log.contains("panicked"),
+            "guard {} panicked:\n{log}",
+            self.name
+        );
+        // Drop kills it if SIGTERM was not enough.
+    }
+}
+
+impl Drop for GuardProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.pid_file);
+    }
+}
+
+/// Names of `spec.schedulingGates` of a pod object.
+pub fn gate_names(pod: &Value) -> Vec<String> {
+    pod["spec"]["schedulingGates"]
+        .as_array()
+        .map(|gates| {
+            gates
+                .iter()
+                .filter_map(|g| g["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// A free port on 127.0.0.1 (bound, then released).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("no free port on 127.0.0.1: {e}"))
+}
+
+/// `GET url` with curl (5 s limit): (status, body); status 0 when nothing answered.
+pub fn curl(url: &str) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-s", "--max-time", "5", "-w", "\n%{http_code}", url])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run curl: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+/// Sum of the samples of `name` whose labels contain every `key="value"` of `labels`.
+pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let (metric, label_text) = series.split_once('{').unwrap_or((series, ""));
+            (metric == name).then_some((label_text.to_owned(), value.to_owned()))
+        })
+        .filter(|(label_text, _)| {
+            labels
+                .iter()
+                .all(|(k, v)| label_text.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|(_, value)| value.parse::<f64>().ok())
+        .sum()
+}
+
+/// Polls `check` every 250 ms until it answers Some; panics naming `what` after `timeout`.
+pub async fn eventually<T>(
+    timeout: Duration,
+    what: impl Display,
+    mut check: impl FnMut() -> Option<T>,
+) -> T {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// A Deployment `namespace/name` with one pause replica, standing in for a gate's controller.
+/// No kubelet runs: the test marks its pod Ready or not through the status subresource, as a
+/// kubelet would, and the real ReplicaSet and Deployment controllers compute availability.
+pub struct OwnerDeployment {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl OwnerDeployment {
+    /// Create it and wait until it is available (its pod bound, then marked Ready).
+    pub async fn start(tb: &Testbed, namespace: &str, name: &str) -> OwnerDeployment {
+        tb.apply(&json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": { "name": name, "namespace": namespace },
+            "spec": {
+                "replicas": 1,
+                "selector": { "matchLabels": { "app": name } },
+                "template": {
+                    "metadata": { "labels": { "app": name } },
+                    "spec": { "containers": [{ "name": "main", "image": "registry.k8s.io/pause:3.10" }] },
+                },
+            },
+        }));
+        let owner = OwnerDeployment {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        };
+        owner.set_ready(tb, true).await;
+        owner
+    }
+
+    /// Mark the Deployment's pods Ready (alive) or not (crashed), then wait until the
+    /// Deployment's `availableReplicas` says so.
+    pub async fn set_ready(&self, tb: &Testbed, ready: bool) -> Vec<String> {
+        let selector = format!("app={}", self.name);
+        let pods = eventually(
+            Duration::from_secs(60),
+            format!("a bound pod of deployment {}/{}", self.namespace, self.name),
+            || {
+                let pods = tb.list("pods", &self.namespace, Some(&selector));
+                (!pods.is_empty() && pods.iter().all(|p| p["spec"]["nodeName"].is_string()))
+                    .then_some(pods)
+            },
+        )
+        .await;
+        let now = jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%SZ")
+            .to_string();
+        let status = if ready { "True" } else { "False" };
+        let mut names = Vec::new();
+        for pod in pods {
+            let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+            let patch = json!({ "status": {
+                "phase": "Running",
+                "conditions": [
+                    { "type": "PodScheduled", "status": "True", "lastTransitionTime": now },
+                    { "type": "Ready", "status": status, "lastTransitionTime": now },
+                    { "type": "ContainersReady", "status": status, "lastTransitionTime": now },
+                ],
+            }});
+            tb.kubectl(&[
+                "patch",
+                "pod",
+                name,
+                "-n",
+                &self.namespace,
+                "--subresource",
+                "status",
+                "--type",
+                "merge",
+                "-p",
+                &patch.to_string(),
+            ]);
+            names.push(name.to_owned());
+        }
+        let want = i64::from(ready);
+        eventually(
+            Duration::from_secs(60),
+            format!(
+                "deployment {}/{} availableReplicas = {want}",
+                self.namespace, self.name
+            ),
+            || {
+                let d = tb.get("deployment", &self.namespace, &self.name)?;
+                (d["status"]["availableReplicas"].as_i64().unwrap_or(0) == want).then_some(())
+            },
+        )
+        .await;
+        names
+    }
+}
+
+/// Path of a committed expectation file under tests/real_cluster/.
+pub fn expectation(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/real_cluster")
+        .join(name)
+}
