@@ -143,8 +143,9 @@ async fn end_to_end(n: usize) -> Result<(Duration, Duration, usize)> {
         })
         .await?;
 
-    let guard_client = initguard::client::build(sim.kube_config(GUARD_USER), Mechanism::SchedulingGates)
-        .context("building the guard's client")?;
+    let guard_client =
+        initguard::client::build(sim.kube_config(GUARD_USER), Mechanism::SchedulingGates)
+            .context("building the guard's client")?;
     let list_start = Instant::now();
     let listed = Api::<SlimPod>::all(guard_client.clone())
         .list(&ListParams::default())
@@ -171,7 +172,10 @@ async fn end_to_end(n: usize) -> Result<(Duration, Duration, usize)> {
     let waiting = guard.shared.tracker().len();
     guard.shutdown().await;
     sim.shutdown().await;
-    anyhow::ensure!(listed == n && waiting == n, "listed {listed}, tracked {waiting} of {n}");
+    anyhow::ensure!(
+        listed == n && waiting == n,
+        "listed {listed}, tracked {waiting} of {n}"
+    );
     Ok((list, ready, waiting))
 }
 
@@ -216,10 +220,15 @@ fn run() -> Result<()> {
         .collect::<Result<_, _>>()?;
 
     println!("## Deciding one controller's pile of {n} waiting pods\n");
-    println!("### In process: tracker + policy, owners up, `pileup: {{threshold: 3, action: bypass, minWait: 1h}}`\n");
+    println!(
+        "### In process: tracker + policy, owners up, `pileup: {{threshold: 3, action: bypass, minWait: 1h}}`\n"
+    );
     println!("| pods | path | time | decisions | per pod |");
     println!("| ---: | --- | ---: | ---: | ---: |");
-    let mut sizes: Vec<usize> = [1000, 2000, 4000, n].into_iter().filter(|s| *s <= n).collect();
+    let mut sizes: Vec<usize> = [1000, 2000, 4000, n]
+        .into_iter()
+        .filter(|s| *s <= n)
+        .collect();
     sizes.dedup();
     let mut rows: BTreeMap<(usize, bool), (Duration, usize)> = BTreeMap::new();
     for &size in &sizes {
@@ -245,7 +254,9 @@ fn run() -> Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     let (list, ready, waiting) = runtime.block_on(end_to_end(n))?;
     println!("\n### End to end: simulated API server, in-process guard\n");
-    println!("| pods of one Job | one LIST of them | guard start → ready (list + every pod decided) | tracked |");
+    println!(
+        "| pods of one Job | one LIST of them | guard start → ready (list + every pod decided) | tracked |"
+    );
     println!("| ---: | ---: | ---: | ---: |");
     println!("| {n} | {} | {} | {waiting} |", ms(list), ms(ready));
     Ok(())

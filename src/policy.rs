@@ -58,7 +58,12 @@ pub trait Environment {
     /// None when fewer than `k` such pods wait. A wait start is the pod's creation for
     /// scheduling gates and the instant `initializer` became the head for legacy initializers
     /// (a pod counts toward a legacy pile only while `initializer` is its head).
-    fn pile_start(&self, controller: &ControllerRef, initializer: &str, k: u32) -> Option<SystemTime>;
+    fn pile_start(
+        &self,
+        controller: &ControllerRef,
+        initializer: &str,
+        k: u32,
+    ) -> Option<SystemTime>;
 }
 
 /// Why an initializer is bypassed.
@@ -871,18 +876,22 @@ mod tests {
             vec![t(0), t(6), t(4), t(1), t(9)],
         );
         let oldest = TestPod::new(&[SIDECAR]).controlled_by(job());
-        assert_eq!(oldest.decide(&growing, &config, t(13)).next_wake, Some(t(14)));
+        assert_eq!(
+            oldest.decide(&growing, &config, t(13)).next_wake,
+            Some(t(14))
+        );
         assert!(oldest.decide(&growing, &config, t(13)).decisions.is_empty());
         assert_eq!(
             oldest.decide(&growing, &config, t(14)).decisions,
             vec![decision(SIDECAR, 0, Reason::Pileup, secs(14))]
         );
         // A pod that joined at t(9) waits its own minWait, whatever the pile.
-        let young = TestPod::new(&[SIDECAR])
-            .created(t(9))
-            .controlled_by(job());
+        let young = TestPod::new(&[SIDECAR]).created(t(9)).controlled_by(job());
         assert!(young.decide(&growing, &config, t(14)).decisions.is_empty());
-        assert_eq!(young.decide(&growing, &config, t(14)).next_wake, Some(t(19)));
+        assert_eq!(
+            young.decide(&growing, &config, t(14)).next_wake,
+            Some(t(19))
+        );
 
         // Legacy: the clock is the head's.
         let mut legacy = config.clone();
@@ -1225,10 +1234,7 @@ mod tests {
                 prop::collection::vec((short_duration(), short_duration()), 4),
             );
             let owners = prop::collection::vec(owner_state(), NAMES.len());
-            let piles = prop::collection::vec(
-                prop::collection::vec(instant(), 0..6),
-                NAMES.len(),
-            );
+            let piles = prop::collection::vec(prop::collection::vec(instant(), 0..6), NAMES.len());
             (pod, knobs, owners, piles, instant(), short_duration()).prop_map(
                 |(
                     pod,
@@ -1335,7 +1341,8 @@ mod tests {
                             .count();
                         prop_assert!(
                             long_waiting >= config.pileup.threshold as usize,
-                            "pileup with only {} pods waiting >= minWait", long_waiting
+                            "pileup with only {} pods waiting >= minWait",
+                            long_waiting
                         );
                         prop_assert!(!owner_down && d.waited < deadline, "precedence");
                     }

@@ -127,7 +127,12 @@ impl Environment for Env<'_> {
     fn owner_state(&self, initializer: &str) -> OwnerState {
         self.owners.state(initializer)
     }
-    fn pile_start(&self, controller: &ControllerRef, initializer: &str, k: u32) -> Option<SystemTime> {
+    fn pile_start(
+        &self,
+        controller: &ControllerRef,
+        initializer: &str,
+        k: u32,
+    ) -> Option<SystemTime> {
         self.tracker.pile_start(&controller.uid, initializer, k)
     }
 }

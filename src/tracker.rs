@@ -169,7 +169,12 @@ impl Tracker {
     /// The `k`-th earliest wait start (from 1) among the pods of the controller with this uid
     /// whose wait for `initializer` is in progress; see `policy::Environment::pile_start`.
     /// O(1) for `k = pileup.threshold`.
-    pub fn pile_start(&self, controller_uid: &str, initializer: &str, k: u32) -> Option<SystemTime> {
+    pub fn pile_start(
+        &self,
+        controller_uid: &str,
+        initializer: &str,
+        k: u32,
+    ) -> Option<SystemTime> {
         let key = (controller_uid.to_owned(), initializer.to_owned());
         if k as usize == self.threshold() {
             return self.kth.get(&key).map(|(at, _)| *at);
@@ -692,39 +697,63 @@ mod tests {
         );
         let mut runner = TestRunner::new(RunnerConfig::with_cases(200));
         runner
-            .run(&(ops, any::<bool>(), 1u32..5), |(ops, legacy, threshold)| {
-                let mechanism = if legacy { "initializers" } else { "schedulingGates" };
-                let text = format!("mechanism: {mechanism}\npileup: {{ threshold: {threshold} }}\n");
-                let mut tr = Tracker::new(Arc::new(Config::from_yaml_str(&text, "t").unwrap()));
-                let gate_sets: [&[&str]; 4] = [&["a"], &["b", "a"], &["a", "b"], &[]];
-                for (step, (pod_no, job_no, created, gates, delete)) in ops.into_iter().enumerate() {
-                    let (name, job) = (format!("p{pod_no}"), ["j0", "j1"][job_no]);
-                    let before: Vec<_> = ["j0", "j1"]
-                        .iter()
-                        .flat_map(|j| ["a", "b"].map(|g| (*j, g)))
-                        .map(|(j, g)| ((j, g), tr.pile_start(j, g, threshold)))
-                        .collect();
-                    tr.take_moved_earlier();
-                    let now = t(100 + step as u64);
-                    if delete {
-                        tr.delete(&format!("ns/{name}"), now);
+            .run(
+                &(ops, any::<bool>(), 1u32..5),
+                |(ops, legacy, threshold)| {
+                    let mechanism = if legacy {
+                        "initializers"
                     } else {
-                        tr.apply(&created_pod(&name, job, created, gate_sets[gates]), now);
-                    }
-                    let moved = tr.take_moved_earlier();
-                    for ((j, g), was) in before {
-                        let is = tr.pile_start(j, g, threshold);
-                        prop_assert_eq!(is, brute_kth(&tr, j, g, threshold as usize), "{} {}", j, g);
-                        for k in 1..=threshold + 1 {
-                            prop_assert_eq!(tr.pile_start(j, g, k), brute_kth(&tr, j, g, k as usize));
+                        "schedulingGates"
+                    };
+                    let text =
+                        format!("mechanism: {mechanism}\npileup: {{ threshold: {threshold} }}\n");
+                    let mut tr = Tracker::new(Arc::new(Config::from_yaml_str(&text, "t").unwrap()));
+                    let gate_sets: [&[&str]; 4] = [&["a"], &["b", "a"], &["a", "b"], &[]];
+                    for (step, (pod_no, job_no, created, gates, delete)) in
+                        ops.into_iter().enumerate()
+                    {
+                        let (name, job) = (format!("p{pod_no}"), ["j0", "j1"][job_no]);
+                        let before: Vec<_> = ["j0", "j1"]
+                            .iter()
+                            .flat_map(|j| ["a", "b"].map(|g| (*j, g)))
+                            .map(|(j, g)| ((j, g), tr.pile_start(j, g, threshold)))
+                            .collect();
+                        tr.take_moved_earlier();
+                        let now = t(100 + step as u64);
+                        if delete {
+                            tr.delete(&format!("ns/{name}"), now);
+                        } else {
+                            tr.apply(&created_pod(&name, job, created, gate_sets[gates]), now);
                         }
-                        if is.is_some_and(|is| was.is_none_or(|was| is < was)) {
-                            prop_assert!(moved.contains(j), "{} {} moved earlier unreported", j, g);
+                        let moved = tr.take_moved_earlier();
+                        for ((j, g), was) in before {
+                            let is = tr.pile_start(j, g, threshold);
+                            prop_assert_eq!(
+                                is,
+                                brute_kth(&tr, j, g, threshold as usize),
+                                "{} {}",
+                                j,
+                                g
+                            );
+                            for k in 1..=threshold + 1 {
+                                prop_assert_eq!(
+                                    tr.pile_start(j, g, k),
+                                    brute_kth(&tr, j, g, k as usize)
+                                );
+                            }
+                            if is.is_some_and(|is| was.is_none_or(|was| is < was)) {
+                                prop_assert!(
+                                    moved.contains(j),
+                                    "{} {} moved earlier unreported",
+                                    j,
+                                    g
+                                );
+                            }
                         }
                     }
-                }
-                Ok(())
-            })
+                    Ok(())
+                },
+            )
             .unwrap();
     }
 

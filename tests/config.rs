@@ -666,11 +666,14 @@ mod rules {
         );
         let zero = accepted("pileup: { action: bypass, minWait: 0s }\n");
         assert!(
-            zero.warnings().iter().any(|w| w.contains("pileup.minWait is 0s")),
+            zero.warnings()
+                .iter()
+                .any(|w| w.contains("pileup.minWait is 0s")),
             "{:?}",
             zero.warnings()
         );
-        let legacy = accepted("mechanism: initializers\npileup: { action: bypass, minWait: 30s }\n");
+        let legacy =
+            accepted("mechanism: initializers\npileup: { action: bypass, minWait: 30s }\n");
         assert!(
             legacy
                 .warnings()
