@@ -31,8 +31,8 @@ use serde::{Deserialize, Serialize};
 pub use resolve::{
     DEFAULT_DEADLINE, DEFAULT_LEASE_DURATION, DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE,
     DEFAULT_LISTEN, DEFAULT_MAX_IN_FLIGHT, DEFAULT_OPT_IN_LABEL, DEFAULT_OWNER_DOWN_GRACE,
-    DEFAULT_PILEUP_THRESHOLD, DEFAULT_PROBE_INTERVAL, MAX_DURATION, MAX_IN_FLIGHT_LIMIT,
-    parse_object_ref, validate_http_url,
+    DEFAULT_PILEUP_MIN_WAIT, DEFAULT_PILEUP_THRESHOLD, DEFAULT_PROBE_INTERVAL, MAX_DURATION,
+    MAX_IN_FLIGHT_LIMIT, parse_object_ref, validate_http_url,
 };
 pub use selector::{LabelSelector, Requirement, SelectorError, SelectorOp};
 
@@ -180,6 +180,10 @@ pub enum UnlistedPolicy {
 pub struct Pileup {
     pub threshold: u32,
     pub action: PileupAction,
+    /// A pod counts toward a pile only once it has itself waited this long (DESIGN.md rule 5):
+    /// a healthy owner's fresh batch is not a pile.
+    #[serde(with = "humantime_serde")]
+    pub min_wait: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -535,6 +539,15 @@ impl Config {
                     ));
                 }
             }
+            if self.pileup.action == PileupAction::Bypass
+                && self.pileup.min_wait >= LEGACY_CREATE_TIMEOUT
+            {
+                warnings.push(format!(
+                    "pileup.minWait {} is not below the ~30s create timeout of legacy API \
+                     servers; creators will time out and retry before a pile is bypassed",
+                    humantime::format_duration(self.pileup.min_wait)
+                ));
+            }
             for (name, deadline) in long {
                 if deadline >= LEGACY_CREATE_TIMEOUT {
                     warnings.push(format!(
@@ -544,6 +557,13 @@ impl Config {
                     ));
                 }
             }
+        }
+        if self.pileup.action == PileupAction::Bypass && self.pileup.min_wait.is_zero() {
+            warnings.push(
+                "pileup.minWait is 0s: a healthy owner's batch of pileup.threshold pods \
+                 (a parallel Job, a scale-up) counts as a pile and is bypassed at once"
+                    .to_owned(),
+            );
         }
         warnings
     }
@@ -608,8 +628,9 @@ impl Config {
         };
         writeln!(
             out,
-            "pileup: threshold {} pods per controller, action {action}",
-            self.pileup.threshold
+            "pileup: threshold {} pods per controller each waiting at least {}, action {action}",
+            self.pileup.threshold,
+            d(self.pileup.min_wait)
         )?;
         let le = &self.leader_election;
         if le.enabled {

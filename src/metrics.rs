@@ -130,7 +130,7 @@ impl Metrics {
             pileups: IntGaugeVec::new(
                 Opts::new(
                     "initguard_pileups",
-                    "Controllers with at least pileup.threshold pods waiting on the initializer.",
+                    "Controllers with at least pileup.threshold pods that have each waited pileup.minWait on the initializer.",
                 ),
                 &["initializer"],
             )?,

@@ -53,8 +53,17 @@ pub enum OwnerState {
 pub trait Environment {
     /// State of the owner of initializer `name` (Unknown when it has none).
     fn owner_state(&self, initializer: &str) -> OwnerState;
-    /// How many pods that share `controller` wait on `initializer` (including this pod).
-    fn pile_size(&self, controller: &ControllerRef, initializer: &str) -> u32;
+    /// Among the pods grouped under `controller` whose wait for `initializer` is in progress
+    /// (this pod included), the `k`-th earliest wait start (`k` from 1; ties count each pod);
+    /// None when fewer than `k` such pods wait. A wait start is the pod's creation for
+    /// scheduling gates and the instant `initializer` became the head for legacy initializers
+    /// (a pod counts toward a legacy pile only while `initializer` is its head).
+    fn pile_start(
+        &self,
+        controller: &ControllerRef,
+        initializer: &str,
+        k: u32,
+    ) -> Option<SystemTime>;
 }
 
 /// Why an initializer is bypassed.
@@ -257,13 +266,20 @@ fn plan_initializer(
         upcoming.push((at, Reason::Deadline));
     }
 
+    // Rule 5: this pod has waited at least minWait, and `threshold` pods of its controller have
+    // each waited at least minWait. Both hold from max(own start, k-th earliest start) + minWait
+    // on, as long as the pile keeps those pods (a change is an event that re-decides).
     if config.pileup.action == PileupAction::Bypass
         && let Some(controller) = pod.controller
-        && env.pile_size(controller, name) >= config.pileup.threshold
+        && let Some(kth) = env.pile_start(controller, name, config.pileup.threshold)
+        && let Some(at) = start.max(kth).checked_add(config.pileup.min_wait)
     {
-        return Plan::Bypass {
-            reason: Reason::Pileup,
-        };
+        if now >= at {
+            return Plan::Bypass {
+                reason: Reason::Pileup,
+            };
+        }
+        upcoming.push((at, Reason::Pileup));
     }
 
     // Earliest instant first; on a tie the rule with precedence (pushed first) wins.
@@ -367,6 +383,8 @@ mod tests {
             pileup: Pileup {
                 threshold: 3,
                 action: PileupAction::Alert,
+                // Unit tests of the other rules use old piles; minWait has its own tests.
+                min_wait: Duration::ZERO,
             },
             leader_election: LeaderElection {
                 enabled: true,
@@ -383,7 +401,8 @@ mod tests {
     #[derive(Default)]
     struct FakeEnv {
         owners: HashMap<String, OwnerState>,
-        piles: HashMap<(ControllerRef, String), u32>,
+        /// Wait starts of the pods in each pile.
+        piles: HashMap<(ControllerRef, String), Vec<SystemTime>>,
     }
 
     impl FakeEnv {
@@ -392,9 +411,20 @@ mod tests {
             self
         }
 
-        fn pile(mut self, controller: &ControllerRef, initializer: &str, size: u32) -> Self {
+        /// A pile of `size` pods that all started waiting an hour before `t(0)`.
+        fn pile(self, controller: &ControllerRef, initializer: &str, size: u32) -> Self {
+            self.pile_of(controller, initializer, vec![t(-3600); size as usize])
+        }
+
+        /// A pile of pods with these wait starts.
+        fn pile_of(
+            mut self,
+            controller: &ControllerRef,
+            initializer: &str,
+            starts: Vec<SystemTime>,
+        ) -> Self {
             self.piles
-                .insert((controller.clone(), initializer.to_string()), size);
+                .insert((controller.clone(), initializer.to_string()), starts);
             self
         }
     }
@@ -407,11 +437,18 @@ mod tests {
                 .unwrap_or(OwnerState::Unknown)
         }
 
-        fn pile_size(&self, controller: &ControllerRef, initializer: &str) -> u32 {
-            self.piles
-                .get(&(controller.clone(), initializer.to_string()))
-                .copied()
-                .unwrap_or(0)
+        fn pile_start(
+            &self,
+            controller: &ControllerRef,
+            initializer: &str,
+            k: u32,
+        ) -> Option<SystemTime> {
+            let mut starts = self
+                .piles
+                .get(&(controller.clone(), initializer.to_string()))?
+                .clone();
+            starts.sort();
+            starts.get((k as usize).checked_sub(1)?).copied()
         }
     }
 
@@ -803,6 +840,74 @@ mod tests {
     }
 
     #[test]
+    fn pileup_waits_for_the_pod_and_threshold_pods_to_wait_min_wait() {
+        let mut config = config(Mechanism::SchedulingGates);
+        config.pileup = Pileup {
+            threshold: 3,
+            action: PileupAction::Bypass,
+            min_wait: secs(10),
+        };
+        let up = OwnerState::Up { since: t(-600) };
+        // A batch of 8 created at t(0): a healthy owner's parallel Job.
+        let batch = FakeEnv::default()
+            .owner(SIDECAR, up)
+            .pile_of(&job(), SIDECAR, vec![t(0); 8]);
+        let pod = TestPod::new(&[SIDECAR]).controlled_by(job());
+        let out = pod.decide(&batch, &config, t(1));
+        assert!(out.decisions.is_empty());
+        // Planned no earlier than minWait (the deadline of 15s is later).
+        assert_eq!(
+            plans(&out),
+            vec![Plan::BypassAt {
+                at: t(10),
+                reason: Reason::Pileup
+            }]
+        );
+        assert_eq!(out.next_wake, Some(t(10)));
+        assert_eq!(
+            pod.decide(&batch, &config, t(10)).decisions,
+            vec![decision(SIDECAR, 0, Reason::Pileup, secs(10))]
+        );
+
+        // The third-oldest pod started at t(4): the pile is one only from t(14).
+        let growing = FakeEnv::default().owner(SIDECAR, up).pile_of(
+            &job(),
+            SIDECAR,
+            vec![t(0), t(6), t(4), t(1), t(9)],
+        );
+        let oldest = TestPod::new(&[SIDECAR]).controlled_by(job());
+        assert_eq!(
+            oldest.decide(&growing, &config, t(13)).next_wake,
+            Some(t(14))
+        );
+        assert!(oldest.decide(&growing, &config, t(13)).decisions.is_empty());
+        assert_eq!(
+            oldest.decide(&growing, &config, t(14)).decisions,
+            vec![decision(SIDECAR, 0, Reason::Pileup, secs(14))]
+        );
+        // A pod that joined at t(9) waits its own minWait, whatever the pile.
+        let young = TestPod::new(&[SIDECAR]).created(t(9)).controlled_by(job());
+        assert!(young.decide(&growing, &config, t(14)).decisions.is_empty());
+        assert_eq!(
+            young.decide(&growing, &config, t(14)).next_wake,
+            Some(t(19))
+        );
+
+        // Legacy: the clock is the head's.
+        let mut legacy = config.clone();
+        legacy.mechanism = Mechanism::Initializers;
+        let head = TestPod::new(&[SIDECAR])
+            .created(t(-100))
+            .head_since(t(8))
+            .controlled_by(job());
+        assert_eq!(head.decide(&batch, &legacy, t(17)).next_wake, Some(t(18)));
+        assert_eq!(
+            head.decide(&batch, &legacy, t(18)).decisions,
+            vec![decision(SIDECAR, 0, Reason::Pileup, secs(10))]
+        );
+    }
+
+    #[test]
     fn precedence_is_owner_down_then_deadline_then_pileup() {
         let mut config = config(Mechanism::SchedulingGates);
         config.pileup.action = PileupAction::Bypass;
@@ -1024,7 +1129,8 @@ mod tests {
             pod: TestPod,
             config: Config,
             owners: Vec<(String, OwnerState)>,
-            piles: Vec<(String, u32)>,
+            /// Wait starts of the pods of `job()` per initializer.
+            piles: Vec<(String, Vec<SystemTime>)>,
             now: SystemTime,
         }
 
@@ -1034,8 +1140,8 @@ mod tests {
                 for (name, state) in &self.owners {
                     env = env.owner(name, *state);
                 }
-                for (name, size) in &self.piles {
-                    env = env.pile(&job(), name, *size);
+                for (name, starts) in &self.piles {
+                    env = env.pile_of(&job(), name, starts.clone());
                 }
                 env
             }
@@ -1128,12 +1234,23 @@ mod tests {
                 prop::collection::vec((short_duration(), short_duration()), 4),
             );
             let owners = prop::collection::vec(owner_state(), NAMES.len());
-            let piles = prop::collection::vec(0u32..6, NAMES.len());
-            (pod, knobs, owners, piles, instant()).prop_map(
-                |(pod, (mechanism, unlisted, action, threshold, timings), owners, piles, now)| {
+            let piles = prop::collection::vec(prop::collection::vec(instant(), 0..6), NAMES.len());
+            (pod, knobs, owners, piles, instant(), short_duration()).prop_map(
+                |(
+                    pod,
+                    (mechanism, unlisted, action, threshold, timings),
+                    owners,
+                    piles,
+                    now,
+                    min_wait,
+                )| {
                     let mut config = config(mechanism);
                     config.unlisted_initializers = unlisted;
-                    config.pileup = Pileup { threshold, action };
+                    config.pileup = Pileup {
+                        threshold,
+                        action,
+                        min_wait,
+                    };
                     config.defaults.deadline = timings[3].0;
                     config.defaults.owner_down_grace = timings[3].1;
                     for (listed, (deadline, grace)) in config.initializers.iter_mut().zip(&timings)
@@ -1212,8 +1329,21 @@ mod tests {
                     Reason::Pileup => {
                         prop_assert_eq!(config.pileup.action, PileupAction::Bypass);
                         prop_assert!(pod.controller.is_some());
-                        let size = world.env().pile_size(&job(), &d.initializer);
-                        prop_assert!(size >= config.pileup.threshold);
+                        let min_wait = config.pileup.min_wait;
+                        prop_assert!(d.waited >= min_wait, "pileup before the pod's own minWait");
+                        // Counted here from the raw starts, not through the environment.
+                        let long_waiting = world
+                            .piles
+                            .iter()
+                            .filter(|(name, _)| *name == d.initializer)
+                            .flat_map(|(_, starts)| starts)
+                            .filter(|s| now.duration_since(**s).is_ok_and(|w| w >= min_wait))
+                            .count();
+                        prop_assert!(
+                            long_waiting >= config.pileup.threshold as usize,
+                            "pileup with only {} pods waiting >= minWait",
+                            long_waiting
+                        );
                         prop_assert!(!owner_down && d.waited < deadline, "precedence");
                     }
                 }
@@ -1251,6 +1381,49 @@ mod tests {
         }
 
         proptest! {
+            /// Issue 12 item 1: a healthy owner's batch (N >= threshold pods of one controller
+            /// arriving together, all younger than minWait) is never a pile, for any N.
+            #[test]
+            fn a_fresh_batch_of_a_healthy_owner_is_never_bypassed(
+                threshold in 1u32..8,
+                extra in 0u32..300,
+                legacy in any::<bool>(),
+                min_wait_ms in 1u64..60_000,
+                arrivals in prop::collection::vec(0.0f64..1.0, 1..8),
+                at in 0.0f64..1.0,
+            ) {
+                let n = threshold + extra;
+                let min_wait = Duration::from_millis(min_wait_ms);
+                let mechanism = if legacy { Mechanism::Initializers } else { Mechanism::SchedulingGates };
+                let mut config = config(mechanism);
+                config.pileup = Pileup { threshold, action: PileupAction::Bypass, min_wait };
+                // Only the pileup rule is under test: the deadline is far away.
+                for listed in &mut config.initializers {
+                    listed.deadline = secs(3600);
+                }
+                // The batch arrives within less than minWait; every pod is decided before the
+                // first of them has waited minWait.
+                let batch = min_wait.mul_f64(0.99);
+                let starts: Vec<SystemTime> = (0..n as usize)
+                    .map(|i| t(0) + batch.mul_f64(arrivals[i % arrivals.len()]))
+                    .collect();
+                let first = starts.iter().min().copied().unwrap_or(t(0));
+                let last = starts.iter().max().copied().unwrap_or(t(0));
+                let until = first + min_wait - Duration::from_nanos(1);
+                let now = last + until.duration_since(last).unwrap_or_default().mul_f64(at);
+                let env = FakeEnv::default()
+                    .owner(SIDECAR, OwnerState::Up { since: t(-600) })
+                    .pile_of(&job(), SIDECAR, starts.clone());
+                for start in &starts {
+                    let pod = TestPod::new(&[SIDECAR])
+                        .created(*start)
+                        .head_since(*start)
+                        .controlled_by(job());
+                    let out = pod.decide(&env, &config, now);
+                    prop_assert!(out.decisions.is_empty(), "bypassed a fresh batch: {:?}", out.decisions);
+                }
+            }
+
             #[test]
             fn decide_upholds_the_invariants(world in world()) {
                 let out = world.decide_at(world.now);

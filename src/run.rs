@@ -122,8 +122,13 @@ impl Environment for Env<'_> {
     fn owner_state(&self, initializer: &str) -> OwnerState {
         self.owners.state(initializer)
     }
-    fn pile_size(&self, controller: &ControllerRef, initializer: &str) -> u32 {
-        self.tracker.pile_size(&controller.uid, initializer)
+    fn pile_start(
+        &self,
+        controller: &ControllerRef,
+        initializer: &str,
+        k: u32,
+    ) -> Option<SystemTime> {
+        self.tracker.pile_start(&controller.uid, initializer, k)
     }
 }
 
@@ -419,7 +424,8 @@ impl ControlLoop {
             Event::Init => self.init_seen = Some(HashSet::new()),
             Event::InitApply(pod) => {
                 let key = pod.key();
-                self.apply(&pod, now);
+                // Decided once at InitDone: deciding each pile as it grows is quadratic.
+                self.record(&pod, now);
                 if let Some(seen) = &mut self.init_seen {
                     seen.insert(key);
                 }
@@ -438,6 +444,9 @@ impl ControlLoop {
                         self.delete(&key, now);
                     }
                 }
+                // Every pod once, with the whole list known.
+                self.shared.tracker().take_moved_earlier();
+                self.decide_all();
                 if !self.shared.pods_synced.swap(true, Ordering::AcqRel) {
                     info!(
                         waiting = self.shared.tracker().len(),
@@ -450,22 +459,34 @@ impl ControlLoop {
         }
     }
 
-    fn apply(&mut self, pod: &SlimPod, now: SystemTime) {
-        let key = pod.key();
+    /// Take in a pod's state without deciding anything.
+    fn record(&mut self, pod: &SlimPod, now: SystemTime) {
         let finished = self.shared.tracker().apply(pod, now);
         for f in finished {
             self.shared
                 .metrics
                 .observe_wait(&f.initializer, f.outcome, f.waited);
         }
-        self.check_expectation(&key, pod);
-        if self.shared.config.pileup.action == crate::config::PileupAction::Bypass {
-            let siblings = self.shared.tracker().siblings(&key);
-            for sibling in siblings {
-                self.decide(&sibling);
+        self.check_expectation(&pod.key(), pod);
+    }
+
+    /// Take in a pod's state and re-decide it. Its siblings are re-decided only when one of
+    /// their piles became ready earlier: a later instant only makes their planned wake-ups
+    /// early, and an early wake-up re-decides and re-plans, which is safe. So a growing pile
+    /// costs O(1) decisions per event, not O(pile).
+    fn apply(&mut self, pod: &SlimPod, now: SystemTime) {
+        let key = pod.key();
+        self.record(pod, now);
+        self.decide(&key);
+        let moved = self.shared.tracker().take_moved_earlier();
+        if self.shared.config.pileup.action != crate::config::PileupAction::Bypass {
+            return;
+        }
+        for controller in moved {
+            let siblings = self.shared.tracker().pods_of_controller(&controller);
+            for sibling in siblings.iter().filter(|s| **s != key) {
+                self.decide(sibling);
             }
-        } else {
-            self.decide(&key);
         }
     }
 

@@ -2,7 +2,8 @@
 //!
 //! Pure bookkeeping fed by the pod watch; no I/O and no clock of its own (`now` is passed in).
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::ops::Bound;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -68,7 +69,8 @@ pub struct Aggregates {
     pub oldest_wait: BTreeMap<String, Duration>,
     /// initializer → most pods waiting on it that share one controller.
     pub pile_max: BTreeMap<String, u32>,
-    /// initializer → controllers at or over the pileup threshold.
+    /// initializer → controllers with at least `pileup.threshold` pods that have each waited
+    /// `pileup.minWait` (DESIGN.md rule 5).
     pub pileups: BTreeMap<String, u32>,
 }
 
@@ -81,7 +83,19 @@ pub struct Tracker {
     piles: HashMap<(String, String), u32>,
     /// controller uid → its waiting pods (to re-decide a whole pile at once).
     by_controller: HashMap<String, HashSet<PodKey>>,
+    /// (controller uid, initializer) → wait starts of the pods whose wait for it is in
+    /// progress (gates: all; legacy: the head only), ordered.
+    starts: HashMap<PileKey, BTreeSet<(SystemTime, PodKey)>>,
+    /// (controller uid, initializer) → the `pileup.threshold`-th entry of `starts`, kept up to
+    /// date in O(log n) per change so that deciding a pod stays O(1) in the pile's size.
+    kth: HashMap<PileKey, (SystemTime, PodKey)>,
+    /// Controllers one of whose piles became ready earlier since the last
+    /// [`Tracker::take_moved_earlier`]: their other pods may have to act sooner than planned.
+    moved_earlier: HashSet<String>,
 }
+
+/// (controller uid, initializer).
+type PileKey = (String, String);
 
 impl Tracker {
     /// An empty tracker.
@@ -91,7 +105,14 @@ impl Tracker {
             pods: HashMap::new(),
             piles: HashMap::new(),
             by_controller: HashMap::new(),
+            starts: HashMap::new(),
+            kth: HashMap::new(),
+            moved_earlier: HashSet::new(),
         }
+    }
+
+    fn threshold(&self) -> usize {
+        self.config.pileup.threshold as usize
     }
 
     fn mechanism(&self) -> Mechanism {
@@ -129,6 +150,14 @@ impl Tracker {
             .unwrap_or_default()
     }
 
+    /// Waiting pods grouped under the controller with this uid.
+    pub fn pods_of_controller(&self, controller_uid: &str) -> Vec<PodKey> {
+        self.by_controller
+            .get(controller_uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
     /// Pods of the controller with this uid waiting on `initializer`.
     pub fn pile_size(&self, controller_uid: &str, initializer: &str) -> u32 {
         self.piles
@@ -137,8 +166,61 @@ impl Tracker {
             .unwrap_or(0)
     }
 
+    /// The `k`-th earliest wait start (from 1) among the pods of the controller with this uid
+    /// whose wait for `initializer` is in progress; see `policy::Environment::pile_start`.
+    /// O(1) for `k = pileup.threshold`.
+    pub fn pile_start(
+        &self,
+        controller_uid: &str,
+        initializer: &str,
+        k: u32,
+    ) -> Option<SystemTime> {
+        let key = (controller_uid.to_owned(), initializer.to_owned());
+        if k as usize == self.threshold() {
+            return self.kth.get(&key).map(|(at, _)| *at);
+        }
+        let index = (k as usize).checked_sub(1)?;
+        self.starts.get(&key)?.iter().nth(index).map(|(at, _)| *at)
+    }
+
+    /// Controllers one of whose piles became ready earlier (or at all) since the last call.
+    pub fn take_moved_earlier(&mut self) -> HashSet<String> {
+        std::mem::take(&mut self.moved_earlier)
+    }
+
     /// Take in the latest state of a pod (watch ADDED/MODIFIED, list item, re-read).
     pub fn apply(&mut self, pod: &SlimPod, now: SystemTime) -> Vec<Finished> {
+        // Compare the piles this update touches before and after it, not at each step: the
+        // remove-then-insert of an unchanged pod must not count as a move.
+        let mut keys: Vec<PileKey> = Vec::new();
+        if let Some(old) = self.pods.get(&pod.key()) {
+            keys.extend(self.pile_keys(old));
+        }
+        if let Some(c) = pod.controller() {
+            let pending = pod.pending(self.mechanism());
+            let names = match self.mechanism() {
+                Mechanism::SchedulingGates => dedup(pending),
+                Mechanism::Initializers => pending.first().into_iter().collect(),
+            };
+            keys.extend(names.into_iter().map(|n| (c.uid.clone(), n.clone())));
+        }
+        let before: Vec<Option<SystemTime>> = keys.iter().map(|k| self.kth_at(k)).collect();
+        let finished = self.apply_inner(pod, now);
+        for (key, before) in keys.into_iter().zip(before) {
+            if let Some(after) = self.kth_at(&key)
+                && before.is_none_or(|b| after < b)
+            {
+                self.moved_earlier.insert(key.0);
+            }
+        }
+        finished
+    }
+
+    fn kth_at(&self, key: &PileKey) -> Option<SystemTime> {
+        self.kth.get(key).map(|(at, _)| *at)
+    }
+
+    fn apply_inner(&mut self, pod: &SlimPod, now: SystemTime) -> Vec<Finished> {
         let key = pod.key();
         let pending = pod.pending(self.mechanism());
         let terminating = pod.metadata.deletion_timestamp.is_some();
@@ -248,8 +330,14 @@ impl Tracker {
         for ((_, name), &count) in &self.piles {
             let max = agg.pile_max.entry(name.clone()).or_default();
             *max = (*max).max(count);
-            let piles = agg.pileups.entry(name.clone()).or_default();
-            if count >= self.config.pileup.threshold {
+            agg.pileups.entry(name.clone()).or_default();
+        }
+        // A pile is `threshold` pods that have each waited minWait, not a fresh batch.
+        for ((_, name), (kth, _)) in &self.kth {
+            let waited = now.duration_since(*kth).unwrap_or_default();
+            if waited >= self.config.pileup.min_wait
+                && let Some(piles) = agg.pileups.get_mut(name)
+            {
                 *piles += 1;
             }
         }
@@ -282,7 +370,90 @@ impl Tracker {
             .collect()
     }
 
+    /// Names whose wait is in progress on `pod`: every gate; the legacy head only.
+    fn in_progress<'p>(&self, pod: &'p TrackedPod) -> Vec<&'p String> {
+        match self.mechanism() {
+            Mechanism::SchedulingGates => dedup(&pod.pending),
+            Mechanism::Initializers => pod.pending.first().into_iter().collect(),
+        }
+    }
+
+    /// When `pod` started waiting for its in-progress initializers (as `policy` counts it).
+    fn wait_start(&self, pod: &TrackedPod) -> SystemTime {
+        match self.mechanism() {
+            Mechanism::SchedulingGates => pod.created,
+            Mechanism::Initializers => pod.head_since,
+        }
+    }
+
+    /// The piles `pod` is part of.
+    fn pile_keys(&self, pod: &TrackedPod) -> Vec<PileKey> {
+        let Some(ctrl) = &pod.controller else {
+            return Vec::new();
+        };
+        self.in_progress(pod)
+            .into_iter()
+            .map(|n| (ctrl.uid.clone(), n.clone()))
+            .collect()
+    }
+
+    /// Add `entry` to a pile's ordered starts and keep its k-th entry current: it only
+    /// changes when the pile reaches k entries or the new entry sorts before it.
+    fn insert_start(&mut self, pile: PileKey, entry: (SystemTime, PodKey)) {
+        let k = self.threshold();
+        let set = self.starts.entry(pile.clone()).or_default();
+        let earlier_than_kth = self.kth.get(&pile).is_some_and(|kth| entry < *kth);
+        set.insert(entry);
+        let new_kth = if set.len() < k {
+            None
+        } else if set.len() == k {
+            set.last().cloned()
+        } else if earlier_than_kth {
+            // The old k-th is now (k+1)-th: its predecessor is the new k-th.
+            let old = self.kth.get(&pile).cloned();
+            old.and_then(|old| set.range(..old).next_back().cloned())
+        } else {
+            return;
+        };
+        match new_kth {
+            Some(kth) => self.kth.insert(pile, kth),
+            None => self.kth.remove(&pile),
+        };
+    }
+
+    /// Remove `entry` from a pile's ordered starts; the k-th moves to its successor when an
+    /// entry at or before it leaves.
+    fn remove_start(&mut self, pile: &PileKey, entry: &(SystemTime, PodKey)) {
+        let k = self.threshold();
+        let Some(set) = self.starts.get_mut(pile) else {
+            return;
+        };
+        if !set.remove(entry) {
+            return;
+        }
+        let old = self.kth.get(pile).cloned();
+        let new_kth = match old {
+            _ if set.len() < k => None,
+            Some(old) if *entry <= old => set
+                .range((Bound::Excluded(old), Bound::Unbounded))
+                .next()
+                .cloned(),
+            other => other,
+        };
+        if set.is_empty() {
+            self.starts.remove(pile);
+        }
+        match new_kth {
+            Some(kth) => self.kth.insert(pile.clone(), kth),
+            None => self.kth.remove(pile),
+        };
+    }
+
     fn insert_entry(&mut self, key: PodKey, pod: TrackedPod) {
+        let start = self.wait_start(&pod);
+        for pile in self.pile_keys(&pod) {
+            self.insert_start(pile, (start, key.clone()));
+        }
         if let Some(ctrl) = &pod.controller {
             for name in dedup(&pod.pending) {
                 *self
@@ -300,6 +471,10 @@ impl Tracker {
 
     fn remove_entry(&mut self, key: &str) -> Option<TrackedPod> {
         let pod = self.pods.remove(key)?;
+        let start = self.wait_start(&pod);
+        for pile in self.pile_keys(&pod) {
+            self.remove_start(&pile, &(start, key.to_owned()));
+        }
         if let Some(ctrl) = &pod.controller {
             for name in dedup(&pod.pending) {
                 let k = (ctrl.uid.clone(), name.clone());
@@ -485,6 +660,116 @@ mod tests {
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].outcome, Outcome::Deleted);
         assert_eq!(tr.get("ns/a").unwrap().uid, "u2");
+    }
+
+    /// A pod of Job `job` created `created` seconds after `t(0)`, waiting on `gates`.
+    fn created_pod(name: &str, job: &str, created: u64, gates: &[&str]) -> SlimPod {
+        let mut p = pod(name, &format!("u-{name}"), Some(job), gates, json!({}));
+        p.metadata.creation_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::from_second(1_795_255_200 + created as i64).unwrap(),
+        ));
+        p
+    }
+
+    /// The k-th earliest wait start of a pile, counted from scratch.
+    fn brute_kth(tr: &Tracker, job: &str, gate: &str, k: usize) -> Option<SystemTime> {
+        let mut starts: Vec<SystemTime> = tr
+            .pods()
+            .map(|(_, p)| p)
+            .filter(|p| p.controller.as_ref().is_some_and(|c| c.uid == job))
+            .filter(|p| match tr.mechanism() {
+                Mechanism::SchedulingGates => p.pending.iter().any(|g| g == gate),
+                Mechanism::Initializers => p.pending.first().is_some_and(|g| g == gate),
+            })
+            .map(|p| tr.wait_start(p))
+            .collect();
+        starts.sort();
+        starts.get(k - 1).copied()
+    }
+
+    #[test]
+    fn pile_start_follows_every_change_and_reports_earlier_moves() {
+        use proptest::prelude::*;
+        use proptest::test_runner::{Config as RunnerConfig, TestRunner};
+        let ops = prop::collection::vec(
+            (0usize..12, 0usize..2, 0u64..50, 0usize..4, any::<bool>()),
+            1..80,
+        );
+        let mut runner = TestRunner::new(RunnerConfig::with_cases(200));
+        runner
+            .run(
+                &(ops, any::<bool>(), 1u32..5),
+                |(ops, legacy, threshold)| {
+                    let mechanism = if legacy {
+                        "initializers"
+                    } else {
+                        "schedulingGates"
+                    };
+                    let text =
+                        format!("mechanism: {mechanism}\npileup: {{ threshold: {threshold} }}\n");
+                    let mut tr = Tracker::new(Arc::new(Config::from_yaml_str(&text, "t").unwrap()));
+                    let gate_sets: [&[&str]; 4] = [&["a"], &["b", "a"], &["a", "b"], &[]];
+                    for (step, (pod_no, job_no, created, gates, delete)) in
+                        ops.into_iter().enumerate()
+                    {
+                        let (name, job) = (format!("p{pod_no}"), ["j0", "j1"][job_no]);
+                        let before: Vec<_> = ["j0", "j1"]
+                            .iter()
+                            .flat_map(|j| ["a", "b"].map(|g| (*j, g)))
+                            .map(|(j, g)| ((j, g), tr.pile_start(j, g, threshold)))
+                            .collect();
+                        tr.take_moved_earlier();
+                        let now = t(100 + step as u64);
+                        if delete {
+                            tr.delete(&format!("ns/{name}"), now);
+                        } else {
+                            tr.apply(&created_pod(&name, job, created, gate_sets[gates]), now);
+                        }
+                        let moved = tr.take_moved_earlier();
+                        for ((j, g), was) in before {
+                            let is = tr.pile_start(j, g, threshold);
+                            prop_assert_eq!(
+                                is,
+                                brute_kth(&tr, j, g, threshold as usize),
+                                "{} {}",
+                                j,
+                                g
+                            );
+                            for k in 1..=threshold + 1 {
+                                prop_assert_eq!(
+                                    tr.pile_start(j, g, k),
+                                    brute_kth(&tr, j, g, k as usize)
+                                );
+                            }
+                            if is.is_some_and(|is| was.is_none_or(|was| is < was)) {
+                                prop_assert!(
+                                    moved.contains(j),
+                                    "{} {} moved earlier unreported",
+                                    j,
+                                    g
+                                );
+                            }
+                        }
+                    }
+                    Ok(())
+                },
+            )
+            .unwrap();
+    }
+
+    #[test]
+    fn pileups_count_only_piles_whose_pods_each_waited_min_wait() {
+        let text = "pileup: { threshold: 2, minWait: 10s }\n";
+        let mut tr = Tracker::new(Arc::new(Config::from_yaml_str(text, "t").unwrap()));
+        for (name, created) in [("a", 0), ("b", 5), ("c", 7)] {
+            tr.apply(&created_pod(name, "j", created, &["g"]), t(8));
+        }
+        assert_eq!(tr.aggregates(t(14)).pileups["g"], 0);
+        assert_eq!(tr.aggregates(t(14)).pile_max["g"], 3);
+        assert_eq!(tr.aggregates(t(15)).pileups["g"], 1);
+        tr.delete("ns/b", t(15));
+        assert_eq!(tr.aggregates(t(16)).pileups["g"], 0);
+        assert_eq!(tr.aggregates(t(17)).pileups["g"], 1);
     }
 
     #[test]

@@ -136,6 +136,9 @@ mod examples {
         }
         assert!(c.defaults.deadline < Duration::from_secs(30));
         assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+        // A fresh batch is never a pile (issue 12 item 1): bypass only after minWait.
+        assert_eq!(c.pileup.action, initguard::config::PileupAction::Bypass);
+        assert_eq!(c.pileup.min_wait, Duration::from_secs(10));
     }
 
     #[test]
@@ -277,6 +280,7 @@ mod rules {
         assert_eq!(c.unlisted_initializers, UnlistedPolicy::Ignore);
         assert_eq!(c.pileup.threshold, 3);
         assert_eq!(c.pileup.action, initguard::config::PileupAction::Alert);
+        assert_eq!(c.pileup.min_wait, Duration::from_secs(10));
         assert!(c.leader_election.enabled);
         assert_eq!(c.leader_election.namespace, "kube-system");
         assert_eq!(c.leader_election.name, "initguard");
@@ -653,6 +657,46 @@ mod rules {
             "pileup:\n  threshold: \"3\"\n",
             "2:14",
             "pileup.threshold: invalid type: string \"3\", expected a whole number",
+        );
+    }
+
+    #[test]
+    fn pileup_min_wait_is_a_located_duration() {
+        assert_eq!(
+            accepted("pileup: { minWait: 2500ms }\n").pileup.min_wait,
+            Duration::from_millis(2500)
+        );
+        assert_eq!(
+            accepted("pileup: { threshold: 4 }\n").pileup.min_wait,
+            Duration::from_secs(10)
+        );
+        assert_rejected(
+            "pileup:\n  minWait: 10\n",
+            "2:12",
+            "pileup.minWait: expected a duration with a unit such as \"20s\"",
+        );
+        assert_rejected(
+            "pileup:\n  action: bypass\n  minWait: 2y\n",
+            "3:12",
+            "pileup.minWait: expected a duration of at most 1y",
+        );
+        let zero = accepted("pileup: { action: bypass, minWait: 0s }\n");
+        assert!(
+            zero.warnings()
+                .iter()
+                .any(|w| w.contains("pileup.minWait is 0s")),
+            "{:?}",
+            zero.warnings()
+        );
+        let legacy =
+            accepted("mechanism: initializers\npileup: { action: bypass, minWait: 30s }\n");
+        assert!(
+            legacy
+                .warnings()
+                .iter()
+                .any(|w| w.contains("pileup.minWait 30s is not below")),
+            "{:?}",
+            legacy.warnings()
         );
     }
 

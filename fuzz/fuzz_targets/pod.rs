@@ -44,8 +44,8 @@ impl Environment for AllDown {
             since: SystemTime::UNIX_EPOCH,
         }
     }
-    fn pile_size(&self, _: &ControllerRef, _: &str) -> u32 {
-        u32::MAX
+    fn pile_start(&self, _: &ControllerRef, _: &str, _: u32) -> Option<SystemTime> {
+        Some(SystemTime::UNIX_EPOCH)
     }
 }
 

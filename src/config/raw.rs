@@ -144,11 +144,12 @@ pub(super) struct RawPods {
 #[serde(
     deny_unknown_fields,
     rename_all = "camelCase",
-    expecting = "a mapping with keys threshold and action"
+    expecting = "a mapping with keys threshold, action and minWait"
 )]
 pub(super) struct RawPileup {
     pub threshold: Option<Count>,
     pub action: Option<PileupAction>,
+    pub min_wait: Option<HumanDuration>,
 }
 
 #[derive(Debug, Deserialize)]

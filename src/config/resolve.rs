@@ -29,6 +29,9 @@ pub const DEFAULT_OWNER_DOWN_GRACE: Duration = Duration::from_secs(5);
 pub const DEFAULT_PROBE_INTERVAL: Duration = Duration::from_secs(2);
 /// Default `pileup.threshold`.
 pub const DEFAULT_PILEUP_THRESHOLD: u32 = 3;
+/// Default `pileup.minWait`: well below the ~30 s create timeout of legacy API servers, well
+/// above the latency of a healthy initializer owner (a fresh batch is not a pile).
+pub const DEFAULT_PILEUP_MIN_WAIT: Duration = Duration::from_secs(10);
 /// Default leader election Lease namespace.
 pub const DEFAULT_LEASE_NAMESPACE: &str = "kube-system";
 /// Default leader election Lease name.
@@ -532,6 +535,7 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Problems<'_>) -> Config {
         None => Pileup {
             threshold: DEFAULT_PILEUP_THRESHOLD,
             action: PileupAction::Alert,
+            min_wait: DEFAULT_PILEUP_MIN_WAIT,
         },
         Some(p) => Pileup {
             threshold: u32::try_from(count(
@@ -543,6 +547,13 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Problems<'_>) -> Config {
             ))
             .unwrap_or(DEFAULT_PILEUP_THRESHOLD),
             action: p.action.unwrap_or(PileupAction::Alert),
+            min_wait: duration(
+                problems,
+                "pileup.minWait",
+                p.min_wait,
+                DEFAULT_PILEUP_MIN_WAIT,
+                Minimum::Zero,
+            ),
         },
     };
 

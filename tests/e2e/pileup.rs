@@ -146,3 +146,57 @@ async fn gated_cron_job_pile_stays_bounded() {
     );
     c.finish(guard).await;
 }
+
+/// Issue 12 item 1: a healthy owner's batch is never a pile. A parallel Job creates 10 opted-in
+/// gated pods at once while the gate's owner is up and needs 1.5 s per pod; with
+/// `pileup: {threshold: 3, action: bypass}` (minWait 10s by default) the guard writes nothing
+/// and the owner initializes every pod itself. Judged by the server's request log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthy_parallel_job_is_never_a_pile() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let owner = c
+        .owner(SIDECAR, |o| o.latency = Duration::from_millis(1500))
+        .await;
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!(
+            "pileup: {{ threshold: 3, action: bypass }}\ninitializers:\n{}",
+            owned(SIDECAR, "1m")
+        ),
+    );
+    let guard = c.guard(&config).await;
+    wait_owner(&guard, SIDECAR, true).await;
+    let mut options = CreatorOptions::job("default", "parallel", 10);
+    options.opt_in_label = Some(OPT_IN.to_owned());
+    options.gates = vec![SIDECAR.to_owned()];
+    let key = options.controller_key();
+    let job = Creator::start(c.sim.kube_config("job-controller"), options).unwrap();
+
+    until(
+        Duration::from_secs(10),
+        "the Job to create its 10 pods",
+        || job.stats().creates_issued() == 10 && c.sim.list_objects("pods").len() >= 10,
+    )
+    .await;
+    until(
+        Duration::from_secs(20),
+        "every gate of the Job's pods to be removed",
+        || pile(&c, &key) == 0,
+    )
+    .await;
+    let patches: Vec<_> = c
+        .guard_writes()
+        .into_iter()
+        .filter(|r| r.verb == "patch")
+        .collect();
+    assert_eq!(patches, vec![], "the guard patched a healthy batch");
+    assert!(
+        c.removals().iter().all(|r| r.user != GUARD_USER),
+        "{:?}",
+        c.removals()
+    );
+    // The owner did the work, on all 10 pods at once (they waited together).
+    assert_eq!(owner.stats().removed(), 10);
+    assert_eq!(job.stats().creates_issued(), 10);
+    c.finish(guard).await;
+}

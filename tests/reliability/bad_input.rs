@@ -615,8 +615,13 @@ impl initguard::policy::Environment for NoOwners {
     fn owner_state(&self, _: &str) -> initguard::policy::OwnerState {
         initguard::policy::OwnerState::Unknown
     }
-    fn pile_size(&self, _: &initguard::policy::ControllerRef, _: &str) -> u32 {
-        0
+    fn pile_start(
+        &self,
+        _: &initguard::policy::ControllerRef,
+        _: &str,
+        _: u32,
+    ) -> Option<std::time::SystemTime> {
+        None
     }
 }
 
