@@ -582,6 +582,8 @@ impl Task {
             match attempt {
                 Ok(surface) => break surface,
                 Err(e) => {
+                    // The watch cannot start without it: counted like a failed watch.
+                    self.handle.inner.metrics.watch_restarted("deployments");
                     warn!(owner = %self.handle.owner().target, error = %error_chain(&e),
                         "cannot read API discovery for the owner deployment; retrying");
                     tokio::select! {
