@@ -1,10 +1,12 @@
 //! Simulated Kubernetes API server: a test double for a real cluster.
 //!
 //! [`Sim`] serves the real Kubernetes HTTP API (JSON only) on 127.0.0.1 so that kube-rs and
-//! kubectl talk to it unchanged: namespaces, pods (+status), apps/v1 deployments (+status),
-//! coordination.k8s.io/v1 leases, core/v1 and events.k8s.io/v1 events; get, list (selectors,
-//! pagination), watch (bookmarks, 410 Gone), create, update, patch (JSON, merge, strategic),
-//! delete; discovery and Table output for kubectl. It implements the two pending-initializer
+//! kubectl talk to it unchanged: namespaces, pods (+status), configmaps, deployments (+status;
+//! apps/v1, apps/v1beta2, apps/v1beta1, extensions/v1beta1), leases (coordination.k8s.io/v1
+//! and v1beta1), core/v1 and events.k8s.io/v1 events; get, list (selectors, pagination), watch
+//! (bookmarks, 410 Gone), create, update, patch (JSON, merge, strategic), delete; discovery and
+//! Table output for kubectl. [`SimOptions::kube_version`] narrows this to what one Kubernetes
+//! version served ([`version`] has the table and its sources). It implements the two pending-initializer
 //! mechanisms initguard deals with: scheduling gates (removal only, gated pods stay Pending
 //! `SchedulingGated`, a simulated scheduler runs ungated pods) and legacy initializers
 //! (uninitialized pods hidden without `includeUninitialized=true`, a CREATE blocks until
