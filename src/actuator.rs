@@ -1,4 +1,5 @@
-//! The one writer: removes a decided initializer with an atomic JSON Patch and records an Event.
+//! The one writer: removes a decided initializer with an atomic JSON Patch and records a core/v1
+//! Event for it.
 //!
 //! Concurrency is bounded; a failed `test` (the pod changed under us) is never retried blindly:
 //! the pod is re-read and handed back for a fresh decision. Transient API failures are retried
@@ -7,9 +8,9 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use rand::Rng;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
@@ -100,19 +101,12 @@ impl Actuator {
         cancel: CancellationToken,
     ) -> (Actuator, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(QUEUE);
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "initguard".into(),
-                instance: Some(identity),
-            },
-        );
         let worker = Worker {
             client,
             config,
             metrics,
             leader,
-            recorder,
+            identity: Arc::from(identity),
             reports,
         };
         let handle = tokio::spawn(worker.run(rx, cancel));
@@ -135,7 +129,8 @@ struct Worker {
     config: Arc<Config>,
     metrics: Arc<Metrics>,
     leader: watch::Receiver<bool>,
-    recorder: Recorder,
+    /// This replica's identity, named in each Event it writes.
+    identity: Arc<str>,
     reports: mpsc::UnboundedSender<Report>,
 }
 
@@ -283,33 +278,61 @@ impl Worker {
         }
     }
 
+    /// Write one core/v1 Event for this bypass. core/v1 Events are served by every Kubernetes
+    /// version (events.k8s.io/v1 only from 1.19), and a fresh Event per bypass keeps each
+    /// initializer's bypass visible on its own: kube-runtime's Recorder folds a repeat on the
+    /// same pod into the first Event's series, hiding the second initializer's name.
     async fn publish_event(&self, job: &BypassJob) {
-        let note = format!(
-            "initguard removed initializer {} ({}) after waiting {}; owner: {}",
-            job.initializer,
-            job.reason.as_str(),
-            humantime::format_duration(Duration::from_secs(job.waited.as_secs())),
-            job.owner
-        );
-        let event = Event {
-            type_: EventType::Warning,
-            reason: "InitializerBypassed".into(),
-            note: Some(truncate(note, 1024)),
-            action: "Bypass".into(),
-            secondary: None,
-        };
-        let reference = ObjectReference {
+        let event = bypass_event(job, &self.identity, jiff::Timestamp::now());
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &job.namespace);
+        if let Err(e) = api.create(&PostParams::default(), &event).await {
+            // The bypass itself succeeded; a lost Event must not undo or repeat it.
+            warn!(pod = %job.key, error = %e, "could not record InitializerBypassed event");
+        }
+    }
+}
+
+/// The Warning Event `InitializerBypassed` for one bypass, named like client-go's recorder
+/// names Events (`<pod>.<hex nanoseconds>`), plus a random suffix so two bypasses of one pod
+/// within the same instant still get an Event each.
+fn bypass_event(job: &BypassJob, identity: &str, now: jiff::Timestamp) -> Event {
+    let note = format!(
+        "initguard removed initializer {} ({}) after waiting {}; owner: {}",
+        job.initializer,
+        job.reason.as_str(),
+        humantime::format_duration(Duration::from_secs(job.waited.as_secs())),
+        job.owner
+    );
+    let suffix: u32 = rand::rng().random();
+    let nanos = u64::try_from(now.as_nanosecond()).unwrap_or_default();
+    Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{}.{nanos:x}{suffix:08x}", job.name)),
+            namespace: Some(job.namespace.clone()),
+            ..ObjectMeta::default()
+        },
+        involved_object: ObjectReference {
             api_version: Some("v1".into()),
             kind: Some("Pod".into()),
             name: Some(job.name.clone()),
             namespace: Some(job.namespace.clone()),
             uid: Some(job.uid.clone()),
             ..ObjectReference::default()
-        };
-        if let Err(e) = self.recorder.publish(&event, &reference).await {
-            // The bypass itself succeeded; a lost Event must not undo or repeat it.
-            warn!(pod = %job.key, error = %e, "could not record InitializerBypassed event");
-        }
+        },
+        reason: Some("InitializerBypassed".into()),
+        message: Some(truncate(note, 1024)),
+        type_: Some("Warning".into()),
+        action: Some("Bypass".into()),
+        count: Some(1),
+        first_timestamp: Some(Time(now)),
+        last_timestamp: Some(Time(now)),
+        source: Some(EventSource {
+            component: Some("initguard".into()),
+            host: None,
+        }),
+        reporting_component: Some("initguard".into()),
+        reporting_instance: Some(truncate(identity.to_owned(), 128)),
+        ..Event::default()
     }
 }
 
@@ -322,14 +345,26 @@ fn classify(e: kube::Error) -> Attempt {
             match code {
                 404 => Attempt::Gone,
                 409 | 422 => Attempt::Stale,
-                // Servers before JSON Patch tests became 422 answered 500 "Testing value ...".
-                500 if msg.to_ascii_lowercase().contains("testing value") => Attempt::Stale,
+                // Servers before JSON Patch failures became 422 (1.7-1.13) answered 500 with
+                // the patch library's words: a failed `test`, a tested path that is gone, or
+                // an index past the end of a list that shrank. Each means the pod changed.
+                // (kubernetes/kubernetes#68202: "Testing value /resourceVersion failed", 500.)
+                500 if changed_pod_message(&msg) => Attempt::Stale,
                 429 | 500..=599 => Attempt::Retry(format!("{code} {}: {msg}", status.reason)),
                 _ => Attempt::Fatal(format!("{code} {}: {msg}", status.reason)),
             }
         }
         other => Attempt::Retry(other.to_string()),
     }
+}
+
+/// Whether a 500 answer's message is evanphx/json-patch's wording for a document that no
+/// longer matches the patch, as 1.7-1.13 API servers passed it through.
+fn changed_pod_message(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    m.contains("testing value")
+        || m.contains("test operation does not apply")
+        || m.contains("unable to access invalid index")
 }
 
 /// Full jitter: uniform in [0, min(max, base·2^attempt)].
@@ -390,6 +425,18 @@ mod tests {
             )),
             Attempt::Stale
         ));
+        for message in [
+            "jsonpatch test operation does not apply: is missing path: /metadata/initializers/pending/1/name",
+            "Unable to access invalid index: 1",
+        ] {
+            assert!(
+                matches!(
+                    classify(status(500, "InternalError", message)),
+                    Attempt::Stale
+                ),
+                "{message}"
+            );
+        }
         assert!(matches!(
             classify(status(500, "InternalError", "etcd timeout")),
             Attempt::Retry(_)

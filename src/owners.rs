@@ -2,7 +2,10 @@
 //!
 //! One watcher or prober per distinct [`OwnerSpec`], however many initializers share it:
 //!
-//! * `deployment` — a watch on that one Deployment; up while `status.availableReplicas >= 1`.
+//! * `deployment` — a watch on that one Deployment, in the most preferred group version the
+//!   server serves (apps/v1 … extensions/v1beta1, found by discovery: [`crate::discovery`]);
+//!   up while `status.availableReplicas >= 1`. A server serving none is an error in the log
+//!   and in `/readyz` ([`Owners::problems`]).
 //! * `lease` — a watch on that one Lease; up while the lease was renewed within its
 //!   `leaseDurationSeconds` as observed on this process's monotonic clock (see `LeaseModel`).
 //!   A lease expires without any event, so a timer is armed for the expiry instant.
@@ -38,6 +41,7 @@ use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
+use kube::api::DynamicObject;
 use kube::client::ConfigExt as _;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -51,6 +55,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::config::{Config, ObjectRef, OwnerSpec};
+use crate::discovery::{ApiSurface, Problems, deployment_group_versions};
 use crate::metrics::Metrics;
 use crate::policy::OwnerState;
 
@@ -74,6 +79,8 @@ struct Inner {
     /// Bumped on every state change.
     changes: watch::Sender<u64>,
     metrics: Arc<Metrics>,
+    /// Owners that cannot be watched at all (their API is not served).
+    problems: Problems,
 }
 
 struct Owner {
@@ -214,11 +221,7 @@ impl Owners {
             };
             match &owners.inner.owners[index].spec {
                 OwnerSpec::Deployment(r) => {
-                    tokio::spawn(task.watch::<Deployment, DeploymentModel>(
-                        named_api(&client, r),
-                        name_selector(r),
-                        "deployments",
-                    ));
+                    tokio::spawn(task.watch_deployment(client.clone(), r.clone()));
                 }
                 OwnerSpec::Lease(r) => {
                     tokio::spawn(task.watch::<Lease, LeaseModel>(
@@ -291,6 +294,7 @@ impl Owners {
                 by_initializer,
                 changes: watch::channel(0).0,
                 metrics,
+                problems: Problems::default(),
             }),
         }
     }
@@ -332,6 +336,12 @@ impl Owners {
                     .then(|| format!("{} {}: unknown ({detail})", o.spec.kind(), o.target))
             })
             .collect()
+    }
+
+    /// Owners that cannot be observed because the server lacks their API, as `KIND TARGET:
+    /// REASON`; each makes `/readyz` fail.
+    pub fn problems(&self) -> Vec<String> {
+        self.inner.problems.list()
     }
 
     /// Resolves once every owner has been observed at least once.
@@ -792,6 +802,43 @@ impl ProbeTls {
     }
 }
 
+/// A Deployment of whichever group version the server serves, judged as apps/v1: the field
+/// read (`status.availableReplicas`) is the same in apps/v1beta1, apps/v1beta2 and
+/// extensions/v1beta1.
+#[derive(Default)]
+struct ServedDeploymentModel(DeploymentModel);
+
+/// `object` decoded as an apps/v1 Deployment (None when it is not one).
+fn as_apps_v1(object: DynamicObject) -> Option<Deployment> {
+    let mut value = serde_json::to_value(object).ok()?;
+    value["apiVersion"] = serde_json::json!("apps/v1");
+    value["kind"] = serde_json::json!("Deployment");
+    serde_json::from_value(value).ok()
+}
+
+impl Model<DynamicObject> for ServedDeploymentModel {
+    fn apply(&mut self, object: DynamicObject) {
+        let name = object.metadata.name.clone().unwrap_or_default();
+        match as_apps_v1(object) {
+            Some(d) => self.0.apply(d),
+            None => {
+                warn!(deployment = %name, "cannot decode the owner deployment; ignoring this version of it")
+            }
+        }
+    }
+
+    fn delete(&mut self, object: DynamicObject) {
+        self.0.delete(as_apps_v1(object).unwrap_or_default());
+    }
+
+    fn evaluate(&self, now: SystemTime) -> Evaluation {
+        self.0.evaluate(now)
+    }
+}
+
+/// How long to wait before reading discovery again after it failed.
+const DISCOVERY_RETRY: Duration = Duration::from_secs(2);
+
 /// One owner's watcher or prober.
 struct Task {
     handle: Handle,
@@ -799,6 +846,49 @@ struct Task {
 }
 
 impl Task {
+    /// Read discovery (retrying while the API server cannot answer), then watch the Deployment
+    /// `r` in the most preferred group version served. Without any, log an error, list the
+    /// problem for `/readyz` and leave the owner unobserved.
+    async fn watch_deployment(self, client: kube::Client, r: ObjectRef) {
+        let surface = loop {
+            let attempt = tokio::select! {
+                () = self.cancel.cancelled() => return,
+                a = ApiSurface::read(&client) => a,
+            };
+            match attempt {
+                Ok(surface) => break surface,
+                Err(e) => {
+                    // The watch cannot start without it: counted like a failed watch.
+                    self.handle.inner.metrics.watch_restarted("deployments");
+                    warn!(owner = %self.handle.owner().target, error = %error_chain(&e),
+                        "cannot read API discovery for the owner deployment; retrying");
+                    tokio::select! {
+                        () = self.cancel.cancelled() => return,
+                        () = tokio::time::sleep(DISCOVERY_RETRY) => {}
+                    }
+                }
+            }
+        };
+        let owner = self.handle.owner();
+        let Some(resource) = surface.deployments() else {
+            let problem = format!(
+                "the API server serves no Deployment API ({}), so this owner cannot be watched",
+                deployment_group_versions()
+            );
+            error!(initializers = %owner.initializer_list, owner = %owner.target, %problem,
+                "owner deployment cannot be watched");
+            self.handle.inner.problems.set(
+                &format!("{} {}", owner.spec.kind(), owner.target),
+                Some(problem),
+            );
+            return;
+        };
+        info!(owner = %owner.target, api_version = %resource.api_version, "watching owner deployment");
+        let api = Api::namespaced_with(client, &r.namespace, &resource);
+        self.watch::<DynamicObject, ServedDeploymentModel>(api, name_selector(&r), "deployments")
+            .await
+    }
+
     /// Follow the objects of `api` selected by `config` and judge them with `M`.
     async fn watch<K, M>(self, api: Api<K>, config: watcher::Config, resource: &'static str)
     where

@@ -24,6 +24,7 @@ use tracing::{info, warn};
 
 use crate::actuator::{Actuator, BypassJob, Report};
 use crate::config::Config;
+use crate::discovery::Problems;
 use crate::metrics::{Metrics, MetricsError};
 use crate::owners::{Owners, owner_target};
 use crate::pod::SlimPod;
@@ -62,6 +63,8 @@ pub struct Shared {
     pub owners: Owners,
     pub identity: String,
     leader: watch::Receiver<bool>,
+    /// Why this replica cannot take part in the leader election, if it cannot.
+    problems: Problems,
     tracker: Mutex<Tracker>,
     pods_synced: AtomicBool,
     last_progress: Mutex<Instant>,
@@ -97,6 +100,15 @@ impl Shared {
         if !self.pods_synced.load(Ordering::Acquire) {
             missing.push("pods: initial list not complete".to_owned());
         }
+        // Owners not observed yet are unknown, not missing (never owner_down); /readyz lists
+        // them in its 200 body. A Deployment API the server does not serve is missing.
+        missing.extend(
+            self.owners
+                .problems()
+                .into_iter()
+                .map(|p| format!("owner {p}")),
+        );
+        missing.extend(self.problems.list());
         missing
     }
 
@@ -177,11 +189,13 @@ impl Guard {
         );
         // Not a child of `cancel`: the lease is released only after in-flight patches drain.
         let leader_cancel = CancellationToken::new();
+        let problems = Problems::default();
         let (leader, leader_task) = crate::leader::spawn(
             client.clone(),
             &config.leader_election,
             identity.clone(),
             metrics.clone(),
+            problems.clone(),
             leader_cancel.clone(),
         );
         let shared = Arc::new(Shared {
@@ -190,6 +204,7 @@ impl Guard {
             owners: owners.clone(),
             identity: identity.clone(),
             leader: leader.clone(),
+            problems,
             tracker: Mutex::new(Tracker::new(config.clone())),
             pods_synced: AtomicBool::new(false),
             last_progress: Mutex::new(Instant::now()),

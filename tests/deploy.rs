@@ -689,9 +689,9 @@ fn cluster_role_grants_exactly_what_the_guard_uses() {
     }
     let expected = triples(&[
         ("", "pods", &["get", "list", "watch", "patch"]),
-        ("", "events", &["create", "patch"]),
-        ("events.k8s.io", "events", &["create", "patch"]),
+        ("", "events", &["create"]),
         ("apps", "deployments", &["get", "list", "watch"]),
+        ("extensions", "deployments", &["get", "list", "watch"]),
         ("coordination.k8s.io", "leases", &["get", "list", "watch"]),
     ]);
     assert_eq!(granted, expected);
@@ -750,6 +750,11 @@ fn bindings_name_the_static_pod_user_and_the_service_account() {
             "ClusterRoleBinding",
             "initguard-legacy-initializers",
         ),
+        (
+            "rbac-legacy-initializers.yaml",
+            "RoleBinding",
+            "initguard-leader-election-configmap",
+        ),
     ] {
         let binding = object(file, kind, name);
         let subjects: BTreeSet<(String, String)> = binding["subjects"]
@@ -782,6 +787,45 @@ fn bindings_name_the_static_pod_user_and_the_service_account() {
         "initguard-legacy-initializers",
     );
     assert_eq!(grants(&legacy), triples(&[("", "pods", &["initialize"])]));
+}
+
+/// Legacy clusters without Leases lock a ConfigMap: the Role allows creating one and reading
+/// and renewing only the one `config/legacy-initializers.yaml` names, in its namespace.
+#[test]
+fn legacy_configmap_lock_role_is_confined_to_the_guard_lock() {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/legacy-initializers.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let config: Value = serde_yaml::from_str(&text).unwrap();
+    assert_eq!(config["leaderElection"]["enabled"].as_bool(), Some(true));
+    let namespace = str_of(&config["leaderElection"]["namespace"], "namespace");
+    let name = str_of(&config["leaderElection"]["name"], "name");
+    let role = object(
+        "rbac-legacy-initializers.yaml",
+        "Role",
+        "initguard-leader-election-configmap",
+    );
+    assert_eq!(role["metadata"]["namespace"].as_str(), Some(namespace));
+    let mut named = BTreeSet::new();
+    let mut unnamed = BTreeSet::new();
+    for rule in role["rules"].as_sequence().unwrap() {
+        assert_eq!(strings(&rule["apiGroups"]), [""]);
+        assert_eq!(strings(&rule["resources"]), ["configmaps"]);
+        let names = strings(&rule["resourceNames"]);
+        for verb in strings(&rule["verbs"]) {
+            if names.is_empty() {
+                unnamed.insert(verb);
+            } else {
+                assert_eq!(names, [name]);
+                named.insert(verb);
+            }
+        }
+    }
+    assert_eq!(unnamed, BTreeSet::from(["create".to_owned()]));
+    assert_eq!(
+        named,
+        BTreeSet::from(["get".to_owned(), "update".to_owned()])
+    );
 }
 
 #[test]

@@ -18,3 +18,5 @@ mod replicas;
 mod safety;
 #[path = "e2e/unknown_owners.rs"]
 mod unknown_owners;
+#[path = "e2e/versions.rs"]
+mod versions;

@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Mechanism;
 use crate::sim::scenario::{Scenario, ScenarioError, run_scenario};
-use crate::sim::{Sim, SimOptions};
+use crate::sim::{KubeVersion, Sim, SimOptions};
 
 /// The user the written kubeconfig authenticates as.
 pub const KUBECONFIG_USER: &str = "admin";
@@ -22,6 +22,10 @@ pub struct SimArgs {
     /// schedulingGates or initializers (default: the scenario's, else schedulingGates).
     #[arg(long, value_name = "M", value_parser = parse_mechanism)]
     pub mechanism: Option<Mechanism>,
+    /// Kubernetes version whose API surface to serve: 1.8, 1.11, 1.13 (initializers) or 1.33
+    /// (scheduling gates). Default: every group version the simulator knows.
+    #[arg(long, value_name = "V", value_parser = parse_kube_version)]
+    pub kube_version: Option<KubeVersion>,
     /// Legacy initializer names the server appends to every new pod (repeatable; mechanism
     /// initializers only; a scenario brings its own).
     #[arg(long = "initializer", value_name = "NAME")]
@@ -32,6 +36,11 @@ pub struct SimArgs {
     /// Where to write the kubeconfig (default: a file in the system temp dir).
     #[arg(long, value_name = "PATH")]
     pub kubeconfig_out: Option<PathBuf>,
+}
+
+/// Parses a `--kube-version`; an unsupported one names the supported versions.
+pub fn parse_kube_version(s: &str) -> Result<KubeVersion, String> {
+    KubeVersion::parse(s).map_err(|e| e.to_string())
 }
 
 /// Parses a mechanism as written in config files (`schedulingGates`, `initializers`), any case.
@@ -165,9 +174,24 @@ pub async fn run_async(args: SimArgs) -> ExitCode {
 
 /// Server settings from the command line and the scenario; a conflict is a usage error.
 fn sim_options(args: &SimArgs, scenario: Option<&Scenario>) -> Result<SimOptions, String> {
+    let version_mechanism = args.kube_version.map(KubeVersion::mechanism);
+    if let (Some(v), Some(m)) = (args.kube_version, args.mechanism)
+        && v.mechanism() != m
+    {
+        return Err(format!(
+            "--mechanism {} conflicts with --kube-version {}, which implements {}",
+            m.as_str(),
+            v.as_str(),
+            v.mechanism().as_str()
+        ));
+    }
     let base = SimOptions {
         listen: args.listen,
-        mechanism: args.mechanism.unwrap_or(Mechanism::SchedulingGates),
+        mechanism: args
+            .mechanism
+            .or(version_mechanism)
+            .unwrap_or(Mechanism::SchedulingGates),
+        kube_version: args.kube_version,
         legacy_initializers: args.initializers.clone(),
         ..SimOptions::default()
     };
@@ -191,6 +215,16 @@ fn sim_options(args: &SimArgs, scenario: Option<&Scenario>) -> Result<SimOptions
             "--initializer cannot be combined with --scenario (list them in the scenario)"
                 .to_string(),
         );
+    }
+    if let Some(v) = args.kube_version
+        && v.mechanism() != scenario.mechanism
+    {
+        return Err(format!(
+            "--kube-version {} implements {}, but the scenario uses {}",
+            v.as_str(),
+            v.mechanism().as_str(),
+            scenario.mechanism.as_str()
+        ));
     }
     Ok(scenario.sim_options(base))
 }
@@ -266,6 +300,25 @@ mod tests {
         );
         assert_eq!(parse_mechanism("INITIALIZERS"), Ok(Mechanism::Initializers));
         assert!(parse_mechanism("webhooks").is_err());
+    }
+
+    #[test]
+    fn kube_versions_pick_the_mechanism_and_reject_the_unsupported() {
+        let e = parse_kube_version("1.10").unwrap_err();
+        assert!(e.contains("unsupported Kubernetes version \"1.10\""), "{e}");
+        let args = |kube: &str, mechanism: Option<Mechanism>| SimArgs {
+            listen: "127.0.0.1:0".parse().unwrap(),
+            mechanism,
+            kube_version: Some(parse_kube_version(kube).unwrap()),
+            initializers: Vec::new(),
+            scenario: None,
+            kubeconfig_out: None,
+        };
+        let options = sim_options(&args("1.11", None), None).unwrap();
+        assert_eq!(options.mechanism, Mechanism::Initializers);
+        assert_eq!(options.kube_version, Some(KubeVersion::V1_11));
+        let e = sim_options(&args("1.8", Some(Mechanism::SchedulingGates)), None).unwrap_err();
+        assert!(e.contains("conflicts with --kube-version 1.8"), "{e}");
     }
 
     #[test]

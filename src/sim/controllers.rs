@@ -24,7 +24,7 @@ use k8s_openapi::api::core::v1::{Container, Pod, PodSchedulingGate, PodSpec, Pod
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, MicroTime, ObjectMeta, OwnerReference,
 };
-use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
 use kube::{Api, Client, Resource, ResourceExt};
@@ -621,7 +621,10 @@ async fn owner_heartbeat(client: Client, opts: Arc<GateOwnerOptions>, life: Arc<
 struct Backing {
     opts: Arc<GateOwnerOptions>,
     holder: String,
-    deployments: Api<Deployment>,
+    client: Client,
+    /// The Deployment API in the group version the server serves (apps/v1 … extensions/v1beta1),
+    /// found by discovery at the first write, as a controller built for that version would.
+    deployments: Option<(Api<DynamicObject>, String)>,
     leases: Api<Lease>,
     pods: Api<Pod>,
     /// `Some(up)` once the Deployment status says `up`.
@@ -648,7 +651,8 @@ impl Backing {
         Backing {
             opts: Arc::clone(opts),
             holder: format!("{}-{suffix}", dns_name(&opts.initializer)),
-            deployments: Api::namespaced(client.clone(), &opts.namespace),
+            client: client.clone(),
+            deployments: None,
             leases: Api::namespaced(client.clone(), &opts.namespace),
             pods: Api::namespaced(client, &opts.namespace),
             deployment_written: None,
@@ -692,8 +696,23 @@ impl Backing {
         }
     }
 
-    async fn write_deployment(&self, name: &str, alive: bool) -> Result<(), kube::Error> {
-        if self.deployments.get_opt(name).await?.is_none() {
+    async fn write_deployment(&mut self, name: &str, alive: bool) -> Result<(), kube::Error> {
+        if self.deployments.is_none() {
+            let surface = crate::discovery::ApiSurface::read(&self.client).await?;
+            let Some(resource) = surface.deployments() else {
+                return Err(kube::Error::Discovery(
+                    kube::error::DiscoveryError::MissingResource("deployments".to_owned()),
+                ));
+            };
+            self.deployments = Some((
+                Api::namespaced_with(self.client.clone(), &self.opts.namespace, &resource),
+                resource.api_version,
+            ));
+        }
+        let Some((deployments, api_version)) = &self.deployments else {
+            return Ok(());
+        };
+        if deployments.get_opt(name).await?.is_none() {
             let labels = BTreeMap::from([("app".to_string(), name.to_string())]);
             let deployment = Deployment {
                 metadata: ObjectMeta {
@@ -713,11 +732,14 @@ impl Backing {
                 }),
                 status: None,
             };
-            match self
-                .deployments
-                .create(&PostParams::default(), &deployment)
-                .await
-            {
+            let mut object: DynamicObject = serde_json::from_value(
+                serde_json::to_value(&deployment).map_err(kube::Error::SerdeError)?,
+            )
+            .map_err(kube::Error::SerdeError)?;
+            if let Some(types) = &mut object.types {
+                types.api_version.clone_from(api_version);
+            }
+            match deployments.create(&PostParams::default(), &object).await {
                 Ok(_) => {}
                 Err(e) if is_already_exists(&e) => {}
                 Err(e) => return Err(e),
@@ -732,7 +754,7 @@ impl Backing {
             "availableReplicas": n,
             "unavailableReplicas": 1 - n,
         }});
-        self.deployments
+        deployments
             .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
             .await?;
         Ok(())

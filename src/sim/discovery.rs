@@ -6,16 +6,18 @@ use std::net::SocketAddr;
 
 use serde_json::{Value, json};
 
-use super::resources::{RESOURCE_VERBS, RESOURCES, STATUS_VERBS, group_versions};
+use super::resources::{RESOURCE_VERBS, RESOURCES, STATUS_VERBS, group_versions, served};
+use super::version::KubeVersion;
 use crate::config::Mechanism;
 
-/// `/version`: a 1.33 server for scheduling gates, a 1.13 one (the last with initializers)
-/// for legacy initializers.
-pub fn version(mechanism: Mechanism) -> Value {
-    let (minor, git) = match mechanism {
-        Mechanism::SchedulingGates => ("33", "v1.33.0-initguard-sim"),
-        Mechanism::Initializers => ("13", "v1.13.12-initguard-sim"),
-    };
+/// `/version`: the profile's version; without one a 1.33 server for scheduling gates, a 1.13
+/// one (the last with initializers) for legacy initializers.
+pub fn version(mechanism: Mechanism, kube: Option<KubeVersion>) -> Value {
+    let kube = kube.unwrap_or(match mechanism {
+        Mechanism::SchedulingGates => KubeVersion::V1_33,
+        Mechanism::Initializers => KubeVersion::V1_13,
+    });
+    let (minor, git) = (kube.minor(), kube.git_version());
     json!({
         "major": "1",
         "minor": minor,
@@ -38,8 +40,8 @@ pub fn core_versions(addr: SocketAddr) -> Value {
     })
 }
 
-fn group_doc(group: &str) -> Value {
-    let versions: Vec<Value> = group_versions()
+fn group_doc(group: &str, kube: Option<KubeVersion>) -> Value {
+    let versions: Vec<Value> = group_versions(kube)
         .into_iter()
         .filter(|(g, _)| *g == group)
         .map(|(g, v)| json!({ "groupVersion": format!("{g}/{v}"), "version": v }))
@@ -52,9 +54,9 @@ fn group_doc(group: &str) -> Value {
 }
 
 /// `/apis`.
-pub fn group_list() -> Value {
+pub fn group_list(kube: Option<KubeVersion>) -> Value {
     let mut groups: Vec<&str> = Vec::new();
-    for (g, _) in group_versions() {
+    for (g, _) in group_versions(kube) {
         if !g.is_empty() && !groups.contains(&g) {
             groups.push(g);
         }
@@ -62,17 +64,17 @@ pub fn group_list() -> Value {
     json!({
         "kind": "APIGroupList",
         "apiVersion": "v1",
-        "groups": groups.iter().map(|g| group_doc(g)).collect::<Vec<_>>(),
+        "groups": groups.iter().map(|g| group_doc(g, kube)).collect::<Vec<_>>(),
     })
 }
 
 /// `/apis/GROUP`, if served.
-pub fn group(group: &str) -> Option<Value> {
-    group_versions()
+pub fn group(group: &str, kube: Option<KubeVersion>) -> Option<Value> {
+    group_versions(kube)
         .iter()
         .any(|(g, _)| *g == group && !g.is_empty())
         .then(|| {
-            let mut doc = group_doc(group);
+            let mut doc = group_doc(group, kube);
             doc["kind"] = json!("APIGroup");
             doc["apiVersion"] = json!("v1");
             doc
@@ -80,10 +82,10 @@ pub fn group(group: &str) -> Option<Value> {
 }
 
 /// `/api/v1` or `/apis/GROUP/VERSION`, if served.
-pub fn resource_list(group: &str, version: &str) -> Option<Value> {
+pub fn resource_list(group: &str, version: &str, kube: Option<KubeVersion>) -> Option<Value> {
     let served: Vec<_> = RESOURCES
         .iter()
-        .filter(|r| r.group == group && r.version == version)
+        .filter(|r| r.group == group && r.version == version && served(kube, group, version))
         .collect();
     if served.is_empty() {
         return None;
@@ -137,8 +139,8 @@ fn openapi_path(group: &str, version: &str) -> String {
 }
 
 /// `/openapi/v3`: the index of per-group-version documents.
-pub fn openapi_v3_index() -> Value {
-    let paths: serde_json::Map<String, Value> = group_versions()
+pub fn openapi_v3_index(kube: Option<KubeVersion>) -> Value {
+    let paths: serde_json::Map<String, Value> = group_versions(kube)
         .into_iter()
         .map(|(g, v)| {
             let path = openapi_path(g, v);
@@ -156,8 +158,8 @@ const OPENAPI_HASH: &str = "initguard-sim-1";
 /// the write operations with their group-version-kind and `fieldValidation` parameter, which
 /// is what kubectl reads to decide that the server validates fields itself. Schemas are not
 /// included; `fieldValidation` is accepted and not enforced.
-pub fn openapi_v3_document(path: &str) -> Option<Value> {
-    let (group, version) = group_versions()
+pub fn openapi_v3_document(path: &str, kube: Option<KubeVersion>) -> Option<Value> {
+    let (group, version) = group_versions(kube)
         .into_iter()
         .find(|(g, v)| openapi_path(g, v) == path)?;
     let mut paths = serde_json::Map::new();
@@ -207,7 +209,7 @@ mod tests {
 
     #[test]
     fn documents_list_every_served_resource() {
-        let core = resource_list("", "v1").unwrap();
+        let core = resource_list("", "v1", None).unwrap();
         let names: Vec<&str> = core["resources"]
             .as_array()
             .unwrap()
@@ -221,24 +223,51 @@ mod tests {
                 "namespaces/status",
                 "pods",
                 "pods/status",
-                "events"
+                "events",
+                "configmaps"
             ]
         );
         assert_eq!(core["resources"][2]["shortNames"][0], "po");
-        assert!(resource_list("apps", "v1").is_some());
-        assert!(resource_list("batch", "v1").is_none());
-        let groups = group_list();
-        assert_eq!(groups["groups"].as_array().unwrap().len(), 3);
+        assert!(resource_list("apps", "v1", None).is_some());
+        assert!(resource_list("batch", "v1", None).is_none());
+        let groups = group_list(None);
+        assert_eq!(groups["groups"].as_array().unwrap().len(), 4);
         assert_eq!(
-            group("apps").unwrap()["preferredVersion"]["groupVersion"],
+            group("apps", None).unwrap()["preferredVersion"]["groupVersion"],
             "apps/v1"
         );
-        assert!(group("").is_none());
-        let index = openapi_v3_index();
+        assert!(group("", None).is_none());
+        let index = openapi_v3_index(None);
         assert!(index["paths"]["apis/apps/v1"]["serverRelativeURL"].is_string());
-        let doc = openapi_v3_document("api/v1").unwrap();
+        let doc = openapi_v3_document("api/v1", None).unwrap();
         let patch = &doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"];
         assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "Pod");
-        assert!(openapi_v3_document("apis/batch/v1").is_none());
+        assert!(openapi_v3_document("apis/batch/v1", None).is_none());
+    }
+
+    #[test]
+    fn version_profiles_serve_their_group_versions() {
+        let v18 = Some(KubeVersion::V1_8);
+        assert_eq!(version(Mechanism::Initializers, v18)["minor"], "8");
+        assert!(resource_list("apps", "v1", v18).is_none());
+        assert_eq!(
+            group("apps", v18).unwrap()["preferredVersion"]["groupVersion"],
+            "apps/v1beta2"
+        );
+        assert!(resource_list("extensions", "v1beta1", v18).is_some());
+        assert!(group("coordination.k8s.io", v18).is_none());
+        let v113 = Some(KubeVersion::V1_13);
+        assert_eq!(
+            group("coordination.k8s.io", v113).unwrap()["preferredVersion"]["groupVersion"],
+            "coordination.k8s.io/v1beta1"
+        );
+        assert!(group("events.k8s.io", v113).is_none());
+        let names: Vec<String> = group_list(Some(KubeVersion::V1_33))["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["name"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(names, ["apps", "coordination.k8s.io", "events.k8s.io"]);
     }
 }

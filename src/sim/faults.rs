@@ -13,6 +13,7 @@ struct FaultState {
     latency: Duration,
     gone_next_watch: bool,
     exempt: HashSet<String>,
+    hidden_groups: HashSet<String>,
 }
 
 /// Faults the simulated API server injects into requests. Exempt users (for example the
@@ -69,6 +70,12 @@ impl Faults {
         self.state().gone_next_watch = true;
     }
 
+    /// Serve these API groups to nobody, as a server without them: left out of discovery and
+    /// answered 404 (replaces the previous set; empty serves them again).
+    pub fn hide_groups(&self, groups: &[&str]) {
+        self.state().hidden_groups = groups.iter().map(|g| g.to_string()).collect();
+    }
+
     /// Users never affected by faults (replaces the previous set).
     pub fn exempt_users(&self, users: &[&str]) {
         self.state().exempt = users.iter().map(|u| u.to_string()).collect();
@@ -81,6 +88,12 @@ impl Faults {
         s.error_statuses.clear();
         s.latency = Duration::ZERO;
         s.gone_next_watch = false;
+        s.hidden_groups.clear();
+    }
+
+    /// Whether `group` is hidden by [`Faults::hide_groups`].
+    pub(crate) fn hides(&self, group: &str) -> bool {
+        self.state().hidden_groups.contains(group)
     }
 
     /// The latency to inject for `user`, if any.

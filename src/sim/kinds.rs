@@ -85,7 +85,7 @@ pub fn prepare_create(
             obj["status"] = json!({ "phase": "Active" });
             Ok(())
         }
-        Storage::Events | Storage::Leases => Ok(()),
+        Storage::Events | Storage::Leases | Storage::ConfigMaps => Ok(()),
     }
 }
 
@@ -140,7 +140,7 @@ pub fn prepare_update(
             namespace_defaults(new);
             Ok(())
         }
-        Storage::Events | Storage::Leases => Ok(()),
+        Storage::Events | Storage::Leases | Storage::ConfigMaps => Ok(()),
     }
 }
 
@@ -399,6 +399,10 @@ const EVENT_FIELDS: &[(&str, &str)] = &[
 pub fn to_storage(res: &ResourceInfo, mut obj: Value) -> Value {
     if !res.is_canonical() && res.storage == Storage::Events {
         rename(&mut obj, |(core, v1)| (v1, core));
+    }
+    if !res.is_canonical() {
+        // Other views (apps/v1beta2 Deployments, v1beta1 Leases) differ from the stored
+        // form in no field the simulator uses, only in apiVersion.
         obj["apiVersion"] = json!(res.storage.canonical().api_version());
     }
     obj
@@ -409,6 +413,8 @@ pub fn from_storage(res: &ResourceInfo, obj: &Value) -> Value {
     let mut obj = obj.clone();
     if !res.is_canonical() && res.storage == Storage::Events {
         rename(&mut obj, |(core, v1)| (core, v1));
+    }
+    if !res.is_canonical() {
         obj["apiVersion"] = json!(res.api_version());
     }
     obj

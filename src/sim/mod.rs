@@ -1,10 +1,12 @@
 //! Simulated Kubernetes API server: a test double for a real cluster.
 //!
 //! [`Sim`] serves the real Kubernetes HTTP API (JSON only) on 127.0.0.1 so that kube-rs and
-//! kubectl talk to it unchanged: namespaces, pods (+status), apps/v1 deployments (+status),
-//! coordination.k8s.io/v1 leases, core/v1 and events.k8s.io/v1 events; get, list (selectors,
-//! pagination), watch (bookmarks, 410 Gone), create, update, patch (JSON, merge, strategic),
-//! delete; discovery and Table output for kubectl. It implements the two pending-initializer
+//! kubectl talk to it unchanged: namespaces, pods (+status), configmaps, deployments (+status;
+//! apps/v1, apps/v1beta2, apps/v1beta1, extensions/v1beta1), leases (coordination.k8s.io/v1
+//! and v1beta1), core/v1 and events.k8s.io/v1 events; get, list (selectors, pagination), watch
+//! (bookmarks, 410 Gone), create, update, patch (JSON, merge, strategic), delete; discovery and
+//! Table output for kubectl. [`SimOptions::kube_version`] narrows this to what one Kubernetes
+//! version served ([`version`] has the table and its sources). It implements the two pending-initializer
 //! mechanisms initguard deals with: scheduling gates (removal only, gated pods stay Pending
 //! `SchedulingGated`, a simulated scheduler runs ungated pods) and legacy initializers
 //! (uninitialized pods hidden without `includeUninitialized=true`, a CREATE blocks until
@@ -27,7 +29,9 @@
 //! * a failed legacy initialization (`metadata.initializers.result`) deletes the pod and the
 //!   waiting CREATE gets the result's status;
 //! * a JSON Patch that cannot be applied answers 422 `Invalid` whose message ends with the
-//!   patch library's error (`testing value /path failed`), as 1.7–1.13 servers showed it.
+//!   patch library's error (`testing value /path failed`); with a legacy
+//!   [`SimOptions::kube_version`] it answers 500 with the old library's words (`Testing
+//!   value /path failed`, `Unable to access invalid index: N`), as 1.7–1.13 servers did.
 
 pub mod cli;
 pub mod controllers;
@@ -44,6 +48,7 @@ pub(crate) mod server;
 pub(crate) mod status;
 pub(crate) mod store;
 pub(crate) mod table;
+pub mod version;
 pub(crate) mod watch;
 
 use std::collections::BTreeMap;
@@ -58,6 +63,7 @@ use tokio::net::TcpListener;
 pub use faults::Faults;
 pub use rbac::{PolicyRule, Rbac, RbacError};
 pub use store::ChangeType;
+pub use version::{KubeVersion, UnsupportedVersion};
 
 use crate::config::Mechanism;
 use server::{Listener, Shared};
@@ -69,6 +75,11 @@ pub struct SimOptions {
     pub listen: SocketAddr,
     /// Which pending-initializer mechanism the server implements (default scheduling gates).
     pub mechanism: Mechanism,
+    /// The Kubernetes version whose API surface is served ([`KubeVersion`]: group versions
+    /// in discovery, 500 on a failed JSON Patch and the `initialize` verb on legacy
+    /// versions); must match `mechanism`. None (the default): every group version the
+    /// simulator knows, current error codes.
+    pub kube_version: Option<KubeVersion>,
     /// Initializers mode: names appended to `metadata.initializers.pending` of every pod
     /// created without `metadata.initializers`, like an InitializerConfiguration. Changeable
     /// at run time with [`Sim::set_legacy_initializers`].
@@ -94,6 +105,7 @@ impl Default for SimOptions {
         SimOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             mechanism: Mechanism::SchedulingGates,
+            kube_version: None,
             legacy_initializers: Vec::new(),
             create_timeout: Duration::from_secs(30),
             schedule_delay: Duration::from_millis(50),
@@ -122,6 +134,11 @@ pub enum SimError {
     RenderKubeconfig(#[from] serde_yaml::Error),
     #[error(transparent)]
     Rbac(#[from] RbacError),
+    #[error("Kubernetes {version} implements {served}, not {asked}", version = .version.as_str(), served = .version.mechanism().as_str(), asked = .mechanism.as_str())]
+    VersionMechanism {
+        version: KubeVersion,
+        mechanism: Mechanism,
+    },
 }
 
 /// One request the server answered.
@@ -217,6 +234,14 @@ pub struct Sim {
 impl Sim {
     /// Bind and start serving. Must run inside a Tokio runtime.
     pub async fn start(options: SimOptions) -> Result<Sim, SimError> {
+        if let Some(version) = options.kube_version
+            && version.mechanism() != options.mechanism
+        {
+            return Err(SimError::VersionMechanism {
+                version,
+                mechanism: options.mechanism,
+            });
+        }
         let listener =
             TcpListener::bind(options.listen)
                 .await

@@ -109,6 +109,43 @@ fn describe_patch_error(ops: &json_patch::Patch, e: &json_patch::PatchError) -> 
     }
 }
 
+/// The answer of a 1.7-1.13 server to a JSON Patch that could not be applied: 500 with the
+/// words of the evanphx/json-patch version it vendored (kubernetes/kubernetes#68202) instead
+/// of 422. Other errors pass unchanged.
+pub fn legacy_error(e: ApiError) -> ApiError {
+    const PREFIX: &str = "the server rejected our request due to an error in our request: ";
+    let Some(modern) = e.message.strip_prefix(PREFIX).filter(|_| e.code == 422) else {
+        return e;
+    };
+    ApiError::internal_unwrapped(legacy_message(modern))
+}
+
+/// Today's json-patch wording → the old one: `Testing value /p failed`, `Unable to access
+/// invalid index: N` (a list index past the end), `jsonpatch OP operation does not apply: is
+/// missing path: /p`.
+fn legacy_message(modern: &str) -> String {
+    if let Some(path) = modern
+        .strip_prefix("testing value ")
+        .and_then(|rest| rest.strip_suffix(" failed: test failed"))
+    {
+        return format!("Testing value {path} failed");
+    }
+    if let Some((op, rest)) =
+        modern.split_once(" operation does not apply: doc is missing path: \"")
+        && let Some((path, _)) = rest.split_once('"')
+    {
+        if let Some(index) = path
+            .rsplit('/')
+            .next()
+            .filter(|last| !last.is_empty() && last.bytes().all(|b| b.is_ascii_digit()))
+        {
+            return format!("Unable to access invalid index: {index}");
+        }
+        return format!("jsonpatch {op} operation does not apply: is missing path: {path}");
+    }
+    modern.to_owned()
+}
+
 /// How a list field merges under a strategic merge patch.
 enum ListMerge {
     /// Elements are objects merged by this key.

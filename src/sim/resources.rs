@@ -1,5 +1,7 @@
 //! The resources the simulated API server serves, with their discovery facts.
 
+use super::version::KubeVersion;
+
 /// Where objects of a resource are stored. Two API resources may share a storage:
 /// `events` (core/v1) and `events.events.k8s.io` (events.k8s.io/v1) are two views of the
 /// same objects, as on a real server.
@@ -10,16 +12,18 @@ pub enum Storage {
     Events,
     Deployments,
     Leases,
+    ConfigMaps,
 }
 
 impl Storage {
     /// Every storage, in a fixed order (used to index arrays).
-    pub const ALL: [Storage; 5] = [
+    pub const ALL: [Storage; 6] = [
         Storage::Namespaces,
         Storage::Pods,
         Storage::Events,
         Storage::Deployments,
         Storage::Leases,
+        Storage::ConfigMaps,
     ];
 
     /// Position in [`Storage::ALL`].
@@ -35,6 +39,7 @@ impl Storage {
             Storage::Events => &RESOURCES[2],
             Storage::Deployments => &RESOURCES[3],
             Storage::Leases => &RESOURCES[4],
+            Storage::ConfigMaps => &RESOURCES[5],
         }
     }
 }
@@ -118,8 +123,10 @@ const EVENT_FIELDS: &[&str] = &[
     "type",
 ];
 
-/// Every served resource. The first five are the canonical ones, in [`Storage`] order.
-pub static RESOURCES: [ResourceInfo; 6] = [
+/// Every served resource. The first six are the canonical ones, in [`Storage`] order; the
+/// others are views of the same objects in other group versions. Which of them a server
+/// serves depends on its Kubernetes version ([`super::version::KubeVersion::serves`]).
+pub static RESOURCES: [ResourceInfo; 11] = [
     ResourceInfo {
         group: "",
         version: "v1",
@@ -195,6 +202,19 @@ pub static RESOURCES: [ResourceInfo; 6] = [
         selectable_fields: &[],
     },
     ResourceInfo {
+        group: "",
+        version: "v1",
+        plural: "configmaps",
+        singular: "configmap",
+        kind: "ConfigMap",
+        namespaced: true,
+        short_names: &["cm"],
+        categories: &[],
+        subresources: &[],
+        storage: Storage::ConfigMaps,
+        selectable_fields: &[],
+    },
+    ResourceInfo {
         group: "events.k8s.io",
         version: "v1",
         plural: "events",
@@ -218,6 +238,58 @@ pub static RESOURCES: [ResourceInfo; 6] = [
             "type",
         ],
     },
+    ResourceInfo {
+        group: "apps",
+        version: "v1beta2",
+        plural: "deployments",
+        singular: "deployment",
+        kind: "Deployment",
+        namespaced: true,
+        short_names: &["deploy"],
+        categories: &["all"],
+        subresources: &["status"],
+        storage: Storage::Deployments,
+        selectable_fields: &[],
+    },
+    ResourceInfo {
+        group: "apps",
+        version: "v1beta1",
+        plural: "deployments",
+        singular: "deployment",
+        kind: "Deployment",
+        namespaced: true,
+        short_names: &["deploy"],
+        categories: &["all"],
+        subresources: &["status"],
+        storage: Storage::Deployments,
+        selectable_fields: &[],
+    },
+    ResourceInfo {
+        group: "extensions",
+        version: "v1beta1",
+        plural: "deployments",
+        singular: "deployment",
+        kind: "Deployment",
+        namespaced: true,
+        short_names: &["deploy"],
+        categories: &["all"],
+        subresources: &["status"],
+        storage: Storage::Deployments,
+        selectable_fields: &[],
+    },
+    ResourceInfo {
+        group: "coordination.k8s.io",
+        version: "v1beta1",
+        plural: "leases",
+        singular: "lease",
+        kind: "Lease",
+        namespaced: true,
+        short_names: &[],
+        categories: &[],
+        subresources: &[],
+        storage: Storage::Leases,
+        selectable_fields: &[],
+    },
 ];
 
 /// The resource served at `/api/v1/PLURAL` (group "") or `/apis/GROUP/VERSION/PLURAL`.
@@ -236,11 +308,18 @@ pub fn by_plural(plural: &str) -> Option<&'static ResourceInfo> {
         .find(|r| r.plural == plural || r.qualified() == plural)
 }
 
-/// The group versions served, in discovery order: ("", "v1") first.
-pub fn group_versions() -> Vec<(&'static str, &'static str)> {
+/// Whether a server of version `kube` serves `group/version` (without a version: every group
+/// version the simulator knows).
+pub fn served(kube: Option<KubeVersion>, group: &str, version: &str) -> bool {
+    kube.is_none_or(|k| k.serves(group, version))
+}
+
+/// The group versions served by a server of version `kube`, in discovery order: ("", "v1")
+/// first, then each group's preferred version before its others.
+pub fn group_versions(kube: Option<KubeVersion>) -> Vec<(&'static str, &'static str)> {
     let mut out: Vec<(&str, &str)> = Vec::new();
     for r in &RESOURCES {
-        if !out.contains(&(r.group, r.version)) {
+        if served(kube, r.group, r.version) && !out.contains(&(r.group, r.version)) {
             out.push((r.group, r.version));
         }
     }

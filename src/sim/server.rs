@@ -27,7 +27,7 @@ use super::discovery;
 use super::faults::Faults;
 use super::kinds::{self, WriteCtx};
 use super::ops::{self, Filter, Writer};
-use super::patch::PatchType;
+use super::patch::{self, PatchType};
 use super::rbac::{self, Attributes, Rbac};
 use super::resources::{self, ResourceInfo, Storage};
 use super::selectors::{FieldSelector, LabelSelector};
@@ -665,7 +665,18 @@ async fn handle(
                 .get(header::ACCEPT)
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_string);
-            match route(&path) {
+            let kube = shared.options.kube_version;
+            let route = match route(&path) {
+                // Group versions this server's Kubernetes version does not serve.
+                Route::Resource(rr)
+                    if !resources::served(kube, rr.res.group, rr.res.version)
+                        || shared.faults.hides(rr.res.group) =>
+                {
+                    Route::NotFound
+                }
+                other => other,
+            };
+            match route {
                 Route::Resource(rr) => {
                     resource_request(
                         &shared,
@@ -697,12 +708,21 @@ async fn handle(
 }
 
 fn non_resource(shared: &Shared, route: Route) -> Response<RespBody> {
+    let kube = shared.options.kube_version;
     let doc = match route {
-        Route::Version => Some(discovery::version(shared.options.mechanism)),
+        Route::Version => Some(discovery::version(shared.options.mechanism, kube)),
         Route::CoreVersions => Some(discovery::core_versions(shared.addr)),
-        Route::Groups => Some(discovery::group_list()),
-        Route::Group(g) => discovery::group(&g),
-        Route::ResourceList(g, v) => discovery::resource_list(&g, &v),
+        Route::Groups => {
+            let mut list = discovery::group_list(kube);
+            if let Some(groups) = list["groups"].as_array_mut() {
+                groups.retain(|g| !shared.faults.hides(g["name"].as_str().unwrap_or_default()));
+            }
+            Some(list)
+        }
+        Route::Group(g) if shared.faults.hides(&g) => None,
+        Route::Group(g) => discovery::group(&g, kube),
+        Route::ResourceList(g, _) if shared.faults.hides(&g) => None,
+        Route::ResourceList(g, v) => discovery::resource_list(&g, &v, kube),
         Route::Health => {
             return full(
                 StatusCode::OK,
@@ -710,8 +730,8 @@ fn non_resource(shared: &Shared, route: Route) -> Response<RespBody> {
                 Bytes::from_static(b"ok"),
             );
         }
-        Route::OpenApiIndex => Some(discovery::openapi_v3_index()),
-        Route::OpenApi(path) => discovery::openapi_v3_document(&path),
+        Route::OpenApiIndex => Some(discovery::openapi_v3_index(kube)),
+        Route::OpenApi(path) => discovery::openapi_v3_document(&path, kube),
         Route::Resource(_) | Route::NotFound => None,
     };
     match doc {
@@ -1227,6 +1247,7 @@ async fn wait_initialized(
 
 fn update(ctx: &Ctx, rr: &ResourceRoute, body: &[u8]) -> Result<Response<RespBody>, ApiError> {
     let obj = parse_json(ctx, body)?;
+    check_initialize(ctx, rr)?;
     let legacy = ctx.shared.legacy_initializers();
     let now = now_rfc3339();
     let w = ctx.writer(&legacy, &now)?;
@@ -1248,6 +1269,12 @@ fn update(ctx: &Ctx, rr: &ResourceRoute, body: &[u8]) -> Result<Response<RespBod
 
 fn patch(ctx: &Ctx, rr: &ResourceRoute, body: &[u8]) -> Result<Response<RespBody>, ApiError> {
     let patch_type = PatchType::from_content_type(ctx.content_type.as_deref())?;
+    check_initialize(ctx, rr)?;
+    let legacy_errors = ctx
+        .shared
+        .options
+        .kube_version
+        .is_some_and(|k| k.is_legacy());
     let legacy = ctx.shared.legacy_initializers();
     let now = now_rfc3339();
     let w = ctx.writer(&legacy, &now)?;
@@ -1262,10 +1289,66 @@ fn patch(ctx: &Ctx, rr: &ResourceRoute, body: &[u8]) -> Result<Response<RespBody
             patch_type,
             body,
             w,
-        )?
+        )
+        .map_err(|e| {
+            if legacy_errors {
+                patch::legacy_error(e)
+            } else {
+                e
+            }
+        })?
     };
     ctx.shared.after_commit(&outcome.changes);
     Ok(json_response(200, &ctx.render(rr.res, &outcome.object)))
+}
+
+/// The Initializers admission plugin of 1.7-1.13: an update of an uninitialized object needs
+/// the `initialize` verb on its resource besides `update`/`patch` (enforced for users with
+/// RBAC, on legacy [`super::SimOptions::kube_version`]s).
+fn check_initialize(ctx: &Ctx, rr: &ResourceRoute) -> Result<(), ApiError> {
+    let shared = &ctx.shared;
+    if !shared.options.kube_version.is_some_and(|k| k.is_legacy())
+        || rr.subresource.is_some()
+        || rr.res.storage != Storage::Pods
+    {
+        return Ok(());
+    }
+    let map = shared.rbac.read().unwrap_or_else(PoisonError::into_inner);
+    let Some(rules) = map.get(&ctx.user) else {
+        return Ok(());
+    };
+    let name = rr.name.as_deref().unwrap_or_default();
+    let uninitialized = shared
+        .store()
+        .get(
+            rr.res.storage,
+            rr.namespace.as_deref().unwrap_or_default(),
+            name,
+        )
+        .is_some_and(|o| kinds::is_uninitialized(o));
+    if !uninitialized {
+        return Ok(());
+    }
+    let attrs = Attributes {
+        verb: "initialize",
+        api_group: rr.res.group,
+        resource: rr.res.plural,
+        subresource: None,
+        namespace: rr.namespace.as_deref(),
+        name: rr.name.as_deref(),
+    };
+    if rules.allows(&attrs) {
+        return Ok(());
+    }
+    Err(ApiError::forbidden(
+        &rr.res.qualified(),
+        rr.res.group,
+        rr.name.as_deref(),
+        &format!(
+            "user must have permission to initialize resources: {}",
+            rbac::denial(&ctx.user, &attrs)
+        ),
+    ))
 }
 
 fn delete_options(body: &[u8]) -> Result<Value, ApiError> {

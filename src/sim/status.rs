@@ -211,6 +211,11 @@ impl ApiError {
         .with_details(json!({}))
     }
 
+    /// 500 without a reason, as servers answered errors they passed through unwrapped.
+    pub fn internal_unwrapped(message: impl Into<String>) -> Self {
+        Self::new(500, "", message)
+    }
+
     /// 400 BadRequest.
     pub fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)

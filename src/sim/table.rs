@@ -142,6 +142,11 @@ pub fn columns(res: &ResourceInfo) -> Vec<Value> {
             age_column("Age"),
         ],
         Storage::Events => vec![name_column(), age_column("Created At")],
+        Storage::ConfigMaps => vec![
+            name_column(),
+            column("Data", "string", "", "Number of data entries.", 0),
+            age_column("Age"),
+        ],
     }
 }
 
@@ -177,6 +182,11 @@ pub fn cells(res: &ResourceInfo, obj: &Value, now: jiff::Timestamp) -> Vec<Value
             json!(age),
         ],
         Storage::Events => vec![name, obj["metadata"]["creationTimestamp"].clone()],
+        Storage::ConfigMaps => vec![
+            name,
+            json!(obj["data"].as_object().map_or(0, |d| d.len())),
+            json!(age),
+        ],
     }
 }
 

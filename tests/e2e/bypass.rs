@@ -391,5 +391,47 @@ async fn every_failed_initializer_is_bypassed_in_turn(mechanism: Mechanism) {
         );
         assert_eq!(c.guard_pod_patches(name).len(), 2);
     }
+    // One Event per bypass, each naming its own initializer (regression: the second bypass was
+    // folded into the first Event's series, still naming the first initializer). Events are
+    // written after the patch, so wait for them rather than assume.
+    for name in &names {
+        let events = eventually(
+            Duration::from_secs(5),
+            format!("two InitializerBypassed Events about {name}"),
+            || {
+                let events = c.bypass_events(name);
+                (events.len() >= 2).then_some(events)
+            },
+        )
+        .await;
+        let mut named: Vec<&str> = events
+            .iter()
+            .map(|e| {
+                assert_eq!(e["type"], "Warning", "{e:#}");
+                let message = e["message"].as_str().unwrap_or_default();
+                let initializer = [SIDECAR, AUDIT]
+                    .into_iter()
+                    .find(|i| message.contains(&format!("initializer {i} ")))
+                    .unwrap_or_else(|| panic!("Event names no initializer: {e:#}"));
+                assert!(
+                    message.contains("owner_down") && message.contains("owner:"),
+                    "{e:#}"
+                );
+                initializer
+            })
+            .collect();
+        named.sort_unstable();
+        let mut want = vec![SIDECAR, AUDIT];
+        want.sort_unstable();
+        assert_eq!(named, want, "{events:#?}");
+    }
+    // Written as core/v1 Events, which every supported version serves.
+    let groups: Vec<String> = c
+        .guard_writes()
+        .into_iter()
+        .filter(|r| r.resource == "events")
+        .map(|r| r.api_group)
+        .collect();
+    assert_eq!(groups, vec![String::new(); names.len() * 2]);
     c.finish(guard).await;
 }

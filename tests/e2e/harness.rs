@@ -12,7 +12,7 @@ use initguard::mechanism::{BYPASSED_ANNOTATION, parse_records};
 use initguard::policy::OwnerState;
 use initguard::run::Guard;
 use initguard::sim::controllers::{GateOwner, GateOwnerHandle, GateOwnerOptions, dns_name};
-use initguard::sim::{ChangeType, Rbac, RequestRecord, Sim, SimOptions};
+use initguard::sim::{ChangeType, KubeVersion, Rbac, RequestRecord, Sim, SimOptions};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -30,25 +30,84 @@ pub const AUDIT: &str = "audit.example.com";
 /// An initializer the config does not list (`unlistedInitializers: ignore`).
 pub const UNLISTED: &str = "unlisted.example.com";
 
-/// Both mechanisms, for scenarios that make sense on either.
+/// Both mechanisms, for scenarios that make sense on either: scheduling gates on a current
+/// server, legacy initializers on each legacy version profile (1.8, 1.11, 1.13), each with the
+/// API surface of that version ([`on_version`]).
 macro_rules! both_mechanisms {
     ($($scenario:ident),* $(,)?) => {$(
         mod $scenario {
             use initguard::config::Mechanism;
+            use initguard::sim::KubeVersion;
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn scheduling_gates() {
-                super::$scenario(Mechanism::SchedulingGates).await;
+                let run = super::$scenario(Mechanism::SchedulingGates);
+                crate::harness::on_version(KubeVersion::V1_33, run).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn initializers() {
-                super::$scenario(Mechanism::Initializers).await;
+            async fn initializers_1_8() {
+                let run = super::$scenario(Mechanism::Initializers);
+                crate::harness::on_version(KubeVersion::V1_8, run).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn initializers_1_11() {
+                let run = super::$scenario(Mechanism::Initializers);
+                crate::harness::on_version(KubeVersion::V1_11, run).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn initializers_1_13() {
+                let run = super::$scenario(Mechanism::Initializers);
+                crate::harness::on_version(KubeVersion::V1_13, run).await;
             }
         }
     )*};
 }
 pub(crate) use both_mechanisms;
+
+/// Legacy-only scenarios (no argument), run on each legacy version profile.
+macro_rules! legacy_versions {
+    ($($scenario:ident),* $(,)?) => {$(
+        mod $scenario {
+            use initguard::sim::KubeVersion;
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn v1_8() {
+                crate::harness::on_version(KubeVersion::V1_8, super::$scenario()).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn v1_11() {
+                crate::harness::on_version(KubeVersion::V1_11, super::$scenario()).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn v1_13() {
+                crate::harness::on_version(KubeVersion::V1_13, super::$scenario()).await;
+            }
+        }
+    )*};
+}
+pub(crate) use legacy_versions;
+
+tokio::task_local! {
+    /// The Kubernetes version the clusters of the running scenario impersonate.
+    static KUBE_VERSION: KubeVersion;
+}
+
+/// Run `scenario` with every [`Cluster`] it starts serving the API surface of `version`
+/// (discovery, group versions, error codes, the `initialize` verb), so one scenario runs
+/// unchanged on several versions.
+pub async fn on_version<F: Future>(version: KubeVersion, scenario: F) -> F::Output {
+    KUBE_VERSION.scope(version, scenario).await
+}
+
+/// The version set by [`on_version`] (None outside: every group version the simulator knows).
+pub fn kube_version() -> Option<KubeVersion> {
+    KUBE_VERSION.try_with(|v| *v).ok()
+}
 
 /// Polls `check` every 25 ms until it answers Some; panics naming `what` after `timeout`.
 pub async fn eventually<T>(
@@ -250,6 +309,7 @@ impl Cluster {
     pub async fn start_with(mechanism: Mechanism, tweak: impl FnOnce(&mut SimOptions)) -> Cluster {
         let mut options = SimOptions {
             mechanism,
+            kube_version: kube_version().filter(|v| v.mechanism() == mechanism),
             schedule_delay: Duration::from_millis(20),
             ..SimOptions::default()
         };

@@ -10,6 +10,11 @@ use initguard::sim::controllers::{
 
 use crate::harness::*;
 
+legacy_versions!(
+    legacy_job_piles_up_without_the_guard,
+    legacy_job_pileup_is_prevented
+);
+
 /// Legacy CREATEs time out after this long (504, pod kept).
 const CREATE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -47,7 +52,6 @@ fn pile(c: &Cluster, key: &str) -> usize {
 
 /// Without the guard: the Job controller cannot see its uninitialized pod, its CREATE times
 /// out, it creates another, and the pile grows (kubernetes/kubernetes#48893).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn legacy_job_piles_up_without_the_guard() {
     let c = legacy_cluster().await;
     let _owner = c.owner(SIDECAR, |o| o.alive = false).await;
@@ -62,7 +66,6 @@ async fn legacy_job_piles_up_without_the_guard() {
 
 /// With the guard (owner down for 500 ms, deadline 1 s): never more than one uninitialized pod
 /// per Job, and every Job gets its pod on the first CREATE.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn legacy_job_pileup_is_prevented() {
     let c = legacy_cluster().await;
     let _owner = c.owner(SIDECAR, |o| o.alive = false).await;

@@ -1,0 +1,299 @@
+//! What differs between Kubernetes versions: the guard finds the Deployment API and the leader
+//! lock by discovery, says so when something it needs is missing, and the legacy servers'
+//! `initialize` verb and 500 answers are what the simulator serves.
+
+use std::time::Duration;
+
+use initguard::config::Mechanism;
+use initguard::leader::{LEADER_ANNOTATION, LeaderRecord};
+use initguard::run::Guard;
+use initguard::sim::KubeVersion;
+use serde_json::{Value, json};
+
+use crate::harness::*;
+
+/// On 1.8 (no apps/v1) the owner Deployment is watched in apps/v1beta2, the most preferred
+/// group version served, and judged as usual. (Regression: the guard only knew apps/v1, got
+/// 404 and never observed the owner.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deployment_owner_is_read_from_the_group_the_server_serves() {
+    on_version(KubeVersion::V1_8, async {
+        let c = Cluster::start(Mechanism::Initializers).await;
+        let _owner = c.owner(SIDECAR, |o| o.alive = false).await;
+        let config = config(
+            Mechanism::Initializers,
+            &format!("initializers:\n{}", owned(SIDECAR, "20s")),
+        );
+        let guard = c.guard(&config).await;
+        wait_owner(&guard, SIDECAR, false).await;
+        let paths: Vec<String> = c
+            .sim
+            .requests()
+            .into_iter()
+            .filter(|r| r.user == GUARD_USER && r.resource == "deployments")
+            .map(|r| r.path)
+            .collect();
+        assert!(!paths.is_empty());
+        assert!(
+            paths.iter().all(|p| p.starts_with("/apis/apps/v1beta2/")),
+            "{paths:#?}"
+        );
+        c.finish(guard).await;
+    })
+    .await;
+}
+
+/// A server serving no Deployment API at all: the owner cannot be watched, and /readyz says so
+/// (503 with the reason) instead of staying silent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_deployment_api_fails_readiness_with_the_reason() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    c.sim.faults().hide_groups(&["apps", "extensions"]);
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!("initializers:\n{}", owned(SIDECAR, "20s")),
+    );
+    let guard = Guard::start(c.guard_client(), config).await.unwrap();
+    let body = eventually_async(
+        Duration::from_secs(5),
+        "/readyz naming the missing Deployment API",
+        || async {
+            let (status, body) = http_get(guard.addr, "/readyz").await;
+            (status == 503 && body.contains("no Deployment API")).then_some(body)
+        },
+    )
+    .await;
+    assert!(body.contains("apps/v1, apps/v1beta2"), "{body}");
+    let (_, status) = http_get(guard.addr, "/status").await;
+    let status: Value = serde_json::from_str(&status).unwrap();
+    assert!(
+        status["notReady"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p.as_str().unwrap_or_default().contains("no Deployment API")),
+        "{status:#}"
+    );
+    guard.shutdown().await;
+}
+
+/// Leader election on 1.11 (no Lease API): two replicas elect exactly one leader on the
+/// ConfigMap lock, whose annotation reads as client-go's LeaderElectionRecord naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_replicas_elect_one_leader_on_a_configmap() {
+    on_version(KubeVersion::V1_11, async {
+        let c = Cluster::start(Mechanism::Initializers).await;
+        let config = config(
+            Mechanism::Initializers,
+            "leaderElection: { enabled: true, namespace: kube-system, name: initguard, \
+             leaseDuration: 3s }\n",
+        );
+        let replicas = [
+            c.guard_named(&config, "guard-a").await,
+            c.guard_named(&config, "guard-b").await,
+        ];
+        let leader = eventually(Duration::from_secs(5), "exactly one leader", || {
+            let leading: Vec<&Guard> = replicas.iter().filter(|g| g.shared.is_leader()).collect();
+            (leading.len() == 1).then(|| leading[0].shared.identity.clone())
+        })
+        .await;
+        let configmap = c
+            .sim
+            .get_object("configmaps", Some("kube-system"), "initguard")
+            .expect("the ConfigMap lock kube-system/initguard");
+        let text = configmap["metadata"]["annotations"][LEADER_ANNOTATION]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {LEADER_ANNOTATION} annotation: {configmap:#}"));
+        // client-go's field names and types (Go time strings parse as RFC 3339).
+        let raw: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(raw["holderIdentity"], json!(leader), "{raw:#}");
+        assert_eq!(raw["leaseDurationSeconds"], 3, "{raw:#}");
+        assert!(raw["leaderTransitions"].is_i64(), "{raw:#}");
+        for key in ["acquireTime", "renewTime"] {
+            raw[key]
+                .as_str()
+                .unwrap_or_default()
+                .parse::<jiff::Timestamp>()
+                .unwrap_or_else(|e| panic!("{key}: {e} in {raw:#}"));
+        }
+        let record: LeaderRecord = serde_json::from_str(text).unwrap();
+        assert_eq!(record.holder_identity, leader);
+        // No Lease API was tried: discovery said there is none.
+        let lease_requests: Vec<_> = c
+            .sim
+            .requests()
+            .into_iter()
+            .filter(|r| r.user == GUARD_USER && r.api_group == "coordination.k8s.io")
+            .collect();
+        assert_eq!(lease_requests, vec![]);
+        let [a, b] = replicas;
+        a.shutdown().await;
+        c.finish(b).await;
+    })
+    .await;
+}
+
+/// On 1.13 the lock is a coordination.k8s.io/v1beta1 Lease (1.12-1.13 serve no v1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_election_uses_v1beta1_leases_on_1_13() {
+    on_version(KubeVersion::V1_13, async {
+        let c = Cluster::start(Mechanism::Initializers).await;
+        let config = config(
+            Mechanism::Initializers,
+            "leaderElection: { enabled: true, namespace: kube-system, name: initguard, \
+             leaseDuration: 3s }\n",
+        );
+        let guard = c.guard_named(&config, "guard-a").await;
+        until(Duration::from_secs(5), "the only replica to lead", || {
+            guard.shared.is_leader()
+        })
+        .await;
+        let lease = c
+            .sim
+            .get_object("leases", Some("kube-system"), "initguard")
+            .expect("the Lease kube-system/initguard");
+        assert_eq!(lease["spec"]["holderIdentity"], "guard-a");
+        let paths: Vec<String> = c
+            .sim
+            .requests()
+            .into_iter()
+            .filter(|r| r.user == GUARD_USER && r.resource == "leases")
+            .map(|r| r.path)
+            .collect();
+        assert!(
+            paths
+                .iter()
+                .all(|p| p.starts_with("/apis/coordination.k8s.io/v1beta1/")),
+            "{paths:#?}"
+        );
+        c.finish(guard).await;
+    })
+    .await;
+}
+
+/// A replica whose RBAC lacks the ConfigMap lock cannot take part in the election: it never
+/// leads and says why in /readyz (503) and /status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_that_cannot_lock_says_so() {
+    on_version(KubeVersion::V1_11, async {
+        let c = Cluster::start(Mechanism::Initializers).await;
+        // deploy/rbac.yaml alone: no rbac-legacy-initializers.yaml, so no ConfigMap Role.
+        c.sim
+            .enforce_rbac_policy(GUARD_USER, shipped_rbac(Mechanism::SchedulingGates));
+        let config = config(
+            Mechanism::Initializers,
+            "leaderElection: { enabled: true, namespace: kube-system, name: initguard, \
+             leaseDuration: 3s }\n",
+        );
+        let guard = Guard::start(c.guard_client(), config).await.unwrap();
+        let body = eventually_async(
+            Duration::from_secs(5),
+            "/readyz naming the leader election",
+            || async {
+                let (status, body) = http_get(guard.addr, "/readyz").await;
+                (status == 503 && body.contains("leader election")).then_some(body)
+            },
+        )
+        .await;
+        assert!(body.contains("ConfigMap") && body.contains("403"), "{body}");
+        let (_, status) = http_get(guard.addr, "/status").await;
+        let status: Value = serde_json::from_str(&status).unwrap();
+        assert_eq!(status["leader"], false);
+        assert!(
+            status["notReady"].to_string().contains("leader election"),
+            "{status:#}"
+        );
+        guard.shutdown().await;
+    })
+    .await;
+}
+
+/// 1.7-1.13 servers refuse any update of an uninitialized pod without the `initialize` verb:
+/// under deploy/rbac.yaml alone the bypass is forbidden and nothing is removed; the shipped
+/// legacy RBAC (the e2e suite's default) grants it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_bypass_needs_the_initialize_verb() {
+    on_version(KubeVersion::V1_13, async {
+        let c = Cluster::start(Mechanism::Initializers).await;
+        c.sim
+            .enforce_rbac_policy(GUARD_USER, shipped_rbac(Mechanism::SchedulingGates));
+        let _owner = c.owner(SIDECAR, |o| o.alive = false).await;
+        let config = config(
+            Mechanism::Initializers,
+            &format!(
+                "defaults: {{ ownerDownGrace: 300ms }}\ninitializers:\n{}",
+                owned(SIDECAR, "20s")
+            ),
+        );
+        let guard = Guard::start(c.guard_client(), config.clone())
+            .await
+            .unwrap();
+        wait_ready(&guard).await;
+        wait_owner(&guard, SIDECAR, false).await;
+        c.pod("default", "held", true, &[SIDECAR]).await;
+        let denied = eventually(Duration::from_secs(5), "a forbidden bypass patch", || {
+            c.guard_pod_patches("held")
+                .into_iter()
+                .find(|r| r.status == 403)
+        })
+        .await;
+        assert_eq!(denied.verb, "patch");
+        assert_eq!(c.pending("default", "held"), vec![SIDECAR.to_owned()]);
+        assert!(c.bypasses_of("default/held").is_empty());
+        guard.shutdown().await;
+
+        // With the legacy RBAC as shipped, the same bypass goes through.
+        c.sim
+            .enforce_rbac_policy(GUARD_USER, shipped_rbac(Mechanism::Initializers));
+        let guard = c.guard(&config).await;
+        until(Duration::from_secs(5), "the bypass", || {
+            c.pending("default", "held").is_empty()
+        })
+        .await;
+        assert_eq!(c.bypasses_of("default/held").len(), 1);
+        // (Not `finish`: the first guard's 403 is in the log on purpose.)
+        guard.shutdown().await;
+    })
+    .await;
+}
+
+/// What a legacy server answers to a JSON Patch that no longer applies: 500 with the old
+/// patch library's words, which the guard treats as "the pod changed".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_servers_answer_500_to_a_failed_patch() {
+    for version in KubeVersion::LEGACY {
+        let c = on_version(version, Cluster::start(Mechanism::Initializers)).await;
+        c.pod("default", "p", false, &[SIDECAR]).await;
+        let admin = c.sim.client(ADMIN);
+        let patch = |ops: Value| {
+            let request = http::Request::patch("/api/v1/namespaces/default/pods/p")
+                .header(http::header::CONTENT_TYPE, "application/json-patch+json")
+                .body(serde_json::to_vec(&ops).unwrap())
+                .unwrap();
+            let admin = admin.clone();
+            async move { admin.request::<Value>(request).await }
+        };
+        for (ops, message) in [
+            (
+                json!([{ "op": "test", "path": "/metadata/initializers/pending/0/name", "value": "other.example.com" }]),
+                "Testing value /metadata/initializers/pending/0/name failed",
+            ),
+            (
+                json!([{ "op": "test", "path": "/metadata/initializers/pending/3/name", "value": SIDECAR }]),
+                "jsonpatch test operation does not apply: is missing path: /metadata/initializers/pending/3/name",
+            ),
+            (
+                json!([{ "op": "remove", "path": "/metadata/initializers/pending/3" }]),
+                "Unable to access invalid index: 3",
+            ),
+        ] {
+            match patch(ops).await {
+                Err(kube::Error::Api(s)) => {
+                    assert_eq!(s.code, 500, "{version:?}: {s:?}");
+                    assert_eq!(s.message, message, "{version:?}");
+                }
+                other => panic!("{version:?}: {other:?}"),
+            }
+        }
+    }
+}
