@@ -817,10 +817,10 @@ fn as_apps_v1(object: DynamicObject) -> Option<Deployment> {
 }
 
 impl Model<DynamicObject> for ServedDeploymentModel {
-    fn apply(&mut self, object: DynamicObject) {
+    fn apply(&mut self, object: DynamicObject, now: Instant) {
         let name = object.metadata.name.clone().unwrap_or_default();
         match as_apps_v1(object) {
-            Some(d) => self.0.apply(d),
+            Some(d) => self.0.apply(d, now),
             None => {
                 warn!(deployment = %name, "cannot decode the owner deployment; ignoring this version of it")
             }
@@ -831,7 +831,7 @@ impl Model<DynamicObject> for ServedDeploymentModel {
         self.0.delete(as_apps_v1(object).unwrap_or_default());
     }
 
-    fn evaluate(&self, now: SystemTime) -> Evaluation {
+    fn evaluate(&self, now: Instant) -> Evaluation {
         self.0.evaluate(now)
     }
 }
