@@ -62,12 +62,15 @@ pub fn identity() -> String {
 }
 
 /// Start electing. The receiver is `true` while this replica may write. With leader election
-/// disabled it is always `true`.
+/// disabled it is always `true`. `renewed` gets the instant at which each successful acquire or
+/// renew round *started* (the earliest the lease record can say; others count its duration from
+/// their later observation), and None on losing the lease: the actuator fences writes with it.
 pub fn spawn(
     client: kube::Client,
     config: &LeaderElection,
     identity: String,
     metrics: Arc<Metrics>,
+    renewed: watch::Sender<Option<Instant>>,
     cancel: CancellationToken,
 ) -> (watch::Receiver<bool>, tokio::task::JoinHandle<()>) {
     if !config.enabled {
@@ -88,6 +91,7 @@ pub fn spawn(
         observed: None,
         metrics,
         tx,
+        renewed,
     };
     (rx, tokio::spawn(elector.run(cancel)))
 }
@@ -101,6 +105,8 @@ struct Elector {
     observed: Option<(Option<String>, Option<MicroTime>, Instant)>,
     metrics: Arc<Metrics>,
     tx: watch::Sender<bool>,
+    /// Start of the last successful round while leading (write fencing).
+    renewed: watch::Sender<Option<Instant>>,
 }
 
 impl Elector {
@@ -121,6 +127,7 @@ impl Elector {
                     _ = tokio::time::sleep(wait) => {}
                 }
             }
+            let started = Instant::now();
             let attempt = tokio::select! {
                 _ = cancel.cancelled() => break,
                 r = tokio::time::timeout(self.timing.retry_period.max(Duration::from_secs(1)), self.try_acquire_or_renew()) => r,
@@ -128,6 +135,7 @@ impl Elector {
             match attempt {
                 Ok(Ok(true)) => {
                     last_renew = Some(Instant::now());
+                    self.renewed.send_replace(Some(started));
                     if !leading {
                         info!(lease = %self.name, identity = %self.identity, "became leader");
                         self.set(true);
@@ -167,6 +175,9 @@ impl Elector {
     }
 
     fn set(&self, leading: bool) {
+        if !leading {
+            self.renewed.send_replace(None);
+        }
         self.metrics.is_leader.set(i64::from(leading));
         self.tx.send_replace(leading);
     }

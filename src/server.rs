@@ -140,7 +140,7 @@ pub fn pod_statuses(
             opted_in: p.opted_in,
             controller: p.controller.clone(),
             created: p.created,
-            initializers: rounded(policy::decide(&p.view(), env, config, now).plans),
+            initializers: rounded(policy::decide(&tracker.view(p, now), env, config, now).plans),
         })
         .collect()
 }

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
+use crate::client::ServerClock;
 use crate::config::{Config, Mechanism};
 use crate::mechanism::parse_records;
 use crate::metrics::Outcome;
@@ -25,7 +26,10 @@ pub struct TrackedPod {
     pub uid: String,
     pub resource_version: String,
     pub labels: BTreeMap<String, String>,
+    /// `creationTimestamp`, on the API server's clock.
     pub created: SystemTime,
+    /// When this tracker first saw the pod (this process's clock).
+    pub first_seen: SystemTime,
     pub controller: Option<ControllerRef>,
     pub pending: Vec<String>,
     /// When the current head became the head (legacy), or was first observed as the head.
@@ -81,6 +85,8 @@ pub struct Tracker {
     piles: HashMap<(String, String), u32>,
     /// controller uid → its waiting pods (to re-decide a whole pile at once).
     by_controller: HashMap<String, HashSet<PodKey>>,
+    /// The API server's clock, to bring `creationTimestamp` into ours; None: trust ours.
+    clock: Option<ServerClock>,
 }
 
 impl Tracker {
@@ -91,6 +97,52 @@ impl Tracker {
             pods: HashMap::new(),
             piles: HashMap::new(),
             by_controller: HashMap::new(),
+            clock: None,
+        }
+    }
+
+    /// Measure waits from `creationTimestamp` against `clock` (the API server's clock), so
+    /// that clock skew never makes a wait look longer than it is.
+    pub fn with_clock(mut self, clock: ServerClock) -> Tracker {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// When `pod` was created, on this process's clock at `now`: never earlier than the truth,
+    /// so the wait since then is never overestimated.
+    /// With a server clock but no sample of it yet, the later of `creationTimestamp` and the
+    /// first sight of the pod (conservative); without a server clock, `creationTimestamp`.
+    pub fn created_local(&self, pod: &TrackedPod, now: SystemTime) -> SystemTime {
+        match &self.clock {
+            None => pod.created,
+            Some(clock) => clock
+                .to_local(pod.created, now, tokio::time::Instant::now())
+                .unwrap_or_else(|| pod.created.max(pod.first_seen)),
+        }
+    }
+
+    /// For a one-shot report, which has no history of when each legacy head became the head
+    /// (a running guard starts that clock at its own first sight, never early): count every
+    /// head's wait from the pod's creation, the time its CREATE has been waiting. Exact when
+    /// the head is the pod's first initializer; otherwise an upper bound of the head's wait.
+    pub fn assume_heads_since_creation(&mut self, now: SystemTime) {
+        let created: Vec<(PodKey, SystemTime)> = self
+            .pods
+            .iter()
+            .map(|(k, p)| (k.clone(), self.created_local(p, now)))
+            .collect();
+        for (key, at) in created {
+            if let Some(pod) = self.pods.get_mut(&key) {
+                pod.head_since = at;
+            }
+        }
+    }
+
+    /// The policy's view of `pod` at `now`, its creation in this process's clock.
+    pub fn view<'a>(&self, pod: &'a TrackedPod, now: SystemTime) -> PodView<'a> {
+        PodView {
+            created: self.created_local(pod, now),
+            ..pod.view()
         }
     }
 
@@ -173,6 +225,7 @@ impl Tracker {
             Some(old) if old.pending.first() == pending.first() => old.head_since,
             _ => now,
         };
+        let first_seen = old.as_ref().map_or(now, |old| old.first_seen);
         if let Some(old) = old.as_ref().filter(|old| old.pending.as_slice() != pending) {
             // Names whose count went down ended their wait (duplicates are counted). Linear in
             // the pending list: a pod may carry tens of thousands of names.
@@ -196,6 +249,7 @@ impl Tracker {
             resource_version: pod.metadata.resource_version.clone().unwrap_or_default(),
             labels,
             created: pod.created().unwrap_or(now),
+            first_seen,
             controller: pod.controller(),
             pending: pending.to_vec(),
             head_since,
@@ -261,7 +315,7 @@ impl Tracker {
     /// before it).
     pub fn waited(&self, pod: &TrackedPod, now: SystemTime) -> Duration {
         let start = match self.mechanism() {
-            Mechanism::SchedulingGates => pod.created,
+            Mechanism::SchedulingGates => self.created_local(pod, now),
             Mechanism::Initializers => pod.head_since,
         };
         now.duration_since(start).unwrap_or_default()

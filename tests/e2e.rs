@@ -16,3 +16,5 @@ mod pileup;
 mod replicas;
 #[path = "e2e/safety.rs"]
 mod safety;
+#[path = "e2e/writes.rs"]
+mod writes;
