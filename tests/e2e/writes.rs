@@ -251,10 +251,18 @@ async fn a_pod_found_gone_is_forgotten_at_once(mechanism: Mechanism) {
 }
 
 /// The opt-in label is removed while the guard's view is stale: the bypass patch tests the
-/// label's value, fails (422), the guard re-reads the pod and leaves it alone.
+/// label's value, fails (422), the guard re-reads the pod and leaves it alone. The pod already
+/// carries a bypass record, so the patch tests that record rather than the resourceVersion,
+/// which alone would have caught the change.
 async fn a_pod_opted_out_since_the_read_is_never_bypassed(mechanism: Mechanism) {
     let c = Cluster::start(mechanism).await;
-    let guard = guard_with_stale_view(&c, "optout", serde_json::Value::Null).await;
+    let earlier = "other.example.com=deadline@2026-01-01T00:00:00Z";
+    let guard = guard_with_stale_view(
+        &c,
+        "optout",
+        json!({ "metadata": { "annotations": { BYPASSED_ANNOTATION: earlier } } }),
+    )
+    .await;
     c.merge_patch_pod(
         "default",
         "optout",
