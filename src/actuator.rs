@@ -96,6 +96,8 @@ impl Report {
 /// When this replica may start a write (see the module docs).
 #[derive(Debug, Clone)]
 pub struct Fence {
+    /// `true` while this replica leads (always with leader election off).
+    leader: watch::Receiver<bool>,
     /// Start of the last successful lease renew (None: not leading); None when leader
     /// election is off, where nothing is fenced.
     renewed: Option<watch::Receiver<Option<Instant>>>,
@@ -105,10 +107,15 @@ pub struct Fence {
 }
 
 impl Fence {
-    /// The fence for `config`, fed by the elector's renew instants.
-    pub fn new(config: &LeaderElection, renewed: watch::Receiver<Option<Instant>>) -> Fence {
+    /// The fence for `config`, fed by the elector's leadership and renew instants.
+    pub fn new(
+        config: &LeaderElection,
+        leader: watch::Receiver<bool>,
+        renewed: watch::Receiver<Option<Instant>>,
+    ) -> Fence {
         let timing = Timing::for_duration(config.lease_duration);
         Fence {
+            leader,
             renewed: config.enabled.then_some(renewed),
             renew_deadline: timing.renew_deadline,
             write_timeout: write_timeout(timing),
@@ -148,7 +155,6 @@ impl Actuator {
         client: kube::Client,
         config: Arc<Config>,
         metrics: Arc<Metrics>,
-        leader: watch::Receiver<bool>,
         fence: Fence,
         identity: String,
         reports: mpsc::UnboundedSender<Report>,
@@ -166,7 +172,7 @@ impl Actuator {
             client,
             config,
             metrics,
-            leader,
+            leader: fence.leader.clone(),
             fence,
             recorder,
             reports,
@@ -508,13 +514,14 @@ mod tests {
         for secs in [1, 3, 15, 60, 137] {
             let timing = Timing::for_duration(Duration::from_secs(secs));
             let (_tx, rx) = watch::channel(None);
+            let (_leading, leader) = watch::channel(true);
             let config = LeaderElection {
                 enabled: true,
                 namespace: "kube-system".into(),
                 name: "initguard".into(),
                 lease_duration: timing.lease_duration,
             };
-            let fence = Fence::new(&config, rx);
+            let fence = Fence::new(&config, leader, rx);
             // Below leaseDuration − renewDeadline, so a write cannot outlive the lease.
             assert!(!fence.write_timeout().is_zero());
             assert!(fence.write_timeout() < timing.lease_duration - timing.renew_deadline);

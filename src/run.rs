@@ -193,7 +193,8 @@ impl Guard {
             renewed,
             leader_cancel.clone(),
         );
-        let fence = crate::actuator::Fence::new(&config.leader_election, renewed_rx);
+        let fence =
+            crate::actuator::Fence::new(&config.leader_election, leader.clone(), renewed_rx);
         let shared = Arc::new(Shared {
             config: config.clone(),
             metrics: metrics.clone(),
@@ -219,7 +220,6 @@ impl Guard {
             client.clone(),
             config.clone(),
             metrics,
-            leader.clone(),
             fence,
             identity,
             report_tx,
@@ -735,7 +735,7 @@ pub fn describe_owner(shared: &Shared, initializer: &str, now: SystemTime) -> St
 /// The opt-in label a bypass of `pod` relies on, as observed; None when its namespace opts it
 /// in whatever its labels say.
 fn opt_in_label(config: &Config, pod: &crate::tracker::TrackedPod) -> Option<(String, String)> {
-    if config.opt_in.namespaces.iter().any(|n| *n == pod.namespace) {
+    if config.opt_in.namespaces.contains(&pod.namespace) {
         return None;
     }
     let key = &config.opt_in.label;
