@@ -529,7 +529,7 @@ async fn settle(sim: &Sim) {
 async fn start_guard(sim: &Sim, mechanism: Mechanism, yaml: &str) -> Result<Guard> {
     let config = Config::from_yaml_str(yaml, "<benchmark config>")
         .map_err(|e| anyhow!("benchmark guard config is invalid:\n{e}"))?;
-    let client = initguard::client::build(sim.kube_config(GUARD_USER), mechanism)
+    let client = initguard::client::connect(sim.kube_config(GUARD_USER), mechanism)
         .context("building the guard's client")?;
     let guard = Guard::start(client, Arc::new(config))
         .await

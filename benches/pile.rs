@@ -71,7 +71,7 @@ impl Environment for TrackerEnv<'_> {
         }
     }
     fn pile_start(&self, c: &ControllerRef, initializer: &str, k: u32) -> Option<SystemTime> {
-        self.0.pile_start(&c.uid, initializer, k)
+        self.0.pile_start(&c.uid, initializer, k, SystemTime::now())
     }
 }
 

@@ -3,7 +3,11 @@
 //!
 //! Concurrency is bounded; a failed `test` (the pod changed under us) is never retried blindly:
 //! the pod is re-read and handed back for a fresh decision. Transient API failures are retried
-//! with jittered exponential backoff. Only the leader writes.
+//! with jittered exponential backoff. Only the leader writes, and only within its fence: a
+//! client-side timeout cannot cancel a write the server already committed, so every write has a
+//! timeout below `leaseDuration − renewDeadline`, and none starts once the time since the last
+//! successful renew plus that timeout would pass `renewDeadline` (after which the replica steps
+//! down, and another may take over once `leaseDuration` has passed since it saw that renew).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -14,10 +18,12 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use rand::Rng;
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio::task::JoinSet;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::config::Config;
+use crate::config::{Config, LeaderElection};
+use crate::leader::Timing;
 use crate::mechanism::{BypassTarget, bypass_patch};
 use crate::metrics::Metrics;
 use crate::pod::SlimPod;
@@ -45,6 +51,9 @@ pub struct BypassJob {
     pub waited: Duration,
     pub annotations_present: bool,
     pub previous_record: Option<String>,
+    /// The opt-in label (key, value) as observed when deciding; None when the namespace opts
+    /// the pod in. The patch tests it, so a pod opted out meanwhile is never touched.
+    pub opt_in_label: Option<(String, String)>,
     /// The owner's state in words, for the Event and the log line.
     pub owner: String,
 }
@@ -56,11 +65,15 @@ pub enum Report {
     Bypassed { job: BypassJob, pod: Box<SlimPod> },
     /// Dry-run: logged and counted, nothing written.
     DryRun { job: BypassJob },
-    /// The pod changed under us; `pod` is a fresh read (None: it is gone). Re-decide.
+    /// The pod changed under us; `pod` is a fresh read (None: it is gone, or the re-read
+    /// failed). Re-decide.
     Stale {
         job: BypassJob,
         pod: Option<Box<SlimPod>>,
     },
+    /// The API server answered 404: no pod of that name exists any more. Forget it at once
+    /// rather than waiting for the watch (which may be down) to say so.
+    Gone { job: BypassJob },
     /// Failed for good after retries (or forbidden); counted in bypass errors.
     Failed { job: BypassJob, error: String },
     /// Not written because this replica is not (or no longer) the leader, or shutting down.
@@ -74,10 +87,58 @@ impl Report {
             Report::Bypassed { job, .. }
             | Report::DryRun { job }
             | Report::Stale { job, .. }
+            | Report::Gone { job }
             | Report::Failed { job, .. }
             | Report::Skipped { job } => job,
         }
     }
+}
+
+/// When this replica may start a write (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Fence {
+    /// `true` while this replica leads (always with leader election off).
+    leader: watch::Receiver<bool>,
+    /// Start of the last successful lease renew (None: not leading); None when leader
+    /// election is off, where nothing is fenced.
+    renewed: Option<watch::Receiver<Option<Instant>>>,
+    renew_deadline: Duration,
+    /// Client-side timeout of every write.
+    write_timeout: Duration,
+}
+
+impl Fence {
+    /// The fence for `config`, fed by the elector's leadership and renew instants.
+    pub fn new(
+        config: &LeaderElection,
+        leader: watch::Receiver<bool>,
+        renewed: watch::Receiver<Option<Instant>>,
+    ) -> Fence {
+        let timing = Timing::for_duration(config.lease_duration);
+        Fence {
+            leader,
+            renewed: config.enabled.then_some(renewed),
+            renew_deadline: timing.renew_deadline,
+            write_timeout: write_timeout(timing),
+        }
+    }
+
+    /// The client-side timeout of every write.
+    pub fn write_timeout(&self) -> Duration {
+        self.write_timeout
+    }
+
+    /// Whether a write may start `since_renew` after the start of the last successful renew:
+    /// even if it takes its whole timeout, it ends by the renew deadline.
+    pub fn permits(&self, since_renew: Duration) -> bool {
+        since_renew.saturating_add(self.write_timeout) <= self.renew_deadline
+    }
+}
+
+/// Half of `leaseDuration − renewDeadline` (2.5 s for the default 15 s lease): strictly below
+/// it, and leaving a renew round's worth of room before the renew deadline.
+pub fn write_timeout(timing: Timing) -> Duration {
+    timing.lease_duration.saturating_sub(timing.renew_deadline) / 2
 }
 
 /// Handle to submit jobs.
@@ -95,7 +156,7 @@ impl Actuator {
         client: kube::Client,
         config: Arc<Config>,
         metrics: Arc<Metrics>,
-        leader: watch::Receiver<bool>,
+        fence: Fence,
         identity: String,
         reports: mpsc::UnboundedSender<Report>,
         cancel: CancellationToken,
@@ -105,7 +166,8 @@ impl Actuator {
             client,
             config,
             metrics,
-            leader,
+            leader: fence.leader.clone(),
+            fence,
             identity: Arc::from(identity),
             reports,
         };
@@ -129,6 +191,7 @@ struct Worker {
     config: Arc<Config>,
     metrics: Arc<Metrics>,
     leader: watch::Receiver<bool>,
+    fence: Fence,
     /// This replica's identity, named in each Event it writes.
     identity: Arc<str>,
     reports: mpsc::UnboundedSender<Report>,
@@ -193,6 +256,30 @@ impl Worker {
         *self.leader.borrow()
     }
 
+    /// Waits until this replica may start a write (true), or it is no longer the leader or is
+    /// shutting down (false). Fenced out while still leading (renewals failing), it waits for a
+    /// renew or for stepping down rather than handing the job back, which would only come back.
+    async fn within_fence(&self, cancel: &CancellationToken) -> bool {
+        let Some(mut renewed) = self.fence.renewed.clone() else {
+            return self.is_leader();
+        };
+        let mut leader = self.leader.clone();
+        loop {
+            if !*leader.borrow_and_update() {
+                return false;
+            }
+            let last = *renewed.borrow_and_update();
+            if last.is_some_and(|at| self.fence.permits(at.elapsed())) {
+                return true;
+            }
+            tokio::select! {
+                r = renewed.changed() => if r.is_err() { return false },
+                r = leader.changed() => if r.is_err() { return false },
+                _ = cancel.cancelled() => return false,
+            }
+        }
+    }
+
     async fn execute(&self, job: BypassJob, cancel: &CancellationToken) -> Report {
         if self.config.dry_run {
             info!(pod = %job.key, initializer = %job.initializer, reason = job.reason.as_str(),
@@ -203,7 +290,7 @@ impl Worker {
         let api: Api<SlimPod> = Api::namespaced(self.client.clone(), &job.namespace);
         let mut attempt = 0;
         loop {
-            if !self.is_leader() || (attempt > 0 && cancel.is_cancelled()) {
+            if (attempt > 0 && cancel.is_cancelled()) || !self.within_fence(cancel).await {
                 return Report::Skipped { job };
             }
             attempt += 1;
@@ -212,13 +299,19 @@ impl Worker {
                     self.metrics.bypassed(&job.initializer, job.reason);
                     info!(pod = %job.key, initializer = %job.initializer, reason = job.reason.as_str(),
                         waited = ?job.waited, owner = %job.owner, "bypassed initializer");
-                    self.publish_event(&job).await;
+                    if tokio::time::timeout(self.fence.write_timeout, self.publish_event(&job))
+                        .await
+                        .is_err()
+                    {
+                        warn!(pod = %job.key, "recording the InitializerBypassed event timed out");
+                    }
                     return Report::Bypassed { job, pod };
                 }
                 Attempt::Stale => {
                     debug!(pod = %job.key, initializer = %job.initializer, "pod changed; re-reading");
                     let pod = match api.get_opt(&job.name).await {
-                        Ok(pod) => pod.map(Box::new),
+                        Ok(Some(pod)) => Some(Box::new(pod)),
+                        Ok(None) => return Report::Gone { job },
                         Err(e) => {
                             warn!(pod = %job.key, error = %e, "re-reading pod after a conflict failed");
                             None
@@ -226,7 +319,10 @@ impl Worker {
                     };
                     return Report::Stale { job, pod };
                 }
-                Attempt::Gone => return Report::Stale { job, pod: None },
+                Attempt::Gone => {
+                    debug!(pod = %job.key, "pod not found; forgetting it");
+                    return Report::Gone { job };
+                }
                 Attempt::Fatal(error) => {
                     self.metrics.bypass_failed(&job.initializer);
                     warn!(pod = %job.key, initializer = %job.initializer, %error, "bypass failed");
@@ -258,6 +354,10 @@ impl Worker {
             initializer: &job.initializer,
             annotations_present: job.annotations_present,
             previous_record: job.previous_record.as_deref(),
+            opt_in_label: job
+                .opt_in_label
+                .as_ref()
+                .map(|(k, v)| (k.as_str(), v.as_str())),
         };
         let patch = bypass_patch(
             self.config.mechanism,
@@ -265,16 +365,17 @@ impl Worker {
             job.reason,
             SystemTime::now(),
         );
-        match api
-            .patch(
-                &job.name,
-                &PatchParams::default(),
-                &Patch::Json::<()>(patch),
-            )
-            .await
-        {
-            Ok(pod) => Attempt::Done(Box::new(pod)),
-            Err(e) => classify(e),
+        let (params, patch) = (PatchParams::default(), Patch::Json::<()>(patch));
+        let write = api.patch(&job.name, &params, &patch);
+        // A write that timed out may still have been committed: retrying is safe because the
+        // patch tests the annotation's previous state, which any committed bypass changed.
+        match tokio::time::timeout(self.fence.write_timeout, write).await {
+            Ok(Ok(pod)) => Attempt::Done(Box::new(pod)),
+            Ok(Err(e)) => classify(e),
+            Err(_) => Attempt::Retry(format!(
+                "no answer within the write timeout of {:?}",
+                self.fence.write_timeout
+            )),
         }
     }
 
@@ -453,6 +554,30 @@ mod tests {
             classify(status(403, "Forbidden", "no")),
             Attempt::Fatal(_)
         ));
+    }
+
+    #[test]
+    fn fence_bounds_every_write_within_the_lease() {
+        for secs in [1, 3, 15, 60, 137] {
+            let timing = Timing::for_duration(Duration::from_secs(secs));
+            let (_tx, rx) = watch::channel(None);
+            let (_leading, leader) = watch::channel(true);
+            let config = LeaderElection {
+                enabled: true,
+                namespace: "kube-system".into(),
+                name: "initguard".into(),
+                lease_duration: timing.lease_duration,
+            };
+            let fence = Fence::new(&config, leader, rx);
+            // Below leaseDuration − renewDeadline, so a write cannot outlive the lease.
+            assert!(!fence.write_timeout().is_zero());
+            assert!(fence.write_timeout() < timing.lease_duration - timing.renew_deadline);
+            assert!(fence.permits(Duration::ZERO));
+            let last_start = timing.renew_deadline - fence.write_timeout();
+            assert!(fence.permits(last_start));
+            assert!(!fence.permits(last_start + Duration::from_millis(1)));
+            assert!(!fence.permits(timing.renew_deadline));
+        }
     }
 
     #[test]

@@ -685,8 +685,8 @@ async fn start_guard(
     mechanism: Mechanism,
     setup: GuardSetup,
 ) -> Result<Guard, DemoError> {
-    let client =
-        crate::client::build(sim.kube_config(GUARD_USER), mechanism).map_err(DemoError::Client)?;
+    let client = crate::client::connect(sim.kube_config(GUARD_USER), mechanism)
+        .map_err(DemoError::Client)?;
     let mut config = setup.config;
     let announced = config.listen;
     drop(setup.reservation);

@@ -96,13 +96,17 @@ pub fn identity() -> String {
 
 /// Start electing. The receiver is `true` while this replica may write. With leader election
 /// disabled it is always `true`. Why this replica cannot take part (no discovery, a lock it
-/// may not write) goes to `problems`, and so to `/readyz` and `/status`.
+/// may not write) goes to `problems`, and so to `/readyz` and `/status`. `renewed` gets the
+/// instant at which each successful acquire or renew round *started* (the earliest the lease
+/// record can say; others count its duration from their later observation), and None on
+/// losing the lease: the actuator fences writes with it.
 pub fn spawn(
     client: kube::Client,
     config: &LeaderElection,
     identity: String,
     metrics: Arc<Metrics>,
     problems: Problems,
+    renewed: watch::Sender<Option<Instant>>,
     cancel: CancellationToken,
 ) -> (watch::Receiver<bool>, tokio::task::JoinHandle<()>) {
     if !config.enabled {
@@ -126,6 +130,7 @@ pub fn spawn(
         metrics,
         problems,
         tx,
+        renewed,
     };
     (rx, tokio::spawn(elector.run(cancel)))
 }
@@ -277,6 +282,8 @@ struct Elector {
     metrics: Arc<Metrics>,
     problems: Problems,
     tx: watch::Sender<bool>,
+    /// Start of the last successful round while leading (write fencing).
+    renewed: watch::Sender<Option<Instant>>,
 }
 
 impl Elector {
@@ -299,6 +306,7 @@ impl Elector {
                     _ = tokio::time::sleep(wait) => {}
                 }
             }
+            let started = Instant::now();
             let attempt = tokio::select! {
                 _ = cancel.cancelled() => break,
                 r = tokio::time::timeout(self.timing.retry_period.max(Duration::from_secs(1)), self.try_acquire_or_renew()) => r,
@@ -311,6 +319,7 @@ impl Elector {
                     }
                     if held {
                         last_renew = Some(Instant::now());
+                        self.renewed.send_replace(Some(started));
                         if !leading {
                             info!(lease = %self.name, identity = %self.identity, "became leader");
                             self.set(true);
@@ -369,6 +378,9 @@ impl Elector {
     }
 
     fn set(&self, leading: bool) {
+        if !leading {
+            self.renewed.send_replace(None);
+        }
         self.metrics.is_leader.set(i64::from(leading));
         self.tx.send_replace(leading);
     }

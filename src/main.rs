@@ -273,8 +273,8 @@ fn missing_owners(kubeconfig: &Path, config: &Config) -> Result<Vec<String>, Exi
     rt.block_on(async {
         match status::connect(Some(kubeconfig), config).await {
             // Reachability first: "could not check" for every owner would bury the cause.
-            Ok(client) => match client.apiserver_version().await {
-                Ok(_) => Ok(initguard::owners::missing_owners(&client, config).await),
+            Ok(conn) => match conn.client.apiserver_version().await {
+                Ok(_) => Ok(initguard::owners::missing_owners(&conn.client, config).await),
                 Err(e) => {
                     eprintln!("error: cannot reach the API server to check the owners: {e}");
                     Err(ExitCode::from(1))

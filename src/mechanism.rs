@@ -1,8 +1,9 @@
 //! Reading pending initializer names and building the bypass JSON Patch, per mechanism.
 //!
 //! A bypass is one atomic JSON Patch (DESIGN.md "What a bypass writes"): it `test`s that the pod
-//! is still the one decided about and that the initializer still sits at the decided index, then
-//! removes exactly that entry and appends a record to the `initguard.io/bypassed` annotation.
+//! is still the one decided about, that it is still opted in by the label value decided on, and
+//! that the initializer still sits at the decided index, then removes exactly that entry and
+//! appends a record to the `initguard.io/bypassed` annotation.
 
 use std::time::SystemTime;
 
@@ -128,6 +129,9 @@ pub struct BypassTarget<'a> {
     pub annotations_present: bool,
     /// Current value of [`BYPASSED_ANNOTATION`], if set.
     pub previous_record: Option<&'a str>,
+    /// The opt-in label (key, observed value) the decision relied on; None when the pod's
+    /// namespace opts it in (the label does not matter then).
+    pub opt_in_label: Option<(&'a str, &'a str)>,
 }
 
 /// The single atomic JSON Patch that removes `target.initializer` at `target.index` and records
@@ -141,11 +145,16 @@ pub fn bypass_patch(
     let entry = pending_entry(mechanism, target.index, None);
     let entry_name = pending_entry(mechanism, target.index, Some("name"));
     let record = record_entry(target.initializer, reason, at);
-    let mut ops = vec![
-        test(pointer(&["metadata", "uid"]), Value::from(target.uid)),
-        test(entry_name, Value::from(target.initializer)),
-        PatchOperation::Remove(RemoveOperation { path: entry }),
-    ];
+    let mut ops = vec![test(pointer(&["metadata", "uid"]), Value::from(target.uid))];
+    if let Some((key, value)) = target.opt_in_label {
+        // Removed or changed since the read (opted out): the patch fails and the pod is re-read.
+        ops.push(test(
+            pointer(&["metadata", "labels", key]),
+            Value::from(value),
+        ));
+    }
+    ops.push(test(entry_name, Value::from(target.initializer)));
+    ops.push(PatchOperation::Remove(RemoveOperation { path: entry }));
     let annotation = pointer(&["metadata", "annotations", BYPASSED_ANNOTATION]);
     match target.previous_record {
         Some(previous) => {
@@ -162,8 +171,13 @@ pub fn bypass_patch(
             }));
         }
         None if target.annotations_present => {
-            // `add` would overwrite a value written since the read, but only initguard writes
-            // this key and one leader patches at a time: nobody else's data is at stake.
+            // JSON Patch cannot test that a key is absent, and `add` would overwrite a record
+            // written since the read (by a replica that still thought it led, or anyone): pin
+            // the resourceVersion so the patch fails instead, and the caller re-reads.
+            ops.push(test(
+                pointer(&["metadata", "resourceVersion"]),
+                Value::from(target.resource_version),
+            ));
             ops.push(PatchOperation::Add(AddOperation {
                 path: annotation,
                 value: Value::from(record),
@@ -205,6 +219,7 @@ mod tests {
     const UID: &str = "3f9c2a6e-8d41-4b6f-9a53-1c2e7d9b0a41";
     const RV: &str = "48213";
     const KEY_POINTER: &str = "/metadata/annotations/initguard.io~1bypassed";
+    const OPT_IN: &str = "initguard.io/bypass";
 
     /// 2026-11-21T15:04:05.250Z.
     fn at() -> SystemTime {
@@ -363,6 +378,10 @@ mod tests {
             previous_record: annotations
                 .and_then(|a| a.get(BYPASSED_ANNOTATION))
                 .and_then(Value::as_str),
+            opt_in_label: pod["metadata"]["labels"]
+                .get(OPT_IN)
+                .and_then(Value::as_str)
+                .map(|v| (OPT_IN, v)),
         }
     }
 
@@ -530,6 +549,7 @@ mod tests {
             serde_json::to_value(&patch).unwrap(),
             json!([
                 { "op": "test", "path": "/metadata/uid", "value": UID },
+                { "op": "test", "path": "/metadata/labels/initguard.io~1bypass", "value": "" },
                 { "op": "test", "path": "/spec/schedulingGates/1/name", "value": "kueue.x-k8s.io/admission" },
                 { "op": "remove", "path": "/spec/schedulingGates/1" },
                 { "op": "test", "path": "/metadata/resourceVersion", "value": RV },
@@ -542,10 +562,16 @@ mod tests {
         let target = self::target(&annotated, 0, "a.example.com");
         let patch = bypass_patch(Mechanism::Initializers, &target, Reason::Deadline, at());
         let ops = serde_json::to_value(&patch).unwrap();
-        assert_eq!(ops[1]["path"], "/metadata/initializers/pending/0/name");
         assert_eq!(
-            ops[3],
-            json!({ "op": "add", "path": KEY_POINTER, "value": "a.example.com=deadline@2026-11-21T15:04:05Z" })
+            ops,
+            json!([
+                { "op": "test", "path": "/metadata/uid", "value": UID },
+                { "op": "test", "path": "/metadata/labels/initguard.io~1bypass", "value": "" },
+                { "op": "test", "path": "/metadata/initializers/pending/0/name", "value": "a.example.com" },
+                { "op": "remove", "path": "/metadata/initializers/pending/0" },
+                { "op": "test", "path": "/metadata/resourceVersion", "value": RV },
+                { "op": "add", "path": KEY_POINTER, "value": "a.example.com=deadline@2026-11-21T15:04:05Z" }
+            ])
         );
     }
 
@@ -688,6 +714,47 @@ mod tests {
             // Someone added their own annotation meanwhile; replacing the map would drop it.
             let mut now =
                 with_annotations(read.clone(), json!({ "owner.example.com/seen": "true" }));
+            now["metadata"]["resourceVersion"] = json!("48214");
+            assert_test_failed(apply(mechanism, &now, &target));
+        }
+    }
+
+    #[test]
+    fn bypass_fails_when_the_opt_in_label_was_removed_or_changed() {
+        for mechanism in BOTH {
+            let mut read = pod(mechanism, &["a.example.com"]);
+            read["metadata"]["labels"][OPT_IN] = json!("yes");
+            let target = target(&read, 0, "a.example.com");
+            let mut removed = read.clone();
+            removed["metadata"]["labels"]
+                .as_object_mut()
+                .unwrap()
+                .remove(OPT_IN);
+            assert!(apply(mechanism, &removed, &target).is_err());
+            let mut changed = read.clone();
+            changed["metadata"]["labels"][OPT_IN] = json!("no");
+            assert_test_failed(apply(mechanism, &changed, &target));
+            // Opted in by namespace: the label is not tested.
+            let by_namespace = BypassTarget {
+                opt_in_label: None,
+                ..target
+            };
+            assert!(apply(mechanism, &removed, &by_namespace).is_ok());
+        }
+    }
+
+    #[test]
+    fn bypass_fails_when_the_key_was_added_to_an_existing_map_since_the_read() {
+        for mechanism in BOTH {
+            let read = with_annotations(
+                pod(mechanism, &["a.example.com"]),
+                json!({ "team": "batch" }),
+            );
+            let target = target(&read, 0, "a.example.com");
+            // Another writer recorded a bypass meanwhile: `add` would overwrite it.
+            let mut now = read.clone();
+            now["metadata"]["annotations"][BYPASSED_ANNOTATION] =
+                json!("b.example.com=deadline@2026-11-21T15:00:00Z");
             now["metadata"]["resourceVersion"] = json!("48214");
             assert_test_failed(apply(mechanism, &now, &target));
         }

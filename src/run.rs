@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::actuator::{Actuator, BypassJob, Report};
+use crate::client::Connection;
 use crate::config::Config;
 use crate::discovery::Problems;
 use crate::metrics::{Metrics, MetricsError};
@@ -128,6 +129,8 @@ impl Shared {
 pub struct Env<'a> {
     pub tracker: &'a Tracker,
     pub owners: &'a Owners,
+    /// The instant being decided, which pile starts are expressed against.
+    pub now: SystemTime,
 }
 
 impl Environment for Env<'_> {
@@ -140,7 +143,8 @@ impl Environment for Env<'_> {
         initializer: &str,
         k: u32,
     ) -> Option<SystemTime> {
-        self.tracker.pile_start(&controller.uid, initializer, k)
+        self.tracker
+            .pile_start(&controller.uid, initializer, k, self.now)
     }
 }
 
@@ -157,17 +161,23 @@ pub struct Guard {
 
 impl Guard {
     /// Start everything: owners, leader election, actuator, pod watch, control loop, HTTP.
-    pub async fn start(client: kube::Client, config: Arc<Config>) -> Result<Guard, RunError> {
+    /// Pass a [`Connection`] from [`crate::client::connect`] so that waits are measured
+    /// against the API server's clock; a bare client counts waits from first sight.
+    pub async fn start(
+        client: impl Into<Connection>,
+        config: Arc<Config>,
+    ) -> Result<Guard, RunError> {
         Self::start_with(client, config, crate::leader::identity(), STALL_AFTER).await
     }
 
     /// As [`Guard::start`] with an explicit identity and stall window (tests).
     pub async fn start_with(
-        client: kube::Client,
+        client: impl Into<Connection>,
         config: Arc<Config>,
         identity: String,
         stall_after: Duration,
     ) -> Result<Guard, RunError> {
+        let Connection { client, clock } = client.into();
         // Fail before any task starts, so a taken port leaves nothing running.
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
@@ -190,14 +200,18 @@ impl Guard {
         // Not a child of `cancel`: the lease is released only after in-flight patches drain.
         let leader_cancel = CancellationToken::new();
         let problems = Problems::default();
+        let (renewed, renewed_rx) = watch::channel(None);
         let (leader, leader_task) = crate::leader::spawn(
             client.clone(),
             &config.leader_election,
             identity.clone(),
             metrics.clone(),
             problems.clone(),
+            renewed,
             leader_cancel.clone(),
         );
+        let fence =
+            crate::actuator::Fence::new(&config.leader_election, leader.clone(), renewed_rx);
         let shared = Arc::new(Shared {
             config: config.clone(),
             metrics: metrics.clone(),
@@ -205,7 +219,7 @@ impl Guard {
             identity: identity.clone(),
             leader: leader.clone(),
             problems,
-            tracker: Mutex::new(Tracker::new(config.clone())),
+            tracker: Mutex::new(Tracker::new(config.clone()).with_clock(clock)),
             pods_synced: AtomicBool::new(false),
             last_progress: Mutex::new(Instant::now()),
             wedged: AtomicBool::new(false),
@@ -224,7 +238,7 @@ impl Guard {
             client.clone(),
             config.clone(),
             metrics,
-            leader.clone(),
+            fence,
             identity,
             report_tx,
             actuator_cancel.clone(),
@@ -585,8 +599,9 @@ impl ControlLoop {
         let env = Env {
             tracker: &tracker,
             owners: &shared.owners,
+            now,
         };
-        let outcome = policy::decide(&pod.view(), &env, &shared.config, now);
+        let outcome = policy::decide(&tracker.view(pod, now), &env, &shared.config, now);
         self.wakes.set(key, outcome.next_wake);
         if !shared.is_leader() || self.in_flight.contains_key(key) {
             return;
@@ -610,6 +625,7 @@ impl ControlLoop {
             waited: d.waited,
             annotations_present: pod.annotations_present,
             previous_record: pod.bypassed_record.clone(),
+            opt_in_label: opt_in_label(&shared.config, pod),
             owner,
         };
         let count_before = pod.pending.iter().filter(|n| **n == d.initializer).count();
@@ -688,10 +704,25 @@ impl ControlLoop {
                         self.apply(&pod, SystemTime::now())
                     }
                     // Unchanged (the server rejects the write itself, e.g. annotations over
-                    // their size limit), gone (404; the watch will say so) or not re-read.
+                    // their size limit) or not re-read.
                     _ => self
                         .wakes
                         .at_most(&key, SystemTime::now() + RETRY_STALE_AFTER),
+                }
+            }
+            Report::Gone { job } => {
+                // No pod of that name exists; the watch may lag or be down. Only this pod: a
+                // new one of the same name (another uid) that the watch already shows stays.
+                let same = self
+                    .shared
+                    .tracker()
+                    .get(&key)
+                    .is_some_and(|p| p.uid == job.uid);
+                if same {
+                    self.delete(&key, SystemTime::now());
+                } else {
+                    self.in_flight.remove(&key);
+                    self.decide(&key);
                 }
             }
             Report::Failed { .. } => {
@@ -734,6 +765,16 @@ pub fn describe_owner(shared: &Shared, initializer: &str, now: SystemTime) -> St
         OwnerState::Up { since } => format!("{what} up for {}", for_(since)),
         OwnerState::Down { since } => format!("{what} down for {}", for_(since)),
     }
+}
+
+/// The opt-in label a bypass of `pod` relies on, as observed; None when its namespace opts it
+/// in whatever its labels say.
+fn opt_in_label(config: &Config, pod: &crate::tracker::TrackedPod) -> Option<(String, String)> {
+    if config.opt_in.namespaces.contains(&pod.namespace) {
+        return None;
+    }
+    let key = &config.opt_in.label;
+    pod.labels.get(key).map(|v| (key.clone(), v.clone()))
 }
 
 /// The tokio instant for a wall-clock wake-up (far future when there is none).

@@ -148,7 +148,7 @@ pub fn pod_statuses(
             opted_in: p.opted_in,
             controller: p.controller.clone(),
             created: p.created,
-            initializers: rounded(policy::decide(&p.view(), env, config, now).plans),
+            initializers: rounded(policy::decide(&tracker.view(p, now), env, config, now).plans),
         })
         .collect()
 }
@@ -164,6 +164,7 @@ async fn status(
         let env = Env {
             tracker: &tracker,
             owners: &shared.owners,
+            now,
         };
         let listed = pod_statuses(&tracker, &env, &shared.config, now, limit);
         (tracker.len(), listed)

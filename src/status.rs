@@ -10,6 +10,7 @@ use std::time::{Duration, SystemTime};
 use kube::api::{Api, ListParams};
 use tokio_util::sync::CancellationToken;
 
+use crate::client::Connection;
 use crate::config::Config;
 use crate::metrics::{Metrics, MetricsError};
 use crate::owners::Owners;
@@ -54,7 +55,7 @@ pub enum ConnectError {
 pub async fn connect(
     kubeconfig: Option<&Path>,
     config: &Config,
-) -> Result<kube::Client, ConnectError> {
+) -> Result<Connection, ConnectError> {
     let kube_config = match kubeconfig {
         Some(path) => {
             let err = |source| ConnectError::Kubeconfig {
@@ -68,7 +69,7 @@ pub async fn connect(
         }
         None => kube::Config::infer().await?,
     };
-    Ok(crate::client::build(kube_config, config.mechanism)?)
+    Ok(crate::client::connect(kube_config, config.mechanism)?)
 }
 
 /// The report: owners and waiting pods with their plans.
@@ -81,7 +82,11 @@ pub struct Report {
 }
 
 /// Gather the report from the cluster `client` talks to.
-pub async fn gather(client: kube::Client, config: Arc<Config>) -> Result<Report, StatusError> {
+pub async fn gather(
+    connection: impl Into<Connection>,
+    config: Arc<Config>,
+) -> Result<Report, StatusError> {
+    let Connection { client, clock } = connection.into();
     let cancel = CancellationToken::new();
     let _stop = cancel.clone().drop_guard();
     let metrics = Arc::new(Metrics::new(&config)?);
@@ -89,7 +94,7 @@ pub async fn gather(client: kube::Client, config: Arc<Config>) -> Result<Report,
     let _ = tokio::time::timeout(OWNER_SYNC_TIMEOUT, owners.wait_synced()).await;
 
     let api: Api<SlimPod> = Api::all(client);
-    let mut tracker = Tracker::new(config.clone());
+    let mut tracker = Tracker::new(config.clone()).with_clock(clock);
     let mut params = ListParams::default().limit(PAGE);
     let now = SystemTime::now();
     loop {
@@ -102,9 +107,12 @@ pub async fn gather(client: kube::Client, config: Arc<Config>) -> Result<Report,
             None => break,
         }
     }
+    // A one-shot report has no history of when each legacy head became the head.
+    tracker.assume_heads_since_creation(now);
     let env = Env {
         tracker: &tracker,
         owners: &owners,
+        now,
     };
     let waiting_pods = pod_statuses(&tracker, &env, &config, now, usize::MAX);
     Ok(Report {

@@ -9,6 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
+use crate::client::ServerClock;
 use crate::config::{Config, Mechanism};
 use crate::mechanism::parse_records;
 use crate::metrics::Outcome;
@@ -26,7 +27,10 @@ pub struct TrackedPod {
     pub uid: String,
     pub resource_version: String,
     pub labels: BTreeMap<String, String>,
+    /// `creationTimestamp`, on the API server's clock.
     pub created: SystemTime,
+    /// When this tracker first saw the pod (this process's clock).
+    pub first_seen: SystemTime,
     pub controller: Option<ControllerRef>,
     pub pending: Vec<String>,
     /// When the current head became the head (legacy), or was first observed as the head.
@@ -92,6 +96,8 @@ pub struct Tracker {
     /// Controllers one of whose piles became ready earlier since the last
     /// [`Tracker::take_moved_earlier`]: their other pods may have to act sooner than planned.
     moved_earlier: HashSet<String>,
+    /// The API server's clock, to bring `creationTimestamp` into ours; None: trust ours.
+    clock: Option<ServerClock>,
 }
 
 /// (controller uid, initializer).
@@ -108,6 +114,52 @@ impl Tracker {
             starts: HashMap::new(),
             kth: HashMap::new(),
             moved_earlier: HashSet::new(),
+            clock: None,
+        }
+    }
+
+    /// Measure waits from `creationTimestamp` against `clock` (the API server's clock), so
+    /// that clock skew never makes a wait look longer than it is.
+    pub fn with_clock(mut self, clock: ServerClock) -> Tracker {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// When `pod` was created, on this process's clock at `now`: never earlier than the truth,
+    /// so the wait since then is never overestimated.
+    /// With a server clock but no sample of it yet, the later of `creationTimestamp` and the
+    /// first sight of the pod (conservative); without a server clock, `creationTimestamp`.
+    pub fn created_local(&self, pod: &TrackedPod, now: SystemTime) -> SystemTime {
+        match &self.clock {
+            None => pod.created,
+            Some(clock) => clock
+                .to_local(pod.created, now, tokio::time::Instant::now())
+                .unwrap_or_else(|| pod.created.max(pod.first_seen)),
+        }
+    }
+
+    /// For a one-shot report, which has no history of when each legacy head became the head
+    /// (a running guard starts that clock at its own first sight, never early): count every
+    /// head's wait from the pod's creation, the time its CREATE has been waiting. Exact when
+    /// the head is the pod's first initializer; otherwise an upper bound of the head's wait.
+    pub fn assume_heads_since_creation(&mut self, now: SystemTime) {
+        let created: Vec<(PodKey, SystemTime)> = self
+            .pods
+            .iter()
+            .map(|(k, p)| (k.clone(), self.created_local(p, now)))
+            .collect();
+        for (key, at) in created {
+            if let Some(pod) = self.pods.get_mut(&key) {
+                pod.head_since = at;
+            }
+        }
+    }
+
+    /// The policy's view of `pod` at `now`, its creation in this process's clock.
+    pub fn view<'a>(&self, pod: &'a TrackedPod, now: SystemTime) -> PodView<'a> {
+        PodView {
+            created: self.created_local(pod, now),
+            ..pod.view()
         }
     }
 
@@ -169,18 +221,40 @@ impl Tracker {
     /// The `k`-th earliest wait start (from 1) among the pods of the controller with this uid
     /// whose wait for `initializer` is in progress; see `policy::Environment::pile_start`.
     /// O(1) for `k = pileup.threshold`.
+    ///
+    /// In this process's clock at `now`, like every wait: legacy starts (head times) are ours
+    /// already; gate starts are creation times ordered on the API server's clock, so the k-th
+    /// is at most the latest of the first k in ours (exact while the clock offset is one for
+    /// all pods, which it is once a sample exists), and never earlier than the truth.
     pub fn pile_start(
         &self,
         controller_uid: &str,
         initializer: &str,
         k: u32,
+        now: SystemTime,
     ) -> Option<SystemTime> {
         let key = (controller_uid.to_owned(), initializer.to_owned());
-        if k as usize == self.threshold() {
-            return self.kth.get(&key).map(|(at, _)| *at);
+        let k = k as usize;
+        match self.mechanism() {
+            Mechanism::Initializers if k == self.threshold() => {
+                self.kth.get(&key).map(|(at, _)| *at)
+            }
+            Mechanism::Initializers => {
+                let index = k.checked_sub(1)?;
+                self.starts.get(&key)?.iter().nth(index).map(|(at, _)| *at)
+            }
+            Mechanism::SchedulingGates => {
+                let first = self.starts.get(&key)?.iter().take(k);
+                let mut latest: Option<SystemTime> = None;
+                let mut count = 0;
+                for (_, pod) in first {
+                    let at = self.created_local(self.pods.get(pod)?, now);
+                    latest = Some(latest.map_or(at, |l| l.max(at)));
+                    count += 1;
+                }
+                (k >= 1 && count == k).then_some(latest).flatten()
+            }
         }
-        let index = (k as usize).checked_sub(1)?;
-        self.starts.get(&key)?.iter().nth(index).map(|(at, _)| *at)
     }
 
     /// Controllers one of whose piles became ready earlier (or at all) since the last call.
@@ -255,6 +329,7 @@ impl Tracker {
             Some(old) if old.pending.first() == pending.first() => old.head_since,
             _ => now,
         };
+        let first_seen = old.as_ref().map_or(now, |old| old.first_seen);
         if let Some(old) = old.as_ref().filter(|old| old.pending.as_slice() != pending) {
             // Names whose count went down ended their wait (duplicates are counted). Linear in
             // the pending list: a pod may carry tens of thousands of names.
@@ -278,6 +353,7 @@ impl Tracker {
             resource_version: pod.metadata.resource_version.clone().unwrap_or_default(),
             labels,
             created: pod.created().unwrap_or(now),
+            first_seen,
             controller: pod.controller(),
             pending: pending.to_vec(),
             head_since,
@@ -333,8 +409,11 @@ impl Tracker {
             agg.pileups.entry(name.clone()).or_default();
         }
         // A pile is `threshold` pods that have each waited minWait, not a fresh batch.
-        for ((_, name), (kth, _)) in &self.kth {
-            let waited = now.duration_since(*kth).unwrap_or_default();
+        for (uid, name) in self.kth.keys() {
+            let Some(kth) = self.pile_start(uid, name, self.config.pileup.threshold, now) else {
+                continue;
+            };
+            let waited = now.duration_since(kth).unwrap_or_default();
             if waited >= self.config.pileup.min_wait
                 && let Some(piles) = agg.pileups.get_mut(name)
             {
@@ -349,7 +428,7 @@ impl Tracker {
     /// before it).
     pub fn waited(&self, pod: &TrackedPod, now: SystemTime) -> Duration {
         let start = match self.mechanism() {
-            Mechanism::SchedulingGates => pod.created,
+            Mechanism::SchedulingGates => self.created_local(pod, now),
             Mechanism::Initializers => pod.head_since,
         };
         now.duration_since(start).unwrap_or_default()
@@ -716,7 +795,7 @@ mod tests {
                         let before: Vec<_> = ["j0", "j1"]
                             .iter()
                             .flat_map(|j| ["a", "b"].map(|g| (*j, g)))
-                            .map(|(j, g)| ((j, g), tr.pile_start(j, g, threshold)))
+                            .map(|(j, g)| ((j, g), tr.pile_start(j, g, threshold, t(0))))
                             .collect();
                         tr.take_moved_earlier();
                         let now = t(100 + step as u64);
@@ -727,7 +806,7 @@ mod tests {
                         }
                         let moved = tr.take_moved_earlier();
                         for ((j, g), was) in before {
-                            let is = tr.pile_start(j, g, threshold);
+                            let is = tr.pile_start(j, g, threshold, t(0));
                             prop_assert_eq!(
                                 is,
                                 brute_kth(&tr, j, g, threshold as usize),
@@ -737,7 +816,7 @@ mod tests {
                             );
                             for k in 1..=threshold + 1 {
                                 prop_assert_eq!(
-                                    tr.pile_start(j, g, k),
+                                    tr.pile_start(j, g, k, t(0)),
                                     brute_kth(&tr, j, g, k as usize)
                                 );
                             }

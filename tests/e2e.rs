@@ -20,3 +20,5 @@ mod safety;
 mod unknown_owners;
 #[path = "e2e/versions.rs"]
 mod versions;
+#[path = "e2e/writes.rs"]
+mod writes;

@@ -14,6 +14,7 @@ struct FaultState {
     gone_next_watch: bool,
     exempt: HashSet<String>,
     hidden_groups: HashSet<String>,
+    partitioned: HashSet<String>,
 }
 
 /// Faults the simulated API server injects into requests. Exempt users (for example the
@@ -74,6 +75,26 @@ impl Faults {
     /// answered 404 (replaces the previous set; empty serves them again).
     pub fn hide_groups(&self, groups: &[&str]) {
         self.state().hidden_groups = groups.iter().map(|g| g.to_string()).collect();
+    }
+
+    /// Cut `user` off from the API server, as a network partition between one client and the
+    /// server behind a load balancer: every request of that user is answered 503 by "the load
+    /// balancer" and never reaches the server (it is not executed and not in the request
+    /// log), and open watch streams end (everyone's: clients re-watch) so that user's do not
+    /// keep flowing. Exemptions do not apply. Lasts until [`Faults::heal_user`].
+    pub fn partition_user(&self, user: &str) {
+        self.state().partitioned.insert(user.to_owned());
+        self.drop_watches();
+    }
+
+    /// End the partition of `user`.
+    pub fn heal_user(&self, user: &str) {
+        self.state().partitioned.remove(user);
+    }
+
+    /// Whether `user` is cut off by [`Faults::partition_user`].
+    pub(crate) fn is_partitioned(&self, user: &str) -> bool {
+        self.state().partitioned.contains(user)
     }
 
     /// Users never affected by faults (replaces the previous set).
@@ -156,5 +177,18 @@ mod tests {
         let rx = f.subscribe_drops();
         f.drop_watches();
         assert!(rx.has_changed().unwrap());
+    }
+
+    #[test]
+    fn partition_is_per_user_and_heals() {
+        let f = Faults::default();
+        let rx = f.subscribe_drops();
+        f.exempt_users(&["a"]);
+        f.partition_user("a");
+        assert!(f.is_partitioned("a"));
+        assert!(!f.is_partitioned("b"));
+        assert!(rx.has_changed().unwrap(), "open watches end");
+        f.heal_user("a");
+        assert!(!f.is_partitioned("a"));
     }
 }

@@ -98,6 +98,11 @@ pub struct SimOptions {
     pub change_log_limit: usize,
     /// Requests kept for [`Sim::requests`] (default 100 000; counts are always kept).
     pub request_log_limit: usize,
+    /// How far the server's clock is from this process's (default zero): applied to every
+    /// time it generates (`creationTimestamp`, condition and scheduling times, the `Date`
+    /// header of every response). [`RequestRecord::time`] and [`ObjectChange::time`] stay on
+    /// this process's clock.
+    pub clock_offset: jiff::SignedDuration,
 }
 
 impl Default for SimOptions {
@@ -113,6 +118,7 @@ impl Default for SimOptions {
             bookmark_interval: Duration::from_secs(1),
             change_log_limit: 1_000_000,
             request_log_limit: 100_000,
+            clock_offset: jiff::SignedDuration::ZERO,
         }
     }
 }

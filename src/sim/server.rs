@@ -81,11 +81,23 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// RFC 3339 UTC with seconds, as `metav1.Time` serializes.
-pub fn now_rfc3339() -> String {
-    jiff::Timestamp::now()
+/// Now as RFC 3339 UTC with seconds, as `metav1.Time` serializes, on a clock `offset` from
+/// this process's (see `SimOptions::clock_offset`).
+pub fn now_rfc3339_skewed(offset: jiff::SignedDuration) -> String {
+    let now = jiff::Timestamp::now();
+    now.checked_add(offset)
+        .unwrap_or(now)
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string()
+}
+
+/// The `Date` header value of a response sent now, on the server's (skewed) clock.
+fn http_date(offset: jiff::SignedDuration) -> Option<header::HeaderValue> {
+    let now = jiff::Timestamp::now();
+    let text = jiff::fmt::rfc2822::DateTimePrinter::new()
+        .timestamp_to_rfc9110_string(&now.checked_add(offset).unwrap_or(now))
+        .ok()?;
+    header::HeaderValue::from_str(&text).ok()
 }
 
 /// Go's `time.Duration` formatting for the durations used in messages.
@@ -109,10 +121,15 @@ pub fn go_duration(d: Duration) -> String {
 }
 
 impl Shared {
+    /// Now on the server's clock, as `metav1.Time` serializes.
+    pub fn now_rfc3339(&self) -> String {
+        now_rfc3339_skewed(self.options.clock_offset)
+    }
+
     /// Fresh state with the default namespaces.
     pub fn new(options: SimOptions, addr: SocketAddr) -> Shared {
         let mut store = Store::new(options.history_window, options.change_log_limit);
-        let now = now_rfc3339();
+        let now = now_rfc3339_skewed(options.clock_offset);
         let ns = Storage::Namespaces.canonical();
         for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
             let w = Writer {
@@ -240,7 +257,15 @@ impl Shared {
             let ip = format!("10.244.{}.{}", (n / 250) % 250, n % 250 + 2);
             let changes = {
                 let mut store = shared.store();
-                ops::schedule_pod(&mut store, &ns, &name, &uid, SIM_NODE, &now_rfc3339(), &ip)
+                ops::schedule_pod(
+                    &mut store,
+                    &ns,
+                    &name,
+                    &uid,
+                    SIM_NODE,
+                    &shared.now_rfc3339(),
+                    &ip,
+                )
             };
             shared.after_commit(&changes);
         });
@@ -650,6 +675,10 @@ async fn handle(
     };
     let resp = match authenticate(&parts.headers) {
         Err(e) => error_response(&e),
+        // Cut off: the request never reaches the server (not executed, not logged).
+        Ok(user) if shared.faults.is_partitioned(&user) => {
+            return error_response(&ApiError::injected(503));
+        }
         Ok(user) => {
             record.user = user.clone();
             let query: HashMap<String, String> = raw_query
@@ -702,6 +731,11 @@ async fn handle(
             }
         }
     };
+    let mut resp = resp;
+    // Every response says what time it is on the server's clock, as real API servers do.
+    if let Some(date) = http_date(shared.options.clock_offset) {
+        resp.headers_mut().insert(header::DATE, date);
+    }
     record.status = resp.status().as_u16();
     shared.record(record);
     resp
@@ -1182,7 +1216,7 @@ async fn create(
 ) -> Result<Response<RespBody>, ApiError> {
     let obj = parse_json(ctx, body)?;
     let legacy = ctx.shared.legacy_initializers();
-    let now = now_rfc3339();
+    let now = ctx.shared.now_rfc3339();
     let w = ctx.writer(&legacy, &now)?;
     let outcome = {
         let mut store = ctx.shared.store();
@@ -1249,7 +1283,7 @@ fn update(ctx: &Ctx, rr: &ResourceRoute, body: &[u8]) -> Result<Response<RespBod
     let obj = parse_json(ctx, body)?;
     check_initialize(ctx, rr)?;
     let legacy = ctx.shared.legacy_initializers();
-    let now = now_rfc3339();
+    let now = ctx.shared.now_rfc3339();
     let w = ctx.writer(&legacy, &now)?;
     let outcome = {
         let mut store = ctx.shared.store();
@@ -1276,7 +1310,7 @@ fn patch(ctx: &Ctx, rr: &ResourceRoute, body: &[u8]) -> Result<Response<RespBody
         .kube_version
         .is_some_and(|k| k.is_legacy());
     let legacy = ctx.shared.legacy_initializers();
-    let now = now_rfc3339();
+    let now = ctx.shared.now_rfc3339();
     let w = ctx.writer(&legacy, &now)?;
     let outcome = {
         let mut store = ctx.shared.store();
@@ -1368,7 +1402,7 @@ fn delete(ctx: &Ctx, rr: &ResourceRoute, body: &[u8]) -> Result<Response<RespBod
     let options = delete_options(body)?;
     let name = rr.name.as_deref().unwrap_or_default();
     let legacy = ctx.shared.legacy_initializers();
-    let now = now_rfc3339();
+    let now = ctx.shared.now_rfc3339();
     let w = ctx.writer(&legacy, &now)?;
     let outcome = {
         let mut store = ctx.shared.store();
@@ -1400,7 +1434,7 @@ fn delete_collection(
     let options = delete_options(body)?;
     let filter = ctx.filter(rr.res)?;
     let legacy = ctx.shared.legacy_initializers();
-    let now = now_rfc3339();
+    let now = ctx.shared.now_rfc3339();
     let w = ctx.writer(&legacy, &now)?;
     let (deleted, changes, rv) = {
         let mut store = ctx.shared.store();

@@ -400,9 +400,56 @@ impl Cluster {
         owner
     }
 
-    /// A client of the guard's user, as `initguard run` builds it.
-    pub fn guard_client(&self) -> kube::Client {
-        initguard::client::build(self.sim.kube_config(GUARD_USER), self.mechanism).unwrap()
+    /// A client of the guard's user, as `initguard run` builds it (with the server's clock).
+    pub fn guard_client(&self) -> initguard::client::Connection {
+        initguard::client::connect(self.sim.kube_config(GUARD_USER), self.mechanism).unwrap()
+    }
+
+    /// Start a guard as `user` (bound to the same shipped RBAC as [`GUARD_USER`]) with this
+    /// leader-election identity, and wait until it is ready.
+    pub async fn guard_as(&self, config: &Arc<Config>, identity: &str, user: &str) -> Guard {
+        self.sim
+            .enforce_rbac_policy(user, shipped_rbac(self.mechanism));
+        let client =
+            initguard::client::connect(self.sim.kube_config(user), self.mechanism).unwrap();
+        let guard = Guard::start_with(
+            client,
+            config.clone(),
+            identity.to_owned(),
+            initguard::run::STALL_AFTER,
+        )
+        .await
+        .unwrap();
+        wait_ready(&guard).await;
+        guard
+    }
+
+    /// Send `method path` with a JSON body (if any) as the admin; panics on an error answer.
+    pub async fn admin_request(&self, method: http::Method, path: &str, body: Option<&Value>) {
+        let mut request = http::Request::builder().method(method.clone()).uri(path);
+        if body.is_some() {
+            request = request.header(http::header::CONTENT_TYPE, "application/merge-patch+json");
+        }
+        let body = body
+            .map(|b| serde_json::to_vec(b).unwrap())
+            .unwrap_or_default();
+        self.admin
+            .request::<Value>(request.body(body).unwrap())
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    }
+
+    /// Merge-patch the pod `namespace/name` as the admin (also while uninitialized).
+    pub async fn merge_patch_pod(&self, namespace: &str, name: &str, patch: &Value) {
+        let path = format!("/api/v1/namespaces/{namespace}/pods/{name}?includeUninitialized=true");
+        self.admin_request(http::Method::PATCH, &path, Some(patch))
+            .await;
+    }
+
+    /// Delete the pod `namespace/name` as the admin (also while uninitialized).
+    pub async fn delete_pod(&self, namespace: &str, name: &str) {
+        let path = format!("/api/v1/namespaces/{namespace}/pods/{name}?includeUninitialized=true");
+        self.admin_request(http::Method::DELETE, &path, None).await;
     }
 
     /// Start a guard (leader election as configured) and wait until it is ready.

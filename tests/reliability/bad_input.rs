@@ -708,6 +708,7 @@ fn record_of_an_odd_name() {
             initializer: &d.initializer,
             annotations_present: true,
             previous_record: None,
+            opt_in_label: Some((OPT_IN, "")),
         };
         let patch =
             initguard::mechanism::bypass_patch(Mechanism::SchedulingGates, &target, d.reason, now);

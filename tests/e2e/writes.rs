@@ -1,0 +1,420 @@
+//! Writes that cannot go wrong: a leader cut off from the API server stops writing before
+//! another may take over, a bypass patch never touches a pod opted out or a record written
+//! since the read, and a pod found gone (404) is forgotten at once.
+
+use std::time::Duration;
+
+use initguard::config::Mechanism;
+use initguard::mechanism::BYPASSED_ANNOTATION;
+use initguard::run::Guard;
+use initguard::sim::{PolicyRule, Rbac, RequestRecord};
+use serde_json::json;
+
+use crate::harness::*;
+
+both_mechanisms!(
+    a_leader_cut_off_stops_writing_before_the_other_takes_over,
+    a_pod_found_gone_is_forgotten_at_once,
+    a_pod_opted_out_since_the_read_is_never_bypassed,
+    a_record_written_since_the_read_is_never_overwritten,
+);
+
+/// Two deadline-only initializers.
+fn deadline_config(
+    mechanism: Mechanism,
+    deadline: &str,
+    rest: &str,
+) -> std::sync::Arc<initguard::config::Config> {
+    config(
+        mechanism,
+        &format!(
+            "{rest}initializers:\n  - {{ name: {SIDECAR}, deadline: {deadline} }}\n  \
+             - {{ name: {AUDIT}, deadline: {deadline} }}\n"
+        ),
+    )
+}
+
+/// PATCHes on pods by `user`, whatever their answer.
+fn pod_patches_by(c: &Cluster, user: &str) -> Vec<RequestRecord> {
+    c.sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.user == user && r.verb == "patch" && r.resource == "pods")
+        .collect()
+}
+
+/// Two replicas as distinct users (lease 3 s, so renew deadline 2 s and write timeout 500 ms).
+/// The leader is cut off from the API server (its requests answered 503 by "the load
+/// balancer") just before its pods' deadline: it stops writing, the other takes over and
+/// bypasses them, and when the cut heals the old leader writes nothing more (without the
+/// fence, kube's retry layer re-sent the old leader's 503'd patch long after it lost the
+/// lease). Every initializer is removed exactly once, judged by the server's log.
+async fn a_leader_cut_off_stops_writing_before_the_other_takes_over(mechanism: Mechanism) {
+    let c = Cluster::start(mechanism).await;
+    let config = deadline_config(
+        mechanism,
+        "1s",
+        "leaderElection: { enabled: true, namespace: kube-system, name: initguard, \
+         leaseDuration: 3s }\n",
+    );
+    let users = ["system:initguard-a", "system:initguard-b"];
+    let mut replicas: Vec<Option<Guard>> = vec![
+        Some(c.guard_as(&config, "guard-a", users[0]).await),
+        Some(c.guard_as(&config, "guard-b", users[1]).await),
+    ];
+    let leader = eventually(Duration::from_secs(5), "a leader", || {
+        let leading: Vec<usize> = replicas
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.as_ref().is_some_and(|g| g.shared.is_leader()))
+            .map(|(i, _)| i)
+            .collect();
+        (leading.len() == 1).then(|| leading[0])
+    })
+    .await;
+    let follower = 1 - leader;
+    let (old, new) = (users[leader], users[follower]);
+
+    // The leader writes while it is connected.
+    let first: Vec<String> = (0..2).map(|i| format!("first-{i}")).collect();
+    for name in &first {
+        c.pod("default", name, true, &[SIDECAR, AUDIT]).await;
+    }
+    until(Duration::from_secs(5), "the first pods bypassed", || {
+        first.iter().all(|n| c.pending("default", n).is_empty())
+    })
+    .await;
+
+    // Pods the leader has seen, due about a second later: it is cut off before then.
+    let second: Vec<String> = (0..3).map(|i| format!("second-{i}")).collect();
+    for name in &second {
+        c.pod("default", name, true, &[SIDECAR, AUDIT]).await;
+    }
+    {
+        let shared = replicas[leader].as_ref().unwrap().shared.clone();
+        until(
+            Duration::from_secs(5),
+            "the leader to see the second pods",
+            || {
+                let tracker = shared.tracker();
+                second
+                    .iter()
+                    .all(|n| tracker.get(&format!("default/{n}")).is_some())
+            },
+        )
+        .await;
+    }
+    c.sim.faults().partition_user(old);
+    let survivor = replicas[follower].take().unwrap();
+    until(Duration::from_secs(10), "the other replica to lead", || {
+        survivor.shared.is_leader()
+    })
+    .await;
+    until(Duration::from_secs(5), "the second pods bypassed", || {
+        second.iter().all(|n| c.pending("default", n).is_empty())
+    })
+    .await;
+    c.sim.faults().heal_user(old);
+    let cut_off = replicas[leader].take().unwrap();
+    until(
+        Duration::from_secs(5),
+        "the old leader to step down",
+        || !cut_off.shared.is_leader(),
+    )
+    .await;
+    // A graceful shutdown drains its in-flight patches: anything it still had to send is
+    // sent by the time this returns.
+    cut_off.shutdown().await;
+
+    let new_first = pod_patches_by(&c, new)
+        .iter()
+        .map(|r| r.time)
+        .min()
+        .expect("the new leader wrote");
+    let late: Vec<RequestRecord> = pod_patches_by(&c, old)
+        .into_iter()
+        .filter(|r| r.time >= new_first)
+        .collect();
+    assert_eq!(
+        late,
+        vec![],
+        "the old leader wrote after the new one started"
+    );
+    let old_ok = pod_patches_by(&c, old)
+        .iter()
+        .filter(|r| r.status == 200)
+        .count();
+    let new_ok = pod_patches_by(&c, new)
+        .iter()
+        .filter(|r| r.status == 200)
+        .count();
+    assert_eq!(
+        old_ok,
+        2 * first.len(),
+        "successful patches by the old leader"
+    );
+    assert_eq!(
+        new_ok,
+        2 * second.len(),
+        "successful patches by the new leader"
+    );
+    for name in first.iter().chain(&second) {
+        let mut removed: Vec<String> = c
+            .removals()
+            .into_iter()
+            .filter(|r| r.pod == format!("default/{name}"))
+            .map(|r| r.initializer)
+            .collect();
+        removed.sort_unstable();
+        assert_eq!(removed, [AUDIT, SIDECAR], "{name}");
+    }
+    survivor.shutdown().await;
+}
+
+/// Rules of the shipped RBAC without list and watch on pods: the guard's pod watch goes down
+/// and stays down while it can still read and patch single pods.
+fn rbac_without_pod_watch() -> Rbac {
+    Rbac::cluster_wide(vec![
+        PolicyRule::new(&[""], &["pods"], &["get", "patch", "initialize"]),
+        PolicyRule::new(&["", "events.k8s.io"], &["events"], &["create", "patch"]),
+    ])
+}
+
+/// Take the guard's pod watch down: returns once the guard's attempt to watch or list again
+/// was refused, so no event of a later change can reach it.
+async fn cut_pod_watch(c: &Cluster) {
+    let before = c.sim.requests().len();
+    c.sim
+        .enforce_rbac_policy(GUARD_USER, rbac_without_pod_watch());
+    c.sim.faults().drop_watches();
+    until(
+        Duration::from_secs(10),
+        "the guard's pod watch to be refused",
+        || {
+            c.sim.requests()[before..].iter().any(|r| {
+                r.user == GUARD_USER
+                    && r.resource == "pods"
+                    && matches!(r.verb.as_str(), "watch" | "list")
+                    && r.status == 403
+            })
+        },
+    )
+    .await;
+}
+
+/// A deadline-only guard tracking the opted-in pod `name`, its pod watch then cut.
+async fn guard_with_stale_view(c: &Cluster, name: &str, setup: serde_json::Value) -> Guard {
+    let config = deadline_config(c.mechanism, "3s", "");
+    let guard = c.guard(&config).await;
+    c.pod("default", name, true, &[SIDECAR]).await;
+    if !setup.is_null() {
+        c.merge_patch_pod("default", name, &setup).await;
+    }
+    let shared = guard.shared.clone();
+    let key = format!("default/{name}");
+    let want_annotations = !setup["metadata"]["annotations"].is_null();
+    until(Duration::from_secs(5), "the guard to track the pod", || {
+        shared
+            .tracker()
+            .get(&key)
+            .is_some_and(|p| p.annotations_present == want_annotations)
+    })
+    .await;
+    cut_pod_watch(c).await;
+    guard
+}
+
+/// The pod is deleted while the guard's watch is down; at the deadline its patch finds no pod
+/// (404) and the guard forgets the pod at once (before the fix it kept it, and patched it again
+/// every 2 s, until the watch came back).
+async fn a_pod_found_gone_is_forgotten_at_once(mechanism: Mechanism) {
+    let c = Cluster::start(mechanism).await;
+    let guard = guard_with_stale_view(&c, "gone", serde_json::Value::Null).await;
+    c.delete_pod("default", "gone").await;
+    let shared = guard.shared.clone();
+    until(
+        Duration::from_secs(10),
+        "the guard to patch and find the pod gone",
+        || !c.guard_pod_patches("gone").is_empty(),
+    )
+    .await;
+    until(
+        Duration::from_secs(5),
+        "the guard to forget the pod",
+        || shared.tracker().get("default/gone").is_none(),
+    )
+    .await;
+    let patches = c.guard_pod_patches("gone");
+    assert_eq!(patches.len(), 1, "{patches:#?}");
+    assert_eq!(patches[0].status, 404, "{patches:#?}");
+    guard.shutdown().await;
+}
+
+/// The opt-in label is removed while the guard's view is stale: the bypass patch tests the
+/// label's value, fails (422), the guard re-reads the pod and leaves it alone. The pod already
+/// carries a bypass record, so the patch tests that record rather than the resourceVersion,
+/// which alone would have caught the change.
+async fn a_pod_opted_out_since_the_read_is_never_bypassed(mechanism: Mechanism) {
+    let c = Cluster::start(mechanism).await;
+    let earlier = "other.example.com=deadline@2026-01-01T00:00:00Z";
+    let guard = guard_with_stale_view(
+        &c,
+        "optout",
+        json!({ "metadata": { "annotations": { BYPASSED_ANNOTATION: earlier } } }),
+    )
+    .await;
+    c.merge_patch_pod(
+        "default",
+        "optout",
+        &json!({ "metadata": { "labels": { OPT_IN: null } } }),
+    )
+    .await;
+    let shared = guard.shared.clone();
+    until(
+        Duration::from_secs(10),
+        "the guard to re-read the pod as opted out",
+        || {
+            shared
+                .tracker()
+                .get("default/optout")
+                .is_some_and(|p| !p.opted_in)
+        },
+    )
+    .await;
+    let patches = c.guard_pod_patches("optout");
+    assert!(
+        !patches.is_empty() && patches.iter().all(|p| p.status == 422),
+        "{patches:#?}"
+    );
+    assert_eq!(c.pending("default", "optout"), [SIDECAR]);
+    assert!(c.bypasses_of("default/optout").is_empty());
+    guard.shutdown().await;
+}
+
+/// Another writer records a bypass in an existing annotations map while the guard's view is
+/// stale (the key absent when read): the guard's patch must not overwrite it. It fails (the
+/// resourceVersion changed), the guard re-reads and appends its own record after it.
+async fn a_record_written_since_the_read_is_never_overwritten(mechanism: Mechanism) {
+    let c = Cluster::start(mechanism).await;
+    let guard = guard_with_stale_view(
+        &c,
+        "annotated",
+        json!({ "metadata": { "annotations": { "team": "batch" } } }),
+    )
+    .await;
+    let theirs = "other.example.com=deadline@2026-01-01T00:00:00Z";
+    c.merge_patch_pod(
+        "default",
+        "annotated",
+        &json!({ "metadata": { "annotations": { BYPASSED_ANNOTATION: theirs } } }),
+    )
+    .await;
+    until(Duration::from_secs(10), "the pod bypassed", || {
+        !c.bypasses_of("default/annotated").is_empty()
+    })
+    .await;
+    let pod = c
+        .sim
+        .get_object("pods", Some("default"), "annotated")
+        .unwrap();
+    let record = pod["metadata"]["annotations"][BYPASSED_ANNOTATION]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        record.starts_with(&format!("{theirs},{SIDECAR}=deadline@")),
+        "{record}"
+    );
+    assert_eq!(pod["metadata"]["annotations"]["team"], "batch");
+    let statuses: Vec<u16> = c
+        .guard_pod_patches("annotated")
+        .iter()
+        .map(|p| p.status)
+        .collect();
+    assert_eq!(statuses, [422, 200]);
+    guard.shutdown().await;
+}
+
+/// Scheduling gates under clock skew: the simulated server's clock runs `offset_secs` from the
+/// guard's. No gate is bypassed before `creationTimestamp + deadline` on the server's own
+/// clock (judged from the object history), and none waits a minute too long either.
+async fn gates_are_never_bypassed_early_under_skew(offset_secs: i64) {
+    let mechanism = Mechanism::SchedulingGates;
+    let offset = jiff::SignedDuration::from_secs(offset_secs);
+    let c = Cluster::start_with(mechanism, |o| o.clock_offset = offset).await;
+    let deadline = Duration::from_secs(2);
+    let config = deadline_config(mechanism, "2s", "");
+    let guard = c.guard(&config).await;
+    let names: Vec<String> = (0..3).map(|i| format!("skewed-{i}")).collect();
+    for name in &names {
+        c.pod("default", name, true, &[SIDECAR]).await;
+    }
+    for name in &names {
+        let pod = format!("default/{name}");
+        // A guard fooled by a server clock ahead would wait a minute longer.
+        let bypass = eventually(Duration::from_secs(15), format!("{pod} bypassed"), || {
+            c.bypasses_of(&pod).pop()
+        })
+        .await;
+        let created = c.created("default", name);
+        let on_server_clock = jiff::Timestamp::try_from(bypass.time)
+            .unwrap()
+            .checked_add(offset)
+            .unwrap();
+        let due = jiff::Timestamp::try_from(created.timestamp + deadline).unwrap();
+        assert!(
+            on_server_clock >= due,
+            "{pod} bypassed at {on_server_clock} on the server's clock, due {due}"
+        );
+    }
+    c.finish(guard).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gates_are_never_bypassed_early_when_the_server_clock_is_behind() {
+    gates_are_never_bypassed_early_under_skew(-60).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gates_are_never_bypassed_late_by_the_skew_when_the_server_clock_is_ahead() {
+    gates_are_never_bypassed_early_under_skew(60).await;
+}
+
+/// `initguard status` on legacy initializers shows how long the head has waited since the
+/// pod's creation (a one-shot report has no other history), not zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_status_shows_real_waits() {
+    let mechanism = Mechanism::Initializers;
+    let c = Cluster::start(mechanism).await;
+    let config = deadline_config(mechanism, "1h", "");
+    c.pod("default", "waiting", true, &[SIDECAR, AUDIT]).await;
+    let created = c.created("default", "waiting");
+    let waited_at_least = Duration::from_secs(2);
+    until(
+        Duration::from_secs(5),
+        "two seconds past the creationTimestamp",
+        || {
+            std::time::SystemTime::now()
+                >= created.timestamp + waited_at_least + Duration::from_millis(500)
+        },
+    )
+    .await;
+    let report = initguard::status::gather(c.guard_client(), config)
+        .await
+        .unwrap();
+    let upper = since(created.timestamp, std::time::SystemTime::now());
+    let pod = report
+        .waiting_pods
+        .iter()
+        .find(|p| p.name == "waiting")
+        .expect("the pod in the report");
+    let head = &pod.initializers[0];
+    assert_eq!(head.initializer, SIDECAR);
+    // The server's clock is read from `Date` (whole seconds): up to a second is lost.
+    let waited = head.waited.expect("the head's wait");
+    assert!(
+        waited >= waited_at_least - Duration::from_secs(1) && waited <= upper,
+        "waited {waited:?}, expected within [1s, {upper:?}]"
+    );
+    assert_eq!(pod.initializers[1].waited, None, "{pod:?}");
+}
