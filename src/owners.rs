@@ -519,10 +519,29 @@ pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<Strin
         }
         let what = format!("{} {}", spec.kind(), owner_target(spec));
         let found = match spec {
-            OwnerSpec::Deployment(r) => named_api::<Deployment>(client, r)
-                .get_opt(&r.name)
-                .await
-                .map(|d| d.is_some()),
+            // In whichever group the server serves, as the guard will watch it.
+            OwnerSpec::Deployment(r) => match ApiSurface::read(client).await {
+                Ok(surface) => match surface.deployments() {
+                    Some(resource) => Api::<DynamicObject>::namespaced_with(
+                        client.clone(),
+                        &r.namespace,
+                        &resource,
+                    )
+                    .get_opt(&r.name)
+                    .await
+                    .map(|d| d.is_some()),
+                    None => {
+                        lines.push(format!(
+                            "owner {what} (of {}) cannot be watched: the API server serves no \
+                             Deployment API ({})",
+                            init.name,
+                            deployment_group_versions()
+                        ));
+                        continue;
+                    }
+                },
+                Err(e) => Err(e),
+            },
             OwnerSpec::Lease(r) => named_api::<Lease>(client, r)
                 .get_opt(&r.name)
                 .await
