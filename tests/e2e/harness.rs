@@ -104,6 +104,16 @@ pub async fn on_version<F: Future>(version: KubeVersion, scenario: F) -> F::Outp
     KUBE_VERSION.scope(version, scenario).await
 }
 
+/// The status a failed JSON Patch `test` gets from the server being simulated: 422 Invalid,
+/// or 500 on the 1.7–1.13 profiles, as those servers answered.
+pub fn failed_test_status() -> u16 {
+    if kube_version().is_some_and(|v| v.is_legacy()) {
+        500
+    } else {
+        422
+    }
+}
+
 /// The version set by [`on_version`] (None outside: every group version the simulator knows).
 pub fn kube_version() -> Option<KubeVersion> {
     KUBE_VERSION.try_with(|v| *v).ok()
@@ -636,20 +646,16 @@ pub fn since(earlier: SystemTime, later: SystemTime) -> Duration {
     later.duration_since(earlier).unwrap_or_default()
 }
 
-/// Assert `later - earlier` lies in `[min, max]`.
-pub fn assert_between(
-    what: &str,
-    earlier: SystemTime,
-    later: SystemTime,
-    min: Duration,
-    max: Duration,
-) {
+/// Assert `later - earlier` is at least `min`.
+pub fn assert_not_before(what: &str, earlier: SystemTime, later: SystemTime, min: Duration) {
+    // Only the lower bound is a guarantee ("never early"); how soon after it an action comes
+    // depends on machine load and is measured by the benchmarks, not asserted here.
     let signed = match later.duration_since(earlier) {
         Ok(d) => d.as_secs_f64(),
         Err(e) => -e.duration().as_secs_f64(),
     };
     assert!(
-        signed >= min.as_secs_f64() && signed <= max.as_secs_f64(),
-        "{what}: {signed:.3}s, expected within [{min:?}, {max:?}]"
+        signed >= min.as_secs_f64(),
+        "{what}: {signed:.3}s, expected at least {min:?}"
     );
 }
