@@ -178,9 +178,11 @@ async fn metrics_have_the_documented_names() {
     // The guard must have seen both waits end before its watch is broken; otherwise the
     // relist may be its first sight of an already initialized pod, which ends no wait.
     let shared = guard.shared.clone();
-    until(Duration::from_secs(30), "the guard to see both waits end", || {
-        shared.tracker().is_empty()
-    })
+    until(
+        Duration::from_secs(30),
+        "the guard to see both waits end",
+        || shared.tracker().is_empty(),
+    )
     .await;
     c.sim.faults().exempt_users(&[&owner_user(SIDECAR), ADMIN]);
     c.sim.faults().force_gone_next_watch();
