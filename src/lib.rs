@@ -7,6 +7,7 @@ pub mod actuator;
 pub mod client;
 pub mod config;
 pub mod demo;
+pub mod jobs;
 pub mod leader;
 pub mod mechanism;
 pub mod metrics;

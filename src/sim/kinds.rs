@@ -85,7 +85,7 @@ pub fn prepare_create(
             obj["status"] = json!({ "phase": "Active" });
             Ok(())
         }
-        Storage::Events | Storage::Leases => Ok(()),
+        Storage::Events | Storage::Leases | Storage::Jobs | Storage::CronJobs => Ok(()),
     }
 }
 
@@ -140,7 +140,7 @@ pub fn prepare_update(
             namespace_defaults(new);
             Ok(())
         }
-        Storage::Events | Storage::Leases => Ok(()),
+        Storage::Events | Storage::Leases | Storage::Jobs | Storage::CronJobs => Ok(()),
     }
 }
 

@@ -10,16 +10,20 @@ pub enum Storage {
     Events,
     Deployments,
     Leases,
+    Jobs,
+    CronJobs,
 }
 
 impl Storage {
     /// Every storage, in a fixed order (used to index arrays).
-    pub const ALL: [Storage; 5] = [
+    pub const ALL: [Storage; 7] = [
         Storage::Namespaces,
         Storage::Pods,
         Storage::Events,
         Storage::Deployments,
         Storage::Leases,
+        Storage::Jobs,
+        Storage::CronJobs,
     ];
 
     /// Position in [`Storage::ALL`].
@@ -35,6 +39,8 @@ impl Storage {
             Storage::Events => &RESOURCES[2],
             Storage::Deployments => &RESOURCES[3],
             Storage::Leases => &RESOURCES[4],
+            Storage::Jobs => &RESOURCES[5],
+            Storage::CronJobs => &RESOURCES[6],
         }
     }
 }
@@ -118,8 +124,8 @@ const EVENT_FIELDS: &[&str] = &[
     "type",
 ];
 
-/// Every served resource. The first five are the canonical ones, in [`Storage`] order.
-pub static RESOURCES: [ResourceInfo; 6] = [
+/// Every served resource. The first seven are the canonical ones, in [`Storage`] order.
+pub static RESOURCES: [ResourceInfo; 8] = [
     ResourceInfo {
         group: "",
         version: "v1",
@@ -192,6 +198,34 @@ pub static RESOURCES: [ResourceInfo; 6] = [
         categories: &[],
         subresources: &[],
         storage: Storage::Leases,
+        selectable_fields: &[],
+    },
+    // Stored and listed only (no Job controller runs): the CronJob-like creator writes them so
+    // that pods are owned by Jobs owned by a CronJob, as on a real cluster.
+    ResourceInfo {
+        group: "batch",
+        version: "v1",
+        plural: "jobs",
+        singular: "job",
+        kind: "Job",
+        namespaced: true,
+        short_names: &[],
+        categories: &["all"],
+        subresources: &["status"],
+        storage: Storage::Jobs,
+        selectable_fields: &["status.successful"],
+    },
+    ResourceInfo {
+        group: "batch",
+        version: "v1",
+        plural: "cronjobs",
+        singular: "cronjob",
+        kind: "CronJob",
+        namespaced: true,
+        short_names: &["cj"],
+        categories: &["all"],
+        subresources: &["status"],
+        storage: Storage::CronJobs,
         selectable_fields: &[],
     },
     ResourceInfo {

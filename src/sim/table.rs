@@ -142,6 +142,7 @@ pub fn columns(res: &ResourceInfo) -> Vec<Value> {
             age_column("Age"),
         ],
         Storage::Events => vec![name_column(), age_column("Created At")],
+        Storage::Jobs | Storage::CronJobs => vec![name_column(), age_column("Age")],
     }
 }
 
@@ -177,6 +178,7 @@ pub fn cells(res: &ResourceInfo, obj: &Value, now: jiff::Timestamp) -> Vec<Value
             json!(age),
         ],
         Storage::Events => vec![name, obj["metadata"]["creationTimestamp"].clone()],
+        Storage::Jobs | Storage::CronJobs => vec![name, json!(age)],
     }
 }
 
