@@ -162,4 +162,21 @@ mod tests {
         let plain: SlimJob = serde_json::from_value(json!({"metadata": {"uid": "j"}})).unwrap();
         assert_eq!(plain.cron_job(), None);
     }
+
+    #[test]
+    fn only_a_406_switches_to_whole_objects() {
+        let status = |code: u16| -> kube::Error {
+            let s: kube::core::Status =
+                serde_json::from_value(json!({"code": code, "reason": "x", "message": "m"}))
+                    .unwrap();
+            kube::Error::Api(Box::new(s))
+        };
+        assert!(is_not_acceptable(&watcher::Error::InitialListFailed(
+            status(406)
+        )));
+        assert!(!is_not_acceptable(&watcher::Error::InitialListFailed(
+            status(403)
+        )));
+        assert!(!is_not_acceptable(&watcher::Error::NoResourceVersion));
+    }
 }

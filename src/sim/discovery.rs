@@ -226,9 +226,12 @@ mod tests {
         );
         assert_eq!(core["resources"][2]["shortNames"][0], "po");
         assert!(resource_list("apps", "v1").is_some());
-        assert!(resource_list("batch", "v1").is_none());
+        let batch = resource_list("batch", "v1").unwrap();
+        assert_eq!(batch["resources"][0]["name"], "jobs");
+        assert_eq!(batch["resources"][2]["name"], "cronjobs");
+        assert!(resource_list("batch", "v2alpha1").is_none());
         let groups = group_list();
-        assert_eq!(groups["groups"].as_array().unwrap().len(), 3);
+        assert_eq!(groups["groups"].as_array().unwrap().len(), 4);
         assert_eq!(
             group("apps").unwrap()["preferredVersion"]["groupVersion"],
             "apps/v1"
@@ -239,6 +242,6 @@ mod tests {
         let doc = openapi_v3_document("api/v1").unwrap();
         let patch = &doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"];
         assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "Pod");
-        assert!(openapi_v3_document("apis/batch/v1").is_none());
+        assert!(openapi_v3_document("apis/batch/v2alpha1").is_none());
     }
 }

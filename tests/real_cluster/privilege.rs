@@ -87,6 +87,7 @@ pub async fn forbidden_secrets_and_pod_deletes(tb: Arc<Testbed>) {
             &["update", "pods", "-n", ns],
             &["update", "leases/other", "-n", "kube-system"],
             &["update", "deployments", "-n", ns],
+            &["get", "jobs.batch", "-n", ns],
             &["get", "nodes"],
         ] {
             assert!(!can(args), "{user} may {args:?}");
@@ -95,6 +96,7 @@ pub async fn forbidden_secrets_and_pod_deletes(tb: Arc<Testbed>) {
         for args in [
             &["patch", "pods", "-n", ns][..],
             &["watch", "pods", "-A"],
+            &["watch", "jobs.batch", "-A"],
             &["create", "events.events.k8s.io", "-n", ns],
             &["update", "leases/initguard", "-n", "kube-system"],
         ] {
