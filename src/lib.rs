@@ -8,6 +8,7 @@ pub mod client;
 pub mod config;
 pub mod demo;
 pub mod discovery;
+pub mod jobs;
 pub mod leader;
 pub mod mechanism;
 pub mod metrics;

@@ -26,11 +26,13 @@ use crate::actuator::{Actuator, BypassJob, Report};
 use crate::client::Connection;
 use crate::config::Config;
 use crate::discovery::Problems;
+use crate::jobs::cron_job_of;
 use crate::metrics::{Metrics, MetricsError};
 use crate::owners::{Owners, owner_target};
 use crate::pod::SlimPod;
 use crate::policy::{self, ControllerRef, Environment, OwnerState};
 use crate::tracker::{PodKey, Tracker};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// How often the loop proves it is alive even when nothing happens.
 const HEARTBEAT: Duration = Duration::from_secs(2);
@@ -250,6 +252,7 @@ impl Guard {
             in_flight: HashMap::new(),
             dry_run_done: HashSet::new(),
             init_seen: None,
+            jobs_seen: None,
             backlog: VecDeque::new(),
             backlog_set: HashSet::new(),
         };
@@ -388,6 +391,8 @@ struct ControlLoop {
     dry_run_done: HashSet<(String, String)>,
     /// Waiting pods seen since the watch (re)started listing; None outside a relist.
     init_seen: Option<HashSet<PodKey>>,
+    /// Jobs seen since the Jobs watch (re)started listing; None outside a relist.
+    jobs_seen: Option<HashSet<String>>,
     /// Pods whose bypass did not fit the actuator queue, oldest first.
     backlog: VecDeque<PodKey>,
     backlog_set: HashSet<PodKey>,
@@ -401,6 +406,9 @@ impl ControlLoop {
         mut leader: watch::Receiver<bool>,
         cancel: CancellationToken,
     ) {
+        tokio::spawn(crate::jobs::check_cron_job_api(client.clone()));
+        let client_for_jobs = client.clone();
+        let mut jobs = crate::jobs::watch_jobs(client.clone(), true);
         let api: Api<SlimPod> = Api::all(client);
         let mut pods = pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
         let mut owner_changes = self.shared.owners.subscribe();
@@ -428,6 +436,17 @@ impl ControlLoop {
                     None => {
                         warn!("pod watch ended");
                         break;
+                    }
+                },
+                Some(event) = jobs.next() => match event {
+                    Ok(event) => self.on_job_event(event),
+                    Err(e) if crate::jobs::is_not_acceptable(&e) => {
+                        info!("the server does not serve Job metadata alone; watching whole Jobs");
+                        jobs = crate::jobs::watch_jobs(client_for_jobs.clone(), false);
+                    }
+                    Err(e) => {
+                        self.shared.metrics.watch_restarted("jobs");
+                        warn!(error = %e, "Job watch failed (pods of Jobs are grouped by their Job meanwhile); retrying with backoff");
                     }
                 },
                 Ok(()) = owner_changes.changed() => self.decide_all(),
@@ -488,6 +507,66 @@ impl ControlLoop {
         }
     }
 
+    /// Take in which CronJob controls each Job. Pods that change pile are re-decided, and so
+    /// are the other pods of a pile that became ready earlier; during a relist only once at its
+    /// end, as for pods.
+    fn on_job_event(&mut self, event: Event<ObjectMeta>) {
+        match event {
+            Event::Init => self.jobs_seen = Some(HashSet::new()),
+            Event::InitApply(job) => {
+                if let Some(uid) = job.uid.clone() {
+                    self.shared.tracker().set_job_owner(&uid, cron_job_of(&job));
+                    if let Some(seen) = &mut self.jobs_seen {
+                        seen.insert(uid);
+                    }
+                }
+            }
+            Event::InitDone => {
+                if let Some(seen) = self.jobs_seen.take() {
+                    let mut tracker = self.shared.tracker();
+                    for uid in tracker.known_jobs() {
+                        if !seen.contains(&uid) {
+                            tracker.forget_job(&uid);
+                        }
+                    }
+                }
+                self.shared.tracker().take_moved_earlier();
+                if self.shared.pods_synced.load(Ordering::Acquire) {
+                    self.decide_all();
+                }
+            }
+            Event::Apply(job) => {
+                let Some(uid) = job.uid.as_deref() else {
+                    return;
+                };
+                let moved = self.shared.tracker().set_job_owner(uid, cron_job_of(&job));
+                for key in &moved {
+                    self.decide(key);
+                }
+                self.decide_moved_earlier(&moved);
+            }
+            Event::Delete(job) => {
+                if let Some(uid) = job.uid.as_deref() {
+                    self.shared.tracker().forget_job(uid);
+                }
+            }
+        }
+    }
+
+    /// Re-decide the pods of every controller whose pile became ready earlier, except `done`.
+    fn decide_moved_earlier(&mut self, done: &[PodKey]) {
+        let moved = self.shared.tracker().take_moved_earlier();
+        if self.shared.config.pileup.action != crate::config::PileupAction::Bypass {
+            return;
+        }
+        for controller in moved {
+            let siblings = self.shared.tracker().pods_of_controller(&controller);
+            for sibling in siblings.iter().filter(|s| !done.contains(s)) {
+                self.decide(sibling);
+            }
+        }
+    }
+
     /// Take in a pod's state without deciding anything.
     fn record(&mut self, pod: &SlimPod, now: SystemTime) {
         let finished = self.shared.tracker().apply(pod, now);
@@ -507,16 +586,7 @@ impl ControlLoop {
         let key = pod.key();
         self.record(pod, now);
         self.decide(&key);
-        let moved = self.shared.tracker().take_moved_earlier();
-        if self.shared.config.pileup.action != crate::config::PileupAction::Bypass {
-            return;
-        }
-        for controller in moved {
-            let siblings = self.shared.tracker().pods_of_controller(&controller);
-            for sibling in siblings.iter().filter(|s| **s != key) {
-                self.decide(sibling);
-            }
-        }
+        self.decide_moved_earlier(&[key]);
     }
 
     fn delete(&mut self, key: &str, now: SystemTime) {

@@ -122,7 +122,11 @@ pub struct PodStatus {
     pub namespace: String,
     pub name: String,
     pub opted_in: bool,
+    /// The pile's controller: the controlling owner, or the CronJob of the controlling Job.
     pub controller: Option<ControllerRef>,
+    /// The Job between the pod and `controller` when `controller` is its CronJob.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub via: Option<ControllerRef>,
     #[serde(with = "humantime_serde")]
     pub created: SystemTime,
     pub initializers: Vec<InitializerPlan>,
@@ -147,6 +151,7 @@ pub fn pod_statuses(
             name: p.name.clone(),
             opted_in: p.opted_in,
             controller: p.controller.clone(),
+            via: p.via.clone(),
             created: p.created,
             initializers: rounded(policy::decide(&tracker.view(p, now), env, config, now).plans),
         })

@@ -31,7 +31,11 @@ pub struct TrackedPod {
     pub created: SystemTime,
     /// When this tracker first saw the pod (this process's clock).
     pub first_seen: SystemTime,
+    /// The controller the pod's pile is grouped under: its controlling owner, or the CronJob
+    /// controlling that owner when the owner is a Job (issue 12 item 6).
     pub controller: Option<ControllerRef>,
+    /// The Job between the pod and `controller` when `controller` is its CronJob.
+    pub via: Option<ControllerRef>,
     pub pending: Vec<String>,
     /// When the current head became the head (legacy), or was first observed as the head.
     pub head_since: SystemTime,
@@ -98,6 +102,13 @@ pub struct Tracker {
     moved_earlier: HashSet<String>,
     /// The API server's clock, to bring `creationTimestamp` into ours; None: trust ours.
     clock: Option<ServerClock>,
+    /// Job uid → the CronJob controlling it, from the Jobs watch.
+    job_owners: HashMap<String, ControllerRef>,
+    /// Job uid → tracked pods whose controlling owner is that Job (to regroup them when the
+    /// Job's CronJob becomes known).
+    by_job: HashMap<String, HashSet<PodKey>>,
+    /// Deleted Jobs whose `job_owners` entry stays until their last tracked pod leaves.
+    gone_jobs: HashSet<String>,
 }
 
 /// (controller uid, initializer).
@@ -115,6 +126,9 @@ impl Tracker {
             kth: HashMap::new(),
             moved_earlier: HashSet::new(),
             clock: None,
+            job_owners: HashMap::new(),
+            by_job: HashMap::new(),
+            gone_jobs: HashSet::new(),
         }
     }
 
@@ -262,6 +276,76 @@ impl Tracker {
         std::mem::take(&mut self.moved_earlier)
     }
 
+    /// The pile controller and the Job between it and the pod, for a pod whose controlling
+    /// owner is `direct`: a Job controlled by a known CronJob is grouped under the CronJob.
+    fn group(
+        &self,
+        direct: Option<ControllerRef>,
+    ) -> (Option<ControllerRef>, Option<ControllerRef>) {
+        match direct {
+            Some(job) if job.kind == "Job" => match self.job_owners.get(&job.uid) {
+                Some(cron_job) => (Some(cron_job.clone()), Some(job)),
+                None => (Some(job), None),
+            },
+            other => (other, None),
+        }
+    }
+
+    /// The Jobs watch saw Job `job_uid` controlled by `cron_job` (None: by nothing, or by
+    /// something other than a CronJob). Moves that Job's tracked pods to their new pile, in
+    /// time linear in their number; returns them, since each must be re-decided (its pile
+    /// changed). Controllers whose pile became ready earlier are reported as by
+    /// [`Tracker::apply`].
+    pub fn set_job_owner(&mut self, job_uid: &str, cron_job: Option<ControllerRef>) -> Vec<PodKey> {
+        self.gone_jobs.remove(job_uid);
+        if self.job_owners.get(job_uid) == cron_job.as_ref() {
+            return Vec::new();
+        }
+        match cron_job {
+            Some(c) => self.job_owners.insert(job_uid.to_owned(), c),
+            None => self.job_owners.remove(job_uid),
+        };
+        let keys: Vec<PodKey> = self
+            .by_job
+            .get(job_uid)
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default();
+        for key in &keys {
+            let Some(mut pod) = self.remove_entry(key) else {
+                continue;
+            };
+            let direct = pod.via.take().or(pod.controller.take());
+            (pod.controller, pod.via) = self.group(direct);
+            // The pod was in none of its new piles: compare them without it and with it.
+            let piles = self.pile_keys(&pod);
+            let before: Vec<_> = piles.iter().map(|k| self.kth_at(k)).collect();
+            self.insert_entry(key.clone(), pod);
+            for (pile, before) in piles.into_iter().zip(before) {
+                if let Some(after) = self.kth_at(&pile)
+                    && before.is_none_or(|b| after < b)
+                {
+                    self.moved_earlier.insert(pile.0);
+                }
+            }
+        }
+        keys
+    }
+
+    /// The Jobs watch saw Job `job_uid` deleted. Its pods keep their pile while they are
+    /// tracked (they are usually deleted with it); the entry goes with the last of them.
+    pub fn forget_job(&mut self, job_uid: &str) {
+        if self.by_job.contains_key(job_uid) {
+            self.gone_jobs.insert(job_uid.to_owned());
+        } else {
+            self.job_owners.remove(job_uid);
+        }
+    }
+
+    /// Uids of the Jobs known to be controlled by a CronJob.
+    pub fn known_jobs(&self) -> Vec<String> {
+        self.job_owners.keys().cloned().collect()
+    }
+
     /// Take in the latest state of a pod (watch ADDED/MODIFIED, list item, re-read).
     pub fn apply(&mut self, pod: &SlimPod, now: SystemTime) -> Vec<Finished> {
         // Compare the piles this update touches before and after it, not at each step: the
@@ -270,7 +354,7 @@ impl Tracker {
         if let Some(old) = self.pods.get(&pod.key()) {
             keys.extend(self.pile_keys(old));
         }
-        if let Some(c) = pod.controller() {
+        if let (Some(c), _) = self.group(pod.controller()) {
             let pending = pod.pending(self.mechanism());
             let names = match self.mechanism() {
                 Mechanism::SchedulingGates => dedup(pending),
@@ -279,7 +363,9 @@ impl Tracker {
             keys.extend(names.into_iter().map(|n| (c.uid.clone(), n.clone())));
         }
         let before: Vec<Option<SystemTime>> = keys.iter().map(|k| self.kth_at(k)).collect();
+        let old_job = self.job_uid_of(&pod.key());
         let finished = self.apply_inner(pod, now);
+        self.settle_job(old_job);
         for (key, before) in keys.into_iter().zip(before) {
             if let Some(after) = self.kth_at(&key)
                 && before.is_none_or(|b| after < b)
@@ -345,6 +431,7 @@ impl Tracker {
                 }
             }
         }
+        let (controller, via) = self.group(pod.controller());
         let tracked = TrackedPod {
             opted_in: self.config.is_opted_in(&namespace, &labels),
             namespace,
@@ -354,7 +441,8 @@ impl Tracker {
             labels,
             created: pod.created().unwrap_or(now),
             first_seen,
-            controller: pod.controller(),
+            controller,
+            via,
             pending: pending.to_vec(),
             head_since,
             annotations_present: pod.annotations_present,
@@ -366,9 +454,27 @@ impl Tracker {
 
     /// The pod is gone (watch DELETED).
     pub fn delete(&mut self, key: &str, now: SystemTime) -> Vec<Finished> {
-        match self.remove_entry(key) {
+        let old_job = self.job_uid_of(key);
+        let finished = match self.remove_entry(key) {
             Some(old) => self.finish_all(&old, Outcome::Deleted, now),
             None => Vec::new(),
+        };
+        self.settle_job(old_job);
+        finished
+    }
+
+    /// The uid of the Job controlling the tracked pod `key`, if any.
+    fn job_uid_of(&self, key: &str) -> Option<String> {
+        self.pods.get(key).and_then(job_of).map(|j| j.uid.clone())
+    }
+
+    /// Drop a deleted Job's CronJob once none of its pods is tracked any more.
+    fn settle_job(&mut self, job_uid: Option<String>) {
+        if let Some(uid) = job_uid
+            && !self.by_job.contains_key(&uid)
+            && self.gone_jobs.remove(&uid)
+        {
+            self.job_owners.remove(&uid);
         }
     }
 
@@ -545,6 +651,12 @@ impl Tracker {
                 .or_default()
                 .insert(key.clone());
         }
+        if let Some(job) = job_of(&pod) {
+            self.by_job
+                .entry(job.uid.clone())
+                .or_default()
+                .insert(key.clone());
+        }
         self.pods.insert(key, pod);
     }
 
@@ -569,6 +681,14 @@ impl Tracker {
                 if set.is_empty() {
                     self.by_controller.remove(&ctrl.uid);
                 }
+            }
+        }
+        if let Some(job) = job_of(&pod)
+            && let Some(set) = self.by_job.get_mut(&job.uid)
+        {
+            set.remove(key);
+            if set.is_empty() {
+                self.by_job.remove(&job.uid);
             }
         }
         Some(pod)
@@ -609,6 +729,13 @@ fn records_per_name(annotation: Option<&str>) -> HashMap<String, usize> {
         *counts.entry(record.initializer).or_default() += 1;
     }
     counts
+}
+
+/// The Job controlling `pod` directly, if any.
+fn job_of(pod: &TrackedPod) -> Option<&ControllerRef> {
+    pod.via
+        .as_ref()
+        .or(pod.controller.as_ref().filter(|c| c.kind == "Job"))
 }
 
 /// How often each name occurs.
@@ -849,6 +976,60 @@ mod tests {
         tr.delete("ns/b", t(15));
         assert_eq!(tr.aggregates(t(16)).pileups["g"], 0);
         assert_eq!(tr.aggregates(t(17)).pileups["g"], 1);
+    }
+
+    fn cron_job() -> ControllerRef {
+        ControllerRef {
+            kind: "CronJob".into(),
+            name: "nightly".into(),
+            uid: "cj".into(),
+        }
+    }
+
+    #[test]
+    fn pods_of_a_cron_jobs_jobs_share_one_pile() {
+        let text = "pileup: { threshold: 2, minWait: 10s }\n";
+        let mut tr = Tracker::new(Arc::new(Config::from_yaml_str(text, "t").unwrap()));
+        // One pod per Job, tracked before the Jobs' owner is known: two piles of one.
+        tr.apply(&created_pod("a", "j1", 0, &["g"]), t(1));
+        tr.apply(&created_pod("b", "j2", 1, &["g"]), t(2));
+        assert_eq!((tr.pile_size("j1", "g"), tr.pile_size("j2", "g")), (1, 1));
+        assert_eq!(tr.aggregates(t(60)).pileups["g"], 0);
+        tr.take_moved_earlier();
+        assert_eq!(tr.set_job_owner("j1", Some(cron_job())), vec!["ns/a"]);
+        let mut moved = tr.set_job_owner("j2", Some(cron_job()));
+        moved.sort();
+        assert_eq!(moved, vec!["ns/b"]);
+        // The CronJob's pile reached the threshold: its pods may act earlier.
+        assert!(tr.take_moved_earlier().contains("cj"));
+        assert_eq!(tr.pile_size("cj", "g"), 2);
+        assert_eq!(tr.pile_size("j1", "g") + tr.pile_size("j2", "g"), 0);
+        assert_eq!(tr.pile_start("cj", "g", 2, t(0)), Some(t(1)));
+        assert_eq!(tr.aggregates(t(60)).pileups["g"], 1);
+        assert_eq!(tr.aggregates(t(60)).pile_max["g"], 2);
+        let a = tr.get("ns/a").unwrap();
+        assert_eq!(a.controller, Some(cron_job()));
+        assert_eq!(a.via.as_ref().map(|j| j.uid.as_str()), Some("j1"));
+        // Seen again: no move.
+        assert!(tr.set_job_owner("j1", Some(cron_job())).is_empty());
+        // A pod of a known Job joins the CronJob's pile at once; updates keep it there.
+        tr.apply(&created_pod("c", "j1", 2, &["g"]), t(3));
+        tr.apply(&created_pod("c", "j1", 2, &["g"]), t(4));
+        assert_eq!(tr.pile_size("cj", "g"), 3);
+        assert_eq!(tr.siblings("ns/c").len(), 3);
+        // A deleted Job keeps grouping its remaining pods until the last one leaves.
+        tr.forget_job("j2");
+        tr.apply(&created_pod("b", "j2", 1, &["g"]), t(5));
+        assert_eq!(tr.pile_size("cj", "g"), 3);
+        tr.delete("ns/b", t(6));
+        assert!(!tr.known_jobs().contains(&"j2".to_string()));
+        // Unowned again (orphaned): back to the Job's own pile.
+        assert_eq!(tr.set_job_owner("j1", None).len(), 2);
+        assert_eq!((tr.pile_size("cj", "g"), tr.pile_size("j1", "g")), (0, 2));
+        assert!(tr.get("ns/a").unwrap().via.is_none());
+        tr.delete("ns/a", t(7));
+        tr.delete("ns/c", t(7));
+        assert!(tr.by_job.is_empty() && tr.by_controller.is_empty() && tr.starts.is_empty());
     }
 
     #[test]

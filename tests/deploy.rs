@@ -693,6 +693,7 @@ fn cluster_role_grants_exactly_what_the_guard_uses() {
         ("apps", "deployments", &["get", "list", "watch"]),
         ("extensions", "deployments", &["get", "list", "watch"]),
         ("coordination.k8s.io", "leases", &["get", "list", "watch"]),
+        ("batch", "jobs", &["list", "watch"]),
     ]);
     assert_eq!(granted, expected);
 

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSchedulingGate, PodSpec, PodTemplateSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
@@ -912,7 +913,8 @@ pub enum CreatorKind {
         replicas: u32,
         expectation_ttl: Duration,
     },
-    /// CronJob: one new pod every `period`, whatever happened to the earlier ones.
+    /// CronJob: one new Job every `period`, whatever happened to the earlier ones, and one
+    /// pod owned by that Job (controller chain pod → Job → CronJob, as on a real cluster).
     CronJob { period: Duration },
 }
 
@@ -1110,9 +1112,11 @@ async fn creator_main(
     life: Arc<Lifecycle>,
     stats: Arc<CreatorStats>,
 ) {
-    let pods: Api<Pod> = Api::namespaced(client, &opts.namespace);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &opts.namespace);
+    let jobs: Api<Job> = Api::namespaced(client, &opts.namespace);
     let ctx = CreatorCtx {
         pods,
+        jobs,
         owner: opts.controller_ref(),
         opts,
         stats,
@@ -1196,6 +1200,7 @@ fn random_suffix() -> String {
 
 struct CreatorCtx {
     pods: Api<Pod>,
+    jobs: Api<Job>,
     opts: Arc<CreatorOptions>,
     owner: OwnerReference,
     stats: Arc<CreatorStats>,
@@ -1212,12 +1217,17 @@ enum CreateOutcome {
 
 impl CreatorCtx {
     fn new_pod(&self) -> Pod {
-        let name = format!("{}-{}", self.opts.name, random_suffix());
+        self.new_pod_of(&self.opts.name, self.owner.clone())
+    }
+
+    /// A pod named after `prefix`, controlled by `owner`.
+    fn new_pod_of(&self, prefix: &str, owner: OwnerReference) -> Pod {
+        let name = format!("{prefix}-{}", random_suffix());
         let template = pod_template(self.opts.pod_labels(), &self.opts.gates);
         let mut metadata = template.metadata.unwrap_or_default();
         metadata.name = Some(name);
         metadata.namespace = Some(self.opts.namespace.clone());
-        metadata.owner_references = Some(vec![self.owner.clone()]);
+        metadata.owner_references = Some(vec![owner]);
         Pod {
             metadata,
             spec: template.spec,
@@ -1366,19 +1376,67 @@ impl CreatorCtx {
         loop {
             tokio::select! {
                 _ = ticker.tick() => {
+                    tokio::time::sleep(life.latency()).await;
+                    // The Job first: its pod's controller reference needs the Job's uid.
+                    let job = match self.create_job().await {
+                        Ok(job) => job,
+                        Err(e) => {
+                            self.stats.create_failures.fetch_add(1, Ordering::Relaxed);
+                            tracing::debug!(controller = %self.opts.controller_key(), error = %e, "Job create failed");
+                            continue;
+                        }
+                    };
                     let pods = self.pods.clone();
-                    let pod = self.new_pod();
+                    let pod = self.new_pod_of(&job.name, job.reference);
                     let stats = Arc::clone(&self.stats);
                     let key = self.opts.controller_key();
-                    let latency = life.latency();
-                    creates.spawn(async move {
-                        tokio::time::sleep(latency).await;
-                        Self::create(pods, pod, stats, key).await
-                    });
+                    creates.spawn(Self::create(pods, pod, stats, key));
                 }
                 Some(_) = creates.join_next(), if !creates.is_empty() => {}
             }
         }
+    }
+}
+
+/// A Job the CronJob-like creator made.
+struct CreatedJob {
+    name: String,
+    /// The controller reference its pod carries.
+    reference: OwnerReference,
+}
+
+impl CreatorCtx {
+    /// Create the next Job of the CronJob (controlled by it; the simulated server runs no Job
+    /// controller, the creator makes the Job's pod itself).
+    async fn create_job(&self) -> Result<CreatedJob, kube::Error> {
+        let name = format!("{}-{}", self.opts.name, random_suffix());
+        let job = Job {
+            metadata: ObjectMeta {
+                name: Some(name),
+                namespace: Some(self.opts.namespace.clone()),
+                labels: Some(BTreeMap::from([(
+                    self.opts.selector_key().to_string(),
+                    self.opts.name.clone(),
+                )])),
+                owner_references: Some(vec![self.owner.clone()]),
+                ..Default::default()
+            },
+            spec: None,
+            status: None,
+        };
+        let job = self.jobs.create(&PostParams::default(), &job).await?;
+        let name = job.name_any();
+        Ok(CreatedJob {
+            reference: OwnerReference {
+                api_version: "batch/v1".to_string(),
+                kind: "Job".to_string(),
+                name: name.clone(),
+                uid: job.uid().unwrap_or_default(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            },
+            name,
+        })
     }
 }
 
@@ -1413,12 +1471,36 @@ pub struct PileReport {
 }
 
 /// Samples the pile from the server's store.
+/// Pods of a Job controlled by a CronJob count toward the CronJob's pile.
 pub fn pile_report(sim: &crate::sim::Sim, mechanism: Mechanism) -> PileReport {
-    pile_report_from(sim.list_objects("pods"), mechanism)
+    let jobs: BTreeMap<String, String> = sim
+        .list_objects("jobs")
+        .iter()
+        .filter_map(|job| {
+            let uid = job.pointer("/metadata/uid")?.as_str()?;
+            let key = controller_key(job).filter(|k| k.starts_with("CronJob/"))?;
+            Some((uid.to_string(), key))
+        })
+        .collect();
+    pile_report_with(sim.list_objects("pods"), &jobs, mechanism)
 }
 
 /// [`pile_report`] over any set of pod objects (raw JSON, as stored).
 pub fn pile_report_from<I>(pods: I, mechanism: Mechanism) -> PileReport
+where
+    I: IntoIterator,
+    I::Item: std::borrow::Borrow<Value>,
+{
+    pile_report_with(pods, &BTreeMap::new(), mechanism)
+}
+
+/// [`pile_report_from`], counting the pods of the Jobs in `cron_jobs` (Job uid → CronJob key)
+/// toward their CronJob.
+fn pile_report_with<I>(
+    pods: I,
+    cron_jobs: &BTreeMap<String, String>,
+    mechanism: Mechanism,
+) -> PileReport
 where
     I: IntoIterator,
     I::Item: std::borrow::Borrow<Value>,
@@ -1428,7 +1510,9 @@ where
     for pod in pods {
         let pod: &Value = pod.borrow();
         let waiting = !pending_names(pod, mechanism).is_empty();
-        let controller = controller_key(pod);
+        let controller = controller_uid(pod)
+            .and_then(|uid| cron_jobs.get(uid).cloned())
+            .or_else(|| controller_key(pod));
         if waiting {
             report.stored_waiting_pods += 1;
             if let Some(key) = &controller {
@@ -1448,6 +1532,16 @@ where
         .cloned()
         .collect();
     report
+}
+
+/// The uid in the object's controlling owner reference.
+fn controller_uid(obj: &Value) -> Option<&str> {
+    obj.pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|r| r.get("controller").and_then(Value::as_bool) == Some(true))?
+        .get("uid")?
+        .as_str()
 }
 
 /// `Kind/namespace/name` of the pod's controlling owner reference.

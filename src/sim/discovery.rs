@@ -229,7 +229,10 @@ mod tests {
         );
         assert_eq!(core["resources"][2]["shortNames"][0], "po");
         assert!(resource_list("apps", "v1", None).is_some());
-        assert!(resource_list("batch", "v1", None).is_none());
+        let batch = resource_list("batch", "v1", None).unwrap();
+        assert_eq!(batch["resources"][0]["name"], "jobs");
+        assert_eq!(batch["resources"][2]["name"], "cronjobs");
+        assert!(resource_list("batch", "v2alpha1", None).is_none());
         let groups = group_list(None);
         assert_eq!(groups["groups"].as_array().unwrap().len(), 4);
         assert_eq!(
@@ -242,7 +245,7 @@ mod tests {
         let doc = openapi_v3_document("api/v1", None).unwrap();
         let patch = &doc["paths"]["/api/v1/namespaces/{namespace}/pods/{name}"]["patch"];
         assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "Pod");
-        assert!(openapi_v3_document("apis/batch/v1", None).is_none());
+        assert!(openapi_v3_document("apis/batch/v2alpha1", None).is_none());
     }
 
     #[test]

@@ -85,7 +85,11 @@ pub fn prepare_create(
             obj["status"] = json!({ "phase": "Active" });
             Ok(())
         }
-        Storage::Events | Storage::Leases | Storage::ConfigMaps => Ok(()),
+        Storage::Events
+        | Storage::Leases
+        | Storage::ConfigMaps
+        | Storage::Jobs
+        | Storage::CronJobs => Ok(()),
     }
 }
 
@@ -140,7 +144,11 @@ pub fn prepare_update(
             namespace_defaults(new);
             Ok(())
         }
-        Storage::Events | Storage::Leases | Storage::ConfigMaps => Ok(()),
+        Storage::Events
+        | Storage::Leases
+        | Storage::ConfigMaps
+        | Storage::Jobs
+        | Storage::CronJobs => Ok(()),
     }
 }
 

@@ -13,17 +13,21 @@ pub enum Storage {
     Deployments,
     Leases,
     ConfigMaps,
+    Jobs,
+    CronJobs,
 }
 
 impl Storage {
     /// Every storage, in a fixed order (used to index arrays).
-    pub const ALL: [Storage; 6] = [
+    pub const ALL: [Storage; 8] = [
         Storage::Namespaces,
         Storage::Pods,
         Storage::Events,
         Storage::Deployments,
         Storage::Leases,
         Storage::ConfigMaps,
+        Storage::Jobs,
+        Storage::CronJobs,
     ];
 
     /// Position in [`Storage::ALL`].
@@ -40,6 +44,8 @@ impl Storage {
             Storage::Deployments => &RESOURCES[3],
             Storage::Leases => &RESOURCES[4],
             Storage::ConfigMaps => &RESOURCES[5],
+            Storage::Jobs => &RESOURCES[6],
+            Storage::CronJobs => &RESOURCES[7],
         }
     }
 }
@@ -123,10 +129,10 @@ const EVENT_FIELDS: &[&str] = &[
     "type",
 ];
 
-/// Every served resource. The first six are the canonical ones, in [`Storage`] order; the
+/// Every served resource. The first eight are the canonical ones, in [`Storage`] order; the
 /// others are views of the same objects in other group versions. Which of them a server
 /// serves depends on its Kubernetes version ([`super::version::KubeVersion::serves`]).
-pub static RESOURCES: [ResourceInfo; 11] = [
+pub static RESOURCES: [ResourceInfo; 13] = [
     ResourceInfo {
         group: "",
         version: "v1",
@@ -212,6 +218,34 @@ pub static RESOURCES: [ResourceInfo; 11] = [
         categories: &[],
         subresources: &[],
         storage: Storage::ConfigMaps,
+        selectable_fields: &[],
+    },
+    // Stored and listed only (no Job controller runs): the CronJob-like creator writes them so
+    // that pods are owned by Jobs owned by a CronJob, as on a real cluster.
+    ResourceInfo {
+        group: "batch",
+        version: "v1",
+        plural: "jobs",
+        singular: "job",
+        kind: "Job",
+        namespaced: true,
+        short_names: &[],
+        categories: &["all"],
+        subresources: &["status"],
+        storage: Storage::Jobs,
+        selectable_fields: &["status.successful"],
+    },
+    ResourceInfo {
+        group: "batch",
+        version: "v1",
+        plural: "cronjobs",
+        singular: "cronjob",
+        kind: "CronJob",
+        namespaced: true,
+        short_names: &["cj"],
+        categories: &["all"],
+        subresources: &["status"],
+        storage: Storage::CronJobs,
         selectable_fields: &[],
     },
     ResourceInfo {

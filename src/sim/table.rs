@@ -147,6 +147,7 @@ pub fn columns(res: &ResourceInfo) -> Vec<Value> {
             column("Data", "string", "", "Number of data entries.", 0),
             age_column("Age"),
         ],
+        Storage::Jobs | Storage::CronJobs => vec![name_column(), age_column("Age")],
     }
 }
 
@@ -187,6 +188,7 @@ pub fn cells(res: &ResourceInfo, obj: &Value, now: jiff::Timestamp) -> Vec<Value
             json!(obj["data"].as_object().map_or(0, |d| d.len())),
             json!(age),
         ],
+        Storage::Jobs | Storage::CronJobs => vec![name, json!(age)],
     }
 }
 

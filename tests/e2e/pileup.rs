@@ -203,3 +203,134 @@ async fn healthy_parallel_job_is_never_a_pile() {
     assert_eq!(job.stats().creates_issued(), 10);
     c.finish(guard).await;
 }
+
+/// A CronJob-like creator every 200 ms (each run a Job, each Job one gated pod) with `gates`,
+/// opted in or not, run by the CronJob controller's user.
+fn cron_job(c: &Cluster, name: &str, opted_in: bool) -> (CreatorHandle, String) {
+    let mut options = CreatorOptions::cron_job("default", name, Duration::from_millis(200));
+    options.opt_in_label = opted_in.then(|| OPT_IN.to_owned());
+    options.gates = vec![SIDECAR.to_owned()];
+    let key = options.controller_key();
+    let creator = Creator::start(c.sim.kube_config("cronjob-controller"), options).unwrap();
+    (creator, key)
+}
+
+/// Issue 12 item 6: a real CronJob creates a Job per run and the Job its pod, so grouping by
+/// a pod's own controller sees piles of one. With the gate's owner dead and
+/// `pileup.action: alert`, the CronJob's pods are one pileup of that CronJob: the guard's
+/// pileup gauges match the waiting pods counted in the server's store, and `/status` names
+/// the CronJob (and the Job in between) for each of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cron_job_jobs_pods_are_one_pileup_of_the_cron_job() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let _owner = c.owner(SIDECAR, |o| o.alive = false).await;
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!(
+            "pileup: {{ threshold: 3, minWait: 500ms, action: alert }}\ninitializers:\n{}",
+            owned(SIDECAR, "10m")
+        ),
+    );
+    let guard = c.guard(&config).await;
+    let (cron, key) = cron_job(&c, "report", false);
+    until(
+        Duration::from_secs(20),
+        "6 waiting pods of the CronJob",
+        || pile(&c, &key) >= 6,
+    )
+    .await;
+    cron.stop().await;
+    // Every waiting pod in the store belongs to one of the CronJob's Jobs.
+    let report = pile_report(&c.sim, c.mechanism);
+    let waiting = pile(&c, &key);
+    assert_eq!(report.stored_waiting_pods, waiting, "{report:?}");
+    assert_eq!(
+        c.sim.list_objects("jobs").len(),
+        waiting,
+        "one Job per pod expected"
+    );
+    let labels = [("initializer", SIDECAR)];
+    let text = eventually_async(
+        Duration::from_secs(20),
+        format!("one pileup of {waiting} pods in /metrics"),
+        || async {
+            let (_, text) = http_get(guard.addr, "/metrics").await;
+            let piles = metric_sum(&text, "initguard_pileups", &labels);
+            let max = metric_sum(&text, "initguard_pileup_max_waiting_pods", &labels);
+            (piles == 1.0 && max == waiting as f64).then_some(text)
+        },
+    )
+    .await;
+    assert_eq!(
+        metric_sum(&text, "initguard_waiting_pods", &labels),
+        waiting as f64
+    );
+    let (status, body) = http_get(guard.addr, "/status").await;
+    assert_eq!(status, 200);
+    let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let pods = body["waitingPods"].as_array().unwrap();
+    assert_eq!(pods.len(), waiting, "{body}");
+    for pod in pods {
+        assert_eq!(pod["controller"]["kind"], "CronJob", "{pod}");
+        assert_eq!(pod["controller"]["name"], "report", "{pod}");
+        assert_eq!(pod["via"]["kind"], "Job", "{pod}");
+    }
+    // Alert only: nothing written.
+    assert_eq!(
+        c.guard_writes(),
+        vec![],
+        "the guard wrote with action alert"
+    );
+    c.finish(guard).await;
+}
+
+/// Issue 12 item 6 with `pileup.action: bypass`: the gate's owner is dead but its grace is an
+/// hour and the deadline ten minutes, so only the pileup rule can act. Grouped by Job, each
+/// pile has one pod and the CronJob's pile grows without bound; grouped by the CronJob, it
+/// stays bounded and every bypass is a `pileup`. Judged on the server's store and history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cron_job_pile_with_pileup_bypass_stays_bounded() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let _owner = c.owner(SIDECAR, |o| o.alive = false).await;
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!(
+            "defaults: {{ ownerDownGrace: 1h }}\npileup: {{ threshold: 3, minWait: 500ms, action: bypass }}\ninitializers:\n{}",
+            owned(SIDECAR, "10m")
+        ),
+    );
+    let guard = c.guard(&config).await;
+    let (cron, key) = cron_job(&c, "report", true);
+    // threshold + pods younger than minWait + one in flight.
+    const BOUND: usize = 3 + 3 + 2;
+    let mut largest = 0;
+    for _ in 0..24 {
+        largest = largest.max(pile(&c, &key));
+        assert!(
+            largest <= BOUND,
+            "pile of {largest}: {:?}",
+            pile_report(&c.sim, c.mechanism)
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    cron.stop().await;
+    let created = c.sim.list_objects("jobs").len();
+    assert!(created >= 10, "only {created} Jobs created");
+    let bypasses: Vec<_> = c
+        .removals()
+        .into_iter()
+        .filter(|r| r.user == GUARD_USER)
+        .collect();
+    assert!(
+        bypasses
+            .iter()
+            .all(|r| r.reason.as_deref() == Some("pileup")),
+        "{bypasses:?}"
+    );
+    assert!(
+        bypasses.len() + BOUND >= created,
+        "{} of {created} pods bypassed",
+        bypasses.len()
+    );
+    c.finish(guard).await;
+}

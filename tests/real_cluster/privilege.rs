@@ -87,6 +87,7 @@ pub async fn forbidden_secrets_and_pod_deletes(tb: Arc<Testbed>) {
             &["update", "pods", "-n", ns],
             &["update", "leases/other", "-n", "kube-system"],
             &["update", "deployments", "-n", ns],
+            &["get", "jobs.batch", "-n", ns],
             &["get", "nodes"],
             // One core/v1 Event per bypass: Events are only created, never patched.
             &["patch", "events", "-n", ns],
@@ -99,6 +100,7 @@ pub async fn forbidden_secrets_and_pod_deletes(tb: Arc<Testbed>) {
             &["patch", "pods", "-n", ns][..],
             &["watch", "pods", "-A"],
             &["create", "events", "-n", ns],
+            &["watch", "jobs.batch", "-A"],
             &["update", "leases/initguard", "-n", "kube-system"],
         ] {
             assert!(can(args), "{user} may not {args:?}");
