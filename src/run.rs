@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
@@ -32,7 +33,6 @@ use crate::owners::{Owners, owner_target};
 use crate::pod::SlimPod;
 use crate::policy::{self, ControllerRef, Environment, OwnerState};
 use crate::tracker::{PodKey, Tracker};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// How often the loop proves it is alive even when nothing happens.
 const HEARTBEAT: Duration = Duration::from_secs(2);
@@ -406,7 +406,15 @@ impl ControlLoop {
         mut leader: watch::Receiver<bool>,
         cancel: CancellationToken,
     ) {
-        tokio::spawn(crate::jobs::check_cron_job_api(client.clone()));
+        // Only informs the log; stops with the loop.
+        let check = crate::jobs::check_cron_job_api(client.clone());
+        let check_cancel = cancel.clone();
+        tokio::spawn(async move {
+            tokio::select! {
+                _ = check => {}
+                _ = check_cancel.cancelled() => {}
+            }
+        });
         let client_for_jobs = client.clone();
         let mut jobs = crate::jobs::watch_jobs(client.clone(), true);
         let api: Api<SlimPod> = Api::all(client);
@@ -559,6 +567,7 @@ impl ControlLoop {
         if self.shared.config.pileup.action != crate::config::PileupAction::Bypass {
             return;
         }
+        let done: HashSet<&PodKey> = done.iter().collect();
         for controller in moved {
             let siblings = self.shared.tracker().pods_of_controller(&controller);
             for sibling in siblings.iter().filter(|s| !done.contains(s)) {

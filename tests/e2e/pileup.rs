@@ -275,11 +275,23 @@ async fn cron_job_jobs_pods_are_one_pileup_of_the_cron_job() {
         assert_eq!(pod["controller"]["name"], "report", "{pod}");
         assert_eq!(pod["via"]["kind"], "Job", "{pod}");
     }
-    // Alert only: nothing written.
+    // Alert only: nothing written. Jobs are read under the shipped RBAC (list, then watch).
     assert_eq!(
         c.guard_writes(),
         vec![],
         "the guard wrote with action alert"
+    );
+    let job_reads: Vec<_> = c
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.user == GUARD_USER && r.resource == "jobs")
+        .map(|r| (r.verb, r.status))
+        .collect();
+    assert!(
+        job_reads.contains(&("list".to_owned(), 200))
+            && job_reads.contains(&("watch".to_owned(), 200)),
+        "{job_reads:?}"
     );
     c.finish(guard).await;
 }
