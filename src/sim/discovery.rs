@@ -234,7 +234,7 @@ mod tests {
         assert_eq!(batch["resources"][2]["name"], "cronjobs");
         assert!(resource_list("batch", "v2alpha1", None).is_none());
         let groups = group_list(None);
-        assert_eq!(groups["groups"].as_array().unwrap().len(), 4);
+        assert_eq!(groups["groups"].as_array().unwrap().len(), 5);
         assert_eq!(
             group("apps", None).unwrap()["preferredVersion"]["groupVersion"],
             "apps/v1"
@@ -271,6 +271,9 @@ mod tests {
             .iter()
             .map(|g| g["name"].as_str().unwrap().to_owned())
             .collect();
-        assert_eq!(names, ["apps", "coordination.k8s.io", "events.k8s.io"]);
+        assert_eq!(
+            names,
+            ["apps", "coordination.k8s.io", "batch", "events.k8s.io"]
+        );
     }
 }
