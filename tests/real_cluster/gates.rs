@@ -200,14 +200,7 @@ pub async fn killed_owner_is_bypassed_and_pods_get_bound(tb: Arc<Testbed>) {
         early.is_empty(),
         "the guard wrote while the owner was up: {early:#?}"
     );
-    let killed_pods = owner.set_ready(&tb, false).await;
-    let killed_at = tb
-        .audit()
-        .into_iter()
-        .filter(|a| a.subresource == "status" && killed_pods.contains(&a.name) && a.ok())
-        .map(|a| a.received)
-        .max()
-        .unwrap_or_else(|| panic!("no status write of {killed_pods:?} in the audit log"));
+    let killed_at = owner.kill(&tb).await;
     for n in names {
         eventually(
             Duration::from_secs(60),

@@ -528,6 +528,18 @@ impl OwnerDeployment {
         owner
     }
 
+    /// Mark its pods not Ready (the owner dies) and return when the API server received the
+    /// last of those status writes, from its audit log: the instant the owner went down.
+    pub async fn kill(&self, tb: &Testbed) -> String {
+        let killed_pods = self.set_ready(tb, false).await;
+        tb.audit()
+            .into_iter()
+            .filter(|a| a.subresource == "status" && killed_pods.contains(&a.name) && a.ok())
+            .map(|a| a.received)
+            .max()
+            .unwrap_or_else(|| panic!("no status write of {killed_pods:?} in the audit log"))
+    }
+
     /// Mark the Deployment's pods Ready (alive) or not (crashed), then wait until the
     /// Deployment's `availableReplicas` says so.
     pub async fn set_ready(&self, tb: &Testbed, ready: bool) -> Vec<String> {
