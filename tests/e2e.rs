@@ -5,6 +5,7 @@
 
 #[path = "e2e/harness.rs"]
 mod harness;
+use initguard_test_support::wait;
 
 #[path = "e2e/bypass.rs"]
 mod bypass;

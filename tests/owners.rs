@@ -10,8 +10,8 @@ use initguard::owners::Owners;
 use initguard::policy::OwnerState;
 use tokio_util::sync::CancellationToken;
 
-/// Longest any expected state change may take in these tests.
-const PATIENCE: Duration = Duration::from_secs(5);
+use initguard_test_support::wait;
+use wait::PATIENCE;
 
 fn config(yaml: &str) -> Config {
     Config::from_yaml_str(yaml, "test.yaml").unwrap()

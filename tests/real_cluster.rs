@@ -1,8 +1,9 @@
 //! Against a real control plane (tests/testbed/: etcd, kube-apiserver, kube-controller-manager,
 //! kube-scheduler of one pinned Kubernetes version, fake Nodes): least privilege under the real
 //! RBAC authorizer, the scheduling-gates scenarios with the `initguard` binary running as its
-//! own identities, two replicas on a real Lease, and real Job controllers. Judged by the API
-//! server's objects and its audit log, never by the guard's own counters.
+//! own identities, two replicas on a real Lease, real Job, ReplicaSet and CronJob controllers
+//! creating gated pods, and owners of each kind (Deployment, Lease, pod selector). Judged by the
+//! API server's objects and its audit log, never by the guard's own counters.
 //!
 //! One test bed serves every scenario (starting one takes tens of seconds), so this target has
 //! its own runner (`harness = false`): scenarios run one after another, each in its own
@@ -13,7 +14,10 @@
 
 #[path = "real_cluster/testbed.rs"]
 mod testbed;
+use initguard_test_support::wait;
 
+#[path = "real_cluster/controllers.rs"]
+mod controllers;
 #[path = "real_cluster/gates.rs"]
 mod gates;
 #[path = "real_cluster/jobs.rs"]
@@ -60,6 +64,13 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     }),
     ("jobs::parallel_job_healthy_then_owner_down", |tb| {
         Box::pin(jobs::parallel_job_healthy_then_owner_down(tb))
+    }),
+    (
+        "controllers::deployment_pods_bypassed_once_the_lease_owner_stops",
+        |tb| Box::pin(controllers::deployment_pods_bypassed_once_the_lease_owner_stops(tb)),
+    ),
+    ("controllers::cron_job_pile_is_bypassed_as_one", |tb| {
+        Box::pin(controllers::cron_job_pile_is_bypassed_as_one(tb))
     }),
 ];
 

@@ -18,6 +18,7 @@
 mod fake_api;
 #[path = "reliability/support.rs"]
 mod support;
+use initguard_test_support::wait;
 
 #[path = "reliability/bad_input.rs"]
 mod bad_input;

@@ -3,6 +3,7 @@
 
 #[path = "sim/common.rs"]
 mod common;
+use initguard_test_support::wait;
 
 #[path = "sim/api.rs"]
 mod api;

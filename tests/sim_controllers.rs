@@ -6,6 +6,9 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use initguard_test_support::wait;
+use wait::eventually_async;
+
 use initguard::config::Mechanism;
 use initguard::sim::controllers::{
     Creator, CreatorKind, CreatorOptions, GateOwner, GateOwnerOptions, pending_names, pile_report,
@@ -73,22 +76,6 @@ fn pod(name: &str, gates: &[&str]) -> Pod {
             ..Default::default()
         }),
         status: None,
-    }
-}
-
-/// Polls `check` every 50 ms until it returns Some or `timeout` passes.
-async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(start.elapsed() < timeout, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -242,7 +229,7 @@ async fn healthy_gate_owner_removes_only_its_own_gate() {
         .await
         .unwrap();
 
-    eventually(Duration::from_secs(5), "one-gate scheduled", || async {
+    eventually_async("one-gate scheduled", || async {
         let p = stored_pod(&sim, "default", "one-gate")?;
         let scheduled = p["spec"]["nodeName"]
             .as_str()
@@ -250,14 +237,10 @@ async fn healthy_gate_owner_removes_only_its_own_gate() {
         (pending_names(&p, Mechanism::SchedulingGates).is_empty() && scheduled).then_some(())
     })
     .await;
-    eventually(
-        Duration::from_secs(5),
-        "a removed from two-gates",
-        || async {
-            let p = stored_pod(&sim, "default", "two-gates")?;
-            (pending_names(&p, Mechanism::SchedulingGates) == ["b.example.com"]).then_some(())
-        },
-    )
+    eventually_async("a removed from two-gates", || async {
+        let p = stored_pod(&sim, "default", "two-gates")?;
+        (pending_names(&p, Mechanism::SchedulingGates) == ["b.example.com"]).then_some(())
+    })
     .await;
     // The other gate is not its business: the pod stays gated.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -309,7 +292,7 @@ async fn legacy_owner_acts_only_at_the_head() {
         let pods = pods.clone();
         async move { pods.create(&PostParams::default(), &pod("web", &[])).await }
     });
-    eventually(Duration::from_secs(5), "pod stored", || async {
+    eventually_async("pod stored", || async {
         stored_pod(&sim, "default", "web")
     })
     .await;
@@ -325,7 +308,7 @@ async fn legacy_owner_acts_only_at_the_head() {
 
     // The first owner comes back: it removes itself, then the second one does.
     first_owner.revive();
-    let created = tokio::time::timeout(Duration::from_secs(8), create)
+    let created = tokio::time::timeout(wait::PATIENCE, create)
         .await
         .expect("CREATE returns once initialized")
         .unwrap()
@@ -348,7 +331,7 @@ async fn legacy_owner_acts_only_at_the_head() {
         ]
     );
     // The PATCH response may reach the owner after the CREATE returned.
-    eventually(Duration::from_secs(2), "owner stats", || async {
+    eventually_async("owner stats", || async {
         (first_owner.stats().removed() == 1 && second_owner.stats().removed() == 1).then_some(())
     })
     .await;
@@ -412,27 +395,27 @@ async fn kill_and_revive_show_in_deployment_lease_and_owner_pod() {
         Some(ready.status == "True")
     };
 
-    eventually(Duration::from_secs(5), "deployment available", || async {
+    eventually_async("deployment available", || async {
         (available().await == Some(1)).then_some(())
     })
     .await;
-    eventually(Duration::from_secs(5), "owner pod Ready", || async {
+    eventually_async("owner pod Ready", || async {
         (owner_pod_ready().await == Some(true)).then_some(())
     })
     .await;
-    let first = eventually(Duration::from_secs(5), "lease", renew_time).await;
-    eventually(Duration::from_secs(5), "lease renewed", || async {
+    let first = eventually_async("lease", renew_time).await;
+    eventually_async("lease renewed", || async {
         renew_time().await.filter(|t| *t > first)
     })
     .await;
 
     owner.kill();
     assert!(!owner.is_alive());
-    eventually(Duration::from_secs(5), "deployment unavailable", || async {
+    eventually_async("deployment unavailable", || async {
         (available().await == Some(0)).then_some(())
     })
     .await;
-    eventually(Duration::from_secs(5), "owner pod not Ready", || async {
+    eventually_async("owner pod not Ready", || async {
         (owner_pod_ready().await == Some(false)).then_some(())
     })
     .await;
@@ -455,25 +438,23 @@ async fn kill_and_revive_show_in_deployment_lease_and_owner_pod() {
     );
 
     owner.revive();
-    eventually(
-        Duration::from_secs(5),
-        "deployment available again",
-        || async { (available().await == Some(1)).then_some(()) },
-    )
+    eventually_async("deployment available again", || async {
+        (available().await == Some(1)).then_some(())
+    })
     .await;
-    eventually(Duration::from_secs(5), "lease renewed again", || async {
+    eventually_async("lease renewed again", || async {
         renew_time().await.filter(|t| *t > stopped_at)
     })
     .await;
-    eventually(Duration::from_secs(5), "owner pod Ready again", || async {
+    eventually_async("owner pod Ready again", || async {
         (owner_pod_ready().await == Some(true)).then_some(())
     })
     .await;
-    eventually(Duration::from_secs(5), "backlog processed", || async {
+    eventually_async("backlog processed", || async {
         (pile_report(&sim, Mechanism::SchedulingGates).stored_waiting_pods == 0).then_some(())
     })
     .await;
-    eventually(Duration::from_secs(2), "owner stats", || async {
+    eventually_async("owner stats", || async {
         (owner.stats().removed() == 3).then_some(())
     })
     .await;

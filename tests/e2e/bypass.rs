@@ -38,11 +38,9 @@ async fn healthy_owner_is_never_bypassed(mechanism: Mechanism) {
     for name in &names {
         c.pod("default", name, true, &[SIDECAR]).await;
     }
-    until(
-        Duration::from_secs(5),
-        "the owner to initialize every pod",
-        || names.iter().all(|n| c.pending("default", n).is_empty()),
-    )
+    until("the owner to initialize every pod", || {
+        names.iter().all(|n| c.pending("default", n).is_empty())
+    })
     .await;
     // Past every deadline: a late bypass would have been written by now.
     tokio::time::sleep(millis(1500)).await;
@@ -82,10 +80,7 @@ async fn slow_owner_is_bypassed_at_the_deadline(mechanism: Mechanism) {
     let deadline = Duration::from_secs(1);
     for name in &names {
         let pod = format!("default/{name}");
-        let bypass = eventually(Duration::from_secs(30), format!("{pod} bypassed"), || {
-            c.bypasses_of(&pod).pop()
-        })
-        .await;
+        let bypass = eventually(format!("{pod} bypassed"), || c.bypasses_of(&pod).pop()).await;
         assert_eq!(bypass.initializer, SIDECAR);
         assert_eq!(bypass.reason.as_deref(), Some("deadline"), "{bypass:?}");
         let created = c.created("default", name);
@@ -155,21 +150,16 @@ async fn dead_owner_is_bypassed_after_the_grace(mechanism: Mechanism) {
         c.pod("default", &format!("before-{i}"), true, &[SIDECAR])
             .await;
     }
-    until(
-        Duration::from_secs(5),
-        "the guard to track both pods",
-        || guard.shared.tracker().len() == 2,
-    )
+    until("the guard to track both pods", || {
+        guard.shared.tracker().len() == 2
+    })
     .await;
     owner.set_latency(Duration::ZERO);
     let killed = SystemTime::now();
     owner.kill();
     for i in 0..2 {
         let pod = format!("default/before-{i}");
-        let bypass = eventually(Duration::from_secs(30), format!("{pod} bypassed"), || {
-            c.bypasses_of(&pod).pop()
-        })
-        .await;
+        let bypass = eventually(format!("{pod} bypassed"), || c.bypasses_of(&pod).pop()).await;
         assert_eq!(bypass.reason.as_deref(), Some("owner_down"), "{bypass:?}");
         assert_not_before("bypass after the kill", killed, bypass.time, grace);
     }
@@ -178,10 +168,7 @@ async fn dead_owner_is_bypassed_after_the_grace(mechanism: Mechanism) {
         let name = format!("during-{i}");
         c.pod("default", &name, true, &[SIDECAR]).await;
         let pod = format!("default/{name}");
-        let bypass = eventually(Duration::from_secs(30), format!("{pod} bypassed"), || {
-            c.bypasses_of(&pod).pop()
-        })
-        .await;
+        let bypass = eventually(format!("{pod} bypassed"), || c.bypasses_of(&pod).pop()).await;
         assert_eq!(bypass.reason.as_deref(), Some("owner_down"), "{bypass:?}");
         // owner_down, not the deadline: it came while the owner was down, after the create.
         assert_not_before(
@@ -198,11 +185,9 @@ async fn dead_owner_is_bypassed_after_the_grace(mechanism: Mechanism) {
     for name in &after {
         c.pod("default", name, true, &[SIDECAR]).await;
     }
-    until(
-        Duration::from_secs(5),
-        "the revived owner to initialize new pods",
-        || after.iter().all(|n| c.pending("default", n).is_empty()),
-    )
+    until("the revived owner to initialize new pods", || {
+        after.iter().all(|n| c.pending("default", n).is_empty())
+    })
     .await;
     for name in &after {
         assert_eq!(c.guard_pod_patches(name), vec![]);
@@ -247,10 +232,7 @@ async fn only_opted_in_pods_are_touched(mechanism: Mechanism) {
     c.pod("default", "labeled", true, &[SIDECAR]).await;
 
     for pod in ["batch/in-namespace", "default/labeled"] {
-        let bypass = eventually(Duration::from_secs(30), format!("{pod} bypassed"), || {
-            c.bypasses_of(pod).pop()
-        })
-        .await;
+        let bypass = eventually(format!("{pod} bypassed"), || c.bypasses_of(pod).pop()).await;
         // Either rule may come first: the owner went down just before, and creationTimestamp
         // has whole seconds, so a pod may count as 1 s old at once.
         assert!(
@@ -313,7 +295,7 @@ async fn only_the_failed_initializer_is_removed(mechanism: Mechanism) {
     for name in &names {
         c.pod("default", name, true, &[SIDECAR, AUDIT]).await;
     }
-    until(Duration::from_secs(6), "every pod initialized", || {
+    until("every pod initialized", || {
         names.iter().all(|n| c.pending("default", n).is_empty())
     })
     .await;
@@ -365,11 +347,9 @@ async fn every_failed_initializer_is_bypassed_in_turn(mechanism: Mechanism) {
     for name in &names {
         c.pod("default", name, true, &[SIDECAR, AUDIT]).await;
     }
-    until(
-        Duration::from_secs(4),
-        "both initializers bypassed on every pod",
-        || names.iter().all(|n| c.pending("default", n).is_empty()),
-    )
+    until("both initializers bypassed on every pod", || {
+        names.iter().all(|n| c.pending("default", n).is_empty())
+    })
     .await;
     for name in &names {
         let bypasses = c.bypasses_of(&format!("default/{name}"));
@@ -388,7 +368,6 @@ async fn every_failed_initializer_is_bypassed_in_turn(mechanism: Mechanism) {
     // written after the patch, so wait for them rather than assume.
     for name in &names {
         let events = eventually(
-            Duration::from_secs(5),
             format!("two InitializerBypassed Events about {name}"),
             || {
                 let events = c.bypass_events(name);

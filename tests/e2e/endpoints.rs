@@ -25,14 +25,12 @@ async fn healthz_reports_a_stuck_control_loop() {
     assert_eq!(healthz().await, 200);
 
     guard.shared.set_wedged(true);
-    eventually_async(
-        Duration::from_secs(5),
-        "/healthz 503 while wedged",
-        || async { (healthz().await == 503).then_some(()) },
-    )
+    eventually_async("/healthz 503 while wedged", || async {
+        (healthz().await == 503).then_some(())
+    })
     .await;
     guard.shared.set_wedged(false);
-    eventually_async(Duration::from_secs(3), "/healthz 200 again", || async {
+    eventually_async("/healthz 200 again", || async {
         (healthz().await == 200).then_some(())
     })
     .await;
@@ -69,7 +67,6 @@ async fn readyz_lists_unknown_owners() {
         dns_name(SIDECAR)
     );
     let body = eventually_async(
-        Duration::from_secs(5),
         "ready, the owner listed as unknown because forbidden",
         || async {
             let (status, body) = http_get(guard.addr, "/readyz").await;
@@ -82,14 +79,10 @@ async fn readyz_lists_unknown_owners() {
 
     c.sim
         .enforce_rbac_policy(GUARD_USER, shipped_rbac(Mechanism::SchedulingGates));
-    eventually_async(
-        Duration::from_secs(10),
-        "/readyz without unknown owners",
-        || async {
-            let (status, body) = http_get(guard.addr, "/readyz").await;
-            (status == 200 && body == "ok\n").then_some(())
-        },
-    )
+    eventually_async("/readyz without unknown owners", || async {
+        let (status, body) = http_get(guard.addr, "/readyz").await;
+        (status == 200 && body == "ok\n").then_some(())
+    })
     .await;
     guard.shutdown().await;
 }
@@ -110,10 +103,7 @@ async fn status_lists_waiting_pods_with_plans() {
     c.pod("default", "labeled", true, &[SIDECAR, UNLISTED])
         .await;
     c.pod("default", "plain", false, &[SIDECAR]).await;
-    until(Duration::from_secs(5), "both pods tracked", || {
-        guard.shared.tracker().len() == 2
-    })
-    .await;
+    until("both pods tracked", || guard.shared.tracker().len() == 2).await;
 
     let (status, body) = http_get(guard.addr, "/status").await;
     assert_eq!(status, 200, "{body}");
@@ -171,30 +161,24 @@ async fn metrics_have_the_documented_names() {
     // A wait that ends initialized, one that ends bypassed, and a watch restart.
     c.pod("default", "by-owner", true, &[SIDECAR]).await;
     c.pod("default", "by-guard", true, &[AUDIT]).await;
-    until(Duration::from_secs(5), "both pods initialized", || {
+    until("both pods initialized", || {
         c.pending("default", "by-owner").is_empty() && c.pending("default", "by-guard").is_empty()
     })
     .await;
     // The guard must have seen both waits end before its watch is broken; otherwise the
     // relist may be its first sight of an already initialized pod, which ends no wait.
     let shared = guard.shared.clone();
-    until(
-        Duration::from_secs(30),
-        "the guard to see both waits end",
-        || shared.tracker().is_empty(),
-    )
+    until("the guard to see both waits end", || {
+        shared.tracker().is_empty()
+    })
     .await;
     c.sim.faults().exempt_users(&[&owner_user(SIDECAR), ADMIN]);
     c.sim.faults().force_gone_next_watch();
     c.sim.faults().drop_watches();
-    let text = eventually_async(
-        Duration::from_secs(10),
-        "a watch restart counted",
-        || async {
-            let (_, text) = http_get(guard.addr, "/metrics").await;
-            (metric_sum(&text, "initguard_watch_restarts_total", &[]) >= 1.0).then_some(text)
-        },
-    )
+    let text = eventually_async("a watch restart counted", || async {
+        let (_, text) = http_get(guard.addr, "/metrics").await;
+        (metric_sum(&text, "initguard_watch_restarts_total", &[]) >= 1.0).then_some(text)
+    })
     .await;
 
     for name in [

@@ -56,11 +56,9 @@ async fn legacy_job_piles_up_without_the_guard() {
     let c = legacy_cluster().await;
     let _owner = c.owner(SIDECAR, |o| o.alive = false).await;
     let (_job, key) = job(&c, "backfill");
-    until(
-        Duration::from_secs(12),
-        "more than 3 pods piled up for the Job",
-        || pile(&c, &key) > 3,
-    )
+    until("more than 3 pods piled up for the Job", || {
+        pile(&c, &key) > 3
+    })
     .await;
 }
 
@@ -87,11 +85,9 @@ async fn legacy_job_pileup_is_prevented() {
         assert!(report.largest_pile <= 1, "pile: {report:?}");
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    until(
-        Duration::from_secs(5),
-        "every Job to have its pod running",
-        || jobs.iter().all(|(job, _)| job.stats().visible_pods() == 1),
-    )
+    until("every Job to have its pod running", || {
+        jobs.iter().all(|(job, _)| job.stats().visible_pods() == 1)
+    })
     .await;
     let pods = c.sim.list_objects("pods");
     for (job, key) in &jobs {
@@ -175,17 +171,13 @@ async fn healthy_parallel_job_is_never_a_pile() {
     let key = options.controller_key();
     let job = Creator::start(c.sim.kube_config("job-controller"), options).unwrap();
 
-    until(
-        Duration::from_secs(10),
-        "the Job to create its 10 pods",
-        || job.stats().creates_issued() == 10 && c.sim.list_objects("pods").len() >= 10,
-    )
+    until("the Job to create its 10 pods", || {
+        job.stats().creates_issued() == 10 && c.sim.list_objects("pods").len() >= 10
+    })
     .await;
-    until(
-        Duration::from_secs(20),
-        "every gate of the Job's pods to be removed",
-        || pile(&c, &key) == 0,
-    )
+    until("every gate of the Job's pods to be removed", || {
+        pile(&c, &key) == 0
+    })
     .await;
     let patches: Vec<_> = c
         .guard_writes()
@@ -233,12 +225,7 @@ async fn cron_job_jobs_pods_are_one_pileup_of_the_cron_job() {
     );
     let guard = c.guard(&config).await;
     let (cron, key) = cron_job(&c, "report", false);
-    until(
-        Duration::from_secs(20),
-        "6 waiting pods of the CronJob",
-        || pile(&c, &key) >= 6,
-    )
-    .await;
+    until("6 waiting pods of the CronJob", || pile(&c, &key) >= 6).await;
     cron.stop().await;
     // Every waiting pod in the store belongs to one of the CronJob's Jobs.
     let report = pile_report(&c.sim, c.mechanism);
@@ -251,7 +238,6 @@ async fn cron_job_jobs_pods_are_one_pileup_of_the_cron_job() {
     );
     let labels = [("initializer", SIDECAR)];
     let text = eventually_async(
-        Duration::from_secs(20),
         format!("one pileup of {waiting} pods in /metrics"),
         || async {
             let (_, text) = http_get(guard.addr, "/metrics").await;

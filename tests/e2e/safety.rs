@@ -34,14 +34,10 @@ async fn dry_run_counts_once_and_writes_nothing(mechanism: Mechanism) {
             &[("initializer", SIDECAR)],
         )
     };
-    eventually_async(
-        Duration::from_secs(5),
-        "3 dry-run bypasses counted",
-        || async {
-            let (_, text) = http_get(guard.addr, "/metrics").await;
-            (counted(&text) == 3.0).then_some(())
-        },
-    )
+    eventually_async("3 dry-run bypasses counted", || async {
+        let (_, text) = http_get(guard.addr, "/metrics").await;
+        (counted(&text) == 3.0).then_some(())
+    })
     .await;
     // Owner down and deadline keep holding as time passes: still counted once.
     tokio::time::sleep(Duration::from_millis(1500)).await;
@@ -83,10 +79,7 @@ async fn forbidden_bypass_is_counted_and_survived() {
     };
 
     c.pod("default", "denied-0", true, &[AUDIT]).await;
-    until(Duration::from_secs(5), "a bypass error counted", || {
-        errors() >= 1.0
-    })
-    .await;
+    until("a bypass error counted", || errors() >= 1.0).await;
     let patches = c.guard_pod_patches("denied-0");
     assert!(!patches.is_empty());
     assert!(patches.iter().all(|p| p.status == 403), "{patches:#?}");
@@ -95,10 +88,7 @@ async fn forbidden_bypass_is_counted_and_survived() {
     let (status, _) = http_get(guard.addr, "/healthz").await;
     assert_eq!(status, 200);
     c.pod("default", "denied-1", true, &[AUDIT]).await;
-    until(Duration::from_secs(5), "the second bypass error", || {
-        errors() >= 2.0
-    })
-    .await;
+    until("the second bypass error", || errors() >= 2.0).await;
     assert!(
         c.guard_pod_patches("denied-1")
             .iter()

@@ -54,14 +54,10 @@ async fn missing_deployment_api_fails_readiness_with_the_reason() {
         &format!("initializers:\n{}", owned(SIDECAR, "20s")),
     );
     let guard = Guard::start(c.guard_client(), config).await.unwrap();
-    let body = eventually_async(
-        Duration::from_secs(5),
-        "/readyz naming the missing Deployment API",
-        || async {
-            let (status, body) = http_get(guard.addr, "/readyz").await;
-            (status == 503 && body.contains("no Deployment API")).then_some(body)
-        },
-    )
+    let body = eventually_async("/readyz naming the missing Deployment API", || async {
+        let (status, body) = http_get(guard.addr, "/readyz").await;
+        (status == 503 && body.contains("no Deployment API")).then_some(body)
+    })
     .await;
     assert!(body.contains("apps/v1, apps/v1beta2"), "{body}");
     let (_, status) = http_get(guard.addr, "/status").await;
@@ -92,7 +88,7 @@ async fn legacy_replicas_elect_one_leader_on_a_configmap() {
             c.guard_named(&config, "guard-a").await,
             c.guard_named(&config, "guard-b").await,
         ];
-        let leader = eventually(Duration::from_secs(5), "exactly one leader", || {
+        let leader = eventually("exactly one leader", || {
             let leading: Vec<&Guard> = replicas.iter().filter(|g| g.shared.is_leader()).collect();
             (leading.len() == 1).then(|| leading[0].shared.identity.clone())
         })
@@ -144,10 +140,7 @@ async fn leader_election_uses_v1beta1_leases_on_1_13() {
              leaseDuration: 3s }\n",
         );
         let guard = c.guard_named(&config, "guard-a").await;
-        until(Duration::from_secs(5), "the only replica to lead", || {
-            guard.shared.is_leader()
-        })
-        .await;
+        until("the only replica to lead", || guard.shared.is_leader()).await;
         let lease = c
             .sim
             .get_object("leases", Some("kube-system"), "initguard")
@@ -186,14 +179,10 @@ async fn replica_that_cannot_lock_says_so() {
              leaseDuration: 3s }\n",
         );
         let guard = Guard::start(c.guard_client(), config).await.unwrap();
-        let body = eventually_async(
-            Duration::from_secs(5),
-            "/readyz naming the leader election",
-            || async {
-                let (status, body) = http_get(guard.addr, "/readyz").await;
-                (status == 503 && body.contains("leader election")).then_some(body)
-            },
-        )
+        let body = eventually_async("/readyz naming the leader election", || async {
+            let (status, body) = http_get(guard.addr, "/readyz").await;
+            (status == 503 && body.contains("leader election")).then_some(body)
+        })
         .await;
         assert!(body.contains("ConfigMap") && body.contains("403"), "{body}");
         let (_, status) = http_get(guard.addr, "/status").await;
@@ -231,7 +220,7 @@ async fn legacy_bypass_needs_the_initialize_verb() {
         wait_ready(&guard).await;
         wait_owner(&guard, SIDECAR, false).await;
         c.pod("default", "held", true, &[SIDECAR]).await;
-        let denied = eventually(Duration::from_secs(5), "a forbidden bypass patch", || {
+        let denied = eventually("a forbidden bypass patch", || {
             c.guard_pod_patches("held")
                 .into_iter()
                 .find(|r| r.status == 403)
@@ -246,10 +235,7 @@ async fn legacy_bypass_needs_the_initialize_verb() {
         c.sim
             .enforce_rbac_policy(GUARD_USER, shipped_rbac(Mechanism::Initializers));
         let guard = c.guard(&config).await;
-        until(Duration::from_secs(5), "the bypass", || {
-            c.pending("default", "held").is_empty()
-        })
-        .await;
+        until("the bypass", || c.pending("default", "held").is_empty()).await;
         assert_eq!(c.bypasses_of("default/held").len(), 1);
         // (Not `finish`: the first guard's 403 is in the log on purpose.)
         guard.shutdown().await;

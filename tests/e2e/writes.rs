@@ -62,7 +62,7 @@ async fn a_leader_cut_off_stops_writing_before_the_other_takes_over(mechanism: M
         Some(c.guard_as(&config, "guard-a", users[0]).await),
         Some(c.guard_as(&config, "guard-b", users[1]).await),
     ];
-    let leader = eventually(Duration::from_secs(5), "a leader", || {
+    let leader = eventually("a leader", || {
         let leading: Vec<usize> = replicas
             .iter()
             .enumerate()
@@ -80,7 +80,7 @@ async fn a_leader_cut_off_stops_writing_before_the_other_takes_over(mechanism: M
     for name in &first {
         c.pod("default", name, true, &[SIDECAR, AUDIT]).await;
     }
-    until(Duration::from_secs(5), "the first pods bypassed", || {
+    until("the first pods bypassed", || {
         first.iter().all(|n| c.pending("default", n).is_empty())
     })
     .await;
@@ -92,35 +92,26 @@ async fn a_leader_cut_off_stops_writing_before_the_other_takes_over(mechanism: M
     }
     {
         let shared = replicas[leader].as_ref().unwrap().shared.clone();
-        until(
-            Duration::from_secs(5),
-            "the leader to see the second pods",
-            || {
-                let tracker = shared.tracker();
-                second
-                    .iter()
-                    .all(|n| tracker.get(&format!("default/{n}")).is_some())
-            },
-        )
+        until("the leader to see the second pods", || {
+            let tracker = shared.tracker();
+            second
+                .iter()
+                .all(|n| tracker.get(&format!("default/{n}")).is_some())
+        })
         .await;
     }
     c.sim.faults().partition_user(old);
     let survivor = replicas[follower].take().unwrap();
-    until(Duration::from_secs(10), "the other replica to lead", || {
-        survivor.shared.is_leader()
-    })
-    .await;
-    until(Duration::from_secs(5), "the second pods bypassed", || {
+    until("the other replica to lead", || survivor.shared.is_leader()).await;
+    until("the second pods bypassed", || {
         second.iter().all(|n| c.pending("default", n).is_empty())
     })
     .await;
     c.sim.faults().heal_user(old);
     let cut_off = replicas[leader].take().unwrap();
-    until(
-        Duration::from_secs(5),
-        "the old leader to step down",
-        || !cut_off.shared.is_leader(),
-    )
+    until("the old leader to step down", || {
+        !cut_off.shared.is_leader()
+    })
     .await;
     // A graceful shutdown drains its in-flight patches: anything it still had to send is
     // sent by the time this returns.
@@ -187,18 +178,14 @@ async fn cut_pod_watch(c: &Cluster) {
     c.sim
         .enforce_rbac_policy(GUARD_USER, rbac_without_pod_watch());
     c.sim.faults().drop_watches();
-    until(
-        Duration::from_secs(10),
-        "the guard's pod watch to be refused",
-        || {
-            c.sim.requests()[before..].iter().any(|r| {
-                r.user == GUARD_USER
-                    && r.resource == "pods"
-                    && matches!(r.verb.as_str(), "watch" | "list")
-                    && r.status == 403
-            })
-        },
-    )
+    until("the guard's pod watch to be refused", || {
+        c.sim.requests()[before..].iter().any(|r| {
+            r.user == GUARD_USER
+                && r.resource == "pods"
+                && matches!(r.verb.as_str(), "watch" | "list")
+                && r.status == 403
+        })
+    })
     .await;
 }
 
@@ -213,7 +200,7 @@ async fn guard_with_stale_view(c: &Cluster, name: &str, setup: serde_json::Value
     let shared = guard.shared.clone();
     let key = format!("default/{name}");
     let want_annotations = !setup["metadata"]["annotations"].is_null();
-    until(Duration::from_secs(5), "the guard to track the pod", || {
+    until("the guard to track the pod", || {
         shared
             .tracker()
             .get(&key)
@@ -232,17 +219,13 @@ async fn a_pod_found_gone_is_forgotten_at_once(mechanism: Mechanism) {
     let guard = guard_with_stale_view(&c, "gone", serde_json::Value::Null).await;
     c.delete_pod("default", "gone").await;
     let shared = guard.shared.clone();
-    until(
-        Duration::from_secs(10),
-        "the guard to patch and find the pod gone",
-        || !c.guard_pod_patches("gone").is_empty(),
-    )
+    until("the guard to patch and find the pod gone", || {
+        !c.guard_pod_patches("gone").is_empty()
+    })
     .await;
-    until(
-        Duration::from_secs(5),
-        "the guard to forget the pod",
-        || shared.tracker().get("default/gone").is_none(),
-    )
+    until("the guard to forget the pod", || {
+        shared.tracker().get("default/gone").is_none()
+    })
     .await;
     let patches = c.guard_pod_patches("gone");
     assert_eq!(patches.len(), 1, "{patches:#?}");
@@ -270,16 +253,12 @@ async fn a_pod_opted_out_since_the_read_is_never_bypassed(mechanism: Mechanism) 
     )
     .await;
     let shared = guard.shared.clone();
-    until(
-        Duration::from_secs(10),
-        "the guard to re-read the pod as opted out",
-        || {
-            shared
-                .tracker()
-                .get("default/optout")
-                .is_some_and(|p| !p.opted_in)
-        },
-    )
+    until("the guard to re-read the pod as opted out", || {
+        shared
+            .tracker()
+            .get("default/optout")
+            .is_some_and(|p| !p.opted_in)
+    })
     .await;
     let patches = c.guard_pod_patches("optout");
     assert!(
@@ -309,7 +288,7 @@ async fn a_record_written_since_the_read_is_never_overwritten(mechanism: Mechani
         &json!({ "metadata": { "annotations": { BYPASSED_ANNOTATION: theirs } } }),
     )
     .await;
-    until(Duration::from_secs(10), "the pod bypassed", || {
+    until("the pod bypassed", || {
         !c.bypasses_of("default/annotated").is_empty()
     })
     .await;
@@ -352,10 +331,7 @@ async fn gates_are_never_bypassed_early_under_skew(offset_secs: i64) {
     for name in &names {
         let pod = format!("default/{name}");
         // A guard fooled by a server clock ahead would wait a minute longer.
-        let bypass = eventually(Duration::from_secs(15), format!("{pod} bypassed"), || {
-            c.bypasses_of(&pod).pop()
-        })
-        .await;
+        let bypass = eventually(format!("{pod} bypassed"), || c.bypasses_of(&pod).pop()).await;
         let created = c.created("default", name);
         let on_server_clock = jiff::Timestamp::try_from(bypass.time)
             .unwrap()
@@ -390,14 +366,10 @@ async fn legacy_status_shows_real_waits() {
     c.pod("default", "waiting", true, &[SIDECAR, AUDIT]).await;
     let created = c.created("default", "waiting");
     let waited_at_least = Duration::from_secs(2);
-    until(
-        Duration::from_secs(5),
-        "two seconds past the creationTimestamp",
-        || {
-            std::time::SystemTime::now()
-                >= created.timestamp + waited_at_least + Duration::from_millis(500)
-        },
-    )
+    until("two seconds past the creationTimestamp", || {
+        std::time::SystemTime::now()
+            >= created.timestamp + waited_at_least + Duration::from_millis(500)
+    })
     .await;
     let report = initguard::status::gather(c.guard_client(), config)
         .await

@@ -89,16 +89,14 @@ pub async fn deadline_bypass_removes_only_the_failed_gate(tb: Arc<Testbed>) {
         .await;
     tb.gated_pod(ns, "labeled", true, &[SIDECAR, UNLISTED]);
     tb.gated_pod(ns, "unlabeled", false, &[SIDECAR, UNLISTED]);
-    eventually(
-        Duration::from_secs(60),
-        "labeled loses the sidecar gate",
-        || (tb.gates(ns, "labeled") == [UNLISTED]).then_some(()),
-    )
+    eventually("labeled loses the sidecar gate", || {
+        (tb.gates(ns, "labeled") == [UNLISTED]).then_some(())
+    })
     .await;
     // Order, not time: a labeled pod created now is bypassed only after unlabeled's deadline
     // has long passed, so had the guard meant to write unlabeled, it would have by then.
     tb.gated_pod(ns, "later", true, &[SIDECAR]);
-    eventually(Duration::from_secs(60), "later loses its gate", || {
+    eventually("later loses its gate", || {
         tb.gates(ns, "later").is_empty().then_some(())
     })
     .await;
@@ -185,15 +183,11 @@ pub async fn killed_owner_is_bypassed_and_pods_get_bound(tb: Arc<Testbed>) {
     }
     // Sync point only: the guard has seen the pods (and the owner up) before the crash, or
     // has already written (which the assertion below reports).
-    eventually(
-        Duration::from_secs(60),
-        "the guard to see 3 waiting pods",
-        || {
-            (metric_sum(&guard.metrics(), "initguard_waiting_pods", &[]) >= 3.0
-                || !tb.pod_writes_by(GUARD_USER, ns).is_empty())
-            .then_some(())
-        },
-    )
+    eventually("the guard to see 3 waiting pods", || {
+        (metric_sum(&guard.metrics(), "initguard_waiting_pods", &[]) >= 3.0
+            || !tb.pod_writes_by(GUARD_USER, ns).is_empty())
+        .then_some(())
+    })
     .await;
     let early = tb.pod_writes_by(GUARD_USER, ns);
     assert!(
@@ -202,14 +196,10 @@ pub async fn killed_owner_is_bypassed_and_pods_get_bound(tb: Arc<Testbed>) {
     );
     let killed_at = owner.kill(&tb).await;
     for n in names {
-        eventually(
-            Duration::from_secs(60),
-            format!("{n} bypassed and bound"),
-            || {
-                let pod = tb.get("pod", ns, n)?;
-                (gate_names(&pod).is_empty() && pod["spec"]["nodeName"].is_string()).then_some(())
-            },
-        )
+        eventually(format!("{n} bypassed and bound"), || {
+            let pod = tb.get("pod", ns, n)?;
+            (gate_names(&pod).is_empty() && pod["spec"]["nodeName"].is_string()).then_some(())
+        })
         .await;
         let annotation = bypass_annotation(&tb, ns, n);
         assert!(
@@ -262,18 +252,14 @@ pub async fn dry_run_writes_nothing(tb: Arc<Testbed>) {
         .await;
     tb.gated_pod(ns, "p1", true, &[gate]);
     tb.gated_pod(ns, "p2", true, &[gate]);
-    eventually(
-        Duration::from_secs(60),
-        "the dry-run guard to decide twice",
-        || {
-            (metric_sum(
-                &guard.metrics(),
-                "initguard_bypasses_total",
-                &[("initializer", gate)],
-            ) >= 2.0)
-                .then_some(())
-        },
-    )
+    eventually("the dry-run guard to decide twice", || {
+        (metric_sum(
+            &guard.metrics(),
+            "initguard_bypasses_total",
+            &[("initializer", gate)],
+        ) >= 2.0)
+            .then_some(())
+    })
     .await;
     let writes: Vec<Audit> = tb
         .audit()
@@ -304,26 +290,22 @@ pub async fn namespace_opt_in_survives_a_restart(tb: Arc<Testbed>) {
     let first = tb.guard("restart-1", "initguard", &config).await;
     tb.gated_pod(listed, "p", false, &[gate]);
     tb.gated_pod(other, "q", false, &[gate]);
-    eventually(
-        Duration::from_secs(60),
-        "the first guard to see 2 waiting pods",
-        || {
-            (metric_sum(&first.metrics(), "initguard_waiting_pods", &[]) >= 2.0
-                || !tb.pod_writes_by(GUARD_USER, listed).is_empty())
-            .then_some(())
-        },
-    )
+    eventually("the first guard to see 2 waiting pods", || {
+        (metric_sum(&first.metrics(), "initguard_waiting_pods", &[]) >= 2.0
+            || !tb.pod_writes_by(GUARD_USER, listed).is_empty())
+        .then_some(())
+    })
     .await;
     first.stop();
     let second = tb.guard("restart-2", "initguard", &config).await;
-    eventually(Duration::from_secs(60), "p loses its gate", || {
+    eventually("p loses its gate", || {
         tb.gates(listed, "p").is_empty().then_some(())
     })
     .await;
     // Order, not time: a labeled pod in the other namespace created now is bypassed only after
     // q's deadline has long passed.
     tb.gated_pod(other, "later", true, &[gate]);
-    eventually(Duration::from_secs(60), "later loses its gate", || {
+    eventually("later loses its gate", || {
         tb.gates(other, "later").is_empty().then_some(())
     })
     .await;

@@ -42,14 +42,10 @@ pub async fn parallel_job_healthy_then_owner_down(tb: Arc<Testbed>) {
             },
         },
     }));
-    let pods = eventually(
-        Duration::from_secs(60),
-        "the Job controller to create 3 pods",
-        || {
-            let pods = tb.list("pods", ns, Some("app=work"));
-            (pods.len() == 3).then_some(pods)
-        },
-    )
+    let pods = eventually("the Job controller to create 3 pods", || {
+        let pods = tb.list("pods", ns, Some("app=work"));
+        (pods.len() == 3).then_some(pods)
+    })
     .await;
     let names: Vec<String> = pods
         .iter()
@@ -57,15 +53,11 @@ pub async fn parallel_job_healthy_then_owner_down(tb: Arc<Testbed>) {
         .collect();
     // Sync point only: the guard has seen the Job's pods while the owner is up, or has
     // already written (which the assertion below reports).
-    eventually(
-        Duration::from_secs(60),
-        "the guard to see the Job's 3 waiting pods",
-        || {
-            (metric_sum(&guard.metrics(), "initguard_waiting_pods", &[]) >= 3.0
-                || !tb.pod_writes_by(GUARD_USER, ns).is_empty())
-            .then_some(())
-        },
-    )
+    eventually("the guard to see the Job's 3 waiting pods", || {
+        (metric_sum(&guard.metrics(), "initguard_waiting_pods", &[]) >= 3.0
+            || !tb.pod_writes_by(GUARD_USER, ns).is_empty())
+        .then_some(())
+    })
     .await;
     let early = tb.pod_writes_by(GUARD_USER, ns);
     assert!(
@@ -75,14 +67,10 @@ pub async fn parallel_job_healthy_then_owner_down(tb: Arc<Testbed>) {
 
     let killed_at = owner.kill(&tb).await;
     for n in &names {
-        eventually(
-            Duration::from_secs(60),
-            format!("job pod {n} bypassed and bound"),
-            || {
-                let pod = tb.get("pod", ns, n)?;
-                (gate_names(&pod).is_empty() && pod["spec"]["nodeName"].is_string()).then_some(())
-            },
-        )
+        eventually(format!("job pod {n} bypassed and bound"), || {
+            let pod = tb.get("pod", ns, n)?;
+            (gate_names(&pod).is_empty() && pod["spec"]["nodeName"].is_string()).then_some(())
+        })
         .await;
         let annotation = bypass_annotation(&tb, ns, n);
         assert!(

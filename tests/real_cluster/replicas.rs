@@ -20,14 +20,10 @@ pub async fn leader_killed_every_gate_bypassed_once(tb: Arc<Testbed>) {
     );
     let a = tb.guard("replica-a", "initguard", &config).await;
     let b = tb.guard("replica-b", "initguard-2", &config).await;
-    let holder = eventually(
-        Duration::from_secs(60),
-        "a holder of Lease kube-system/initguard",
-        || {
-            let lease = tb.get("lease", "kube-system", "initguard")?;
-            lease["spec"]["holderIdentity"].as_str().map(str::to_owned)
-        },
-    )
+    let holder = eventually("a holder of Lease kube-system/initguard", || {
+        let lease = tb.get("lease", "kube-system", "initguard")?;
+        lease["spec"]["holderIdentity"].as_str().map(str::to_owned)
+    })
     .await;
     let (leader, survivor, leader_user, survivor_user) = if holder.starts_with("replica-a_") {
         (a, b, GUARD_USER, GUARD_USER_2)
@@ -42,7 +38,7 @@ pub async fn leader_killed_every_gate_bypassed_once(tb: Arc<Testbed>) {
         tb.gated_pod(ns, n, true, &[gate]);
     }
     for n in &first {
-        eventually(Duration::from_secs(60), format!("{n} bypassed"), || {
+        eventually(format!("{n} bypassed"), || {
             tb.gates(ns, n).is_empty().then_some(())
         })
         .await;
@@ -52,11 +48,9 @@ pub async fn leader_killed_every_gate_bypassed_once(tb: Arc<Testbed>) {
         tb.gated_pod(ns, n, true, &[gate]);
     }
     for n in &second {
-        eventually(
-            Duration::from_secs(90),
-            format!("{n} bypassed after the failover"),
-            || tb.gates(ns, n).is_empty().then_some(()),
-        )
+        eventually(format!("{n} bypassed after the failover"), || {
+            tb.gates(ns, n).is_empty().then_some(())
+        })
         .await;
     }
     survivor.stop();

@@ -284,16 +284,12 @@ impl Testbed {
             pid_file,
         };
         let url = format!("http://127.0.0.1:{port}/readyz");
-        let ready = eventually(
-            Duration::from_secs(60),
-            format!("guard {name} /readyz"),
-            || {
-                if let Ok(Some(status)) = guard.child.try_wait() {
-                    panic!("guard {name} exited ({status}):\n{}", guard.log_text());
-                }
-                (curl(&url).0 == 200).then_some(())
-            },
-        );
+        let ready = eventually(format!("guard {name} /readyz"), || {
+            if let Ok(Some(status)) = guard.child.try_wait() {
+                panic!("guard {name} exited ({status}):\n{}", guard.log_text());
+            }
+            (curl(&url).0 == 200).then_some(())
+        });
         ready.await;
         guard
     }
@@ -477,23 +473,13 @@ pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         .sum()
 }
 
-/// Polls `check` every 250 ms until it answers Some; panics naming `what` after `timeout`.
-pub async fn eventually<T>(
-    timeout: Duration,
-    what: impl Display,
-    mut check: impl FnMut() -> Option<T>,
-) -> T {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(v) = check() {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+/// Polls `check` every 250 ms (checks here spawn kubectl) until it answers Some; fails naming
+/// `what` after [`crate::wait::PATIENCE`].
+pub async fn eventually<T>(what: impl Display, mut check: impl FnMut() -> Option<T>) -> T {
+    crate::wait::eventually_every(Duration::from_millis(250), what, || {
+        std::future::ready(check())
+    })
+    .await
 }
 
 /// A Deployment `namespace/name` with one pause replica, standing in for a gate's controller.
@@ -545,7 +531,6 @@ impl OwnerDeployment {
     pub async fn set_ready(&self, tb: &Testbed, ready: bool) -> Vec<String> {
         let selector = format!("app={}", self.name);
         let pods = eventually(
-            Duration::from_secs(60),
             format!("a bound pod of deployment {}/{}", self.namespace, self.name),
             || {
                 let pods = tb.list("pods", &self.namespace, Some(&selector));
@@ -586,7 +571,6 @@ impl OwnerDeployment {
         }
         let want = i64::from(ready);
         eventually(
-            Duration::from_secs(60),
             format!(
                 "deployment {}/{} availableReplicas = {want}",
                 self.namespace, self.name
@@ -606,4 +590,148 @@ pub fn expectation(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/real_cluster")
         .join(name)
+}
+
+/// A Lease `namespace/name` renewed by the test every second (leaseDurationSeconds 5, slack for a loaded machine), as a
+/// gate's controller would renew its leader lock; [`OwnerLease::kill`] stops the renewals.
+pub struct OwnerLease {
+    pub namespace: String,
+    pub name: String,
+    stop: std::sync::Arc<AtomicBool>,
+    renewer: Option<std::thread::JoinHandle<()>>,
+}
+
+/// `leaseDurationSeconds` of an [`OwnerLease`].
+pub const OWNER_LEASE_SECONDS: u64 = 5;
+
+impl OwnerLease {
+    /// Create the Lease and renew it until killed.
+    pub fn start(tb: &std::sync::Arc<Testbed>, namespace: &str, name: &str) -> OwnerLease {
+        let lease = |renew: &str| {
+            json!({
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": { "name": name, "namespace": namespace },
+                "spec": {
+                    "holderIdentity": "gate-controller-0",
+                    "leaseDurationSeconds": OWNER_LEASE_SECONDS,
+                    "renewTime": renew,
+                },
+            })
+        };
+        let micro_now = || {
+            jiff::Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%M:%S.%6fZ")
+                .to_string()
+        };
+        tb.apply(&lease(&micro_now()));
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let renewer = {
+            let (tb, stop, namespace, name) = (
+                tb.clone(),
+                stop.clone(),
+                namespace.to_owned(),
+                name.to_owned(),
+            );
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_secs(1));
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    let patch = json!({ "spec": { "renewTime": micro_now() } }).to_string();
+                    tb.kubectl(&[
+                        "patch", "lease", &name, "-n", &namespace, "--type", "merge", "-p", &patch,
+                    ]);
+                }
+            })
+        };
+        OwnerLease {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            stop,
+            renewer: Some(renewer),
+        }
+    }
+
+    /// Stop renewing (the controller died) and return when the API server received the last
+    /// renewal, from its audit log: the lease runs out [`OWNER_LEASE_SECONDS`] after it.
+    pub fn kill(&mut self, tb: &Testbed) -> jiff::Timestamp {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(renewer) = self.renewer.take()
+            && renewer.join().is_err()
+        {
+            panic!(
+                "the renewer of lease {}/{} panicked",
+                self.namespace, self.name
+            );
+        }
+        let last = tb
+            .audit()
+            .into_iter()
+            .filter(|a| {
+                a.resource == "leases"
+                    && a.namespace == self.namespace
+                    && a.name == self.name
+                    && a.is_write()
+                    && a.ok()
+            })
+            .map(|a| a.received)
+            .max()
+            .unwrap_or_else(|| panic!("no write of lease {} in the audit log", self.name));
+        last.parse()
+            .unwrap_or_else(|e| panic!("audit time {last:?}: {e}"))
+    }
+}
+
+impl Drop for OwnerLease {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// A plain pod labelled `app=NAME`, bound by the scheduler and marked Ready by the test (no
+/// kubelet runs): the owner of a gate whose config names `{ pods: { selector: app=NAME } }`.
+pub async fn ready_owner_pod(tb: &Testbed, namespace: &str, name: &str) {
+    tb.apply(&json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": name, "namespace": namespace, "labels": { "app": name } },
+        "spec": { "containers": [{ "name": "main", "image": "registry.k8s.io/pause:3.10" }] },
+    }));
+    eventually(format!("owner pod {namespace}/{name} bound"), || {
+        tb.get("pod", namespace, name)?["spec"]["nodeName"]
+            .is_string()
+            .then_some(())
+    })
+    .await;
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let patch = json!({ "status": {
+        "phase": "Running",
+        "conditions": [
+            { "type": "PodScheduled", "status": "True", "lastTransitionTime": now },
+            { "type": "Ready", "status": "True", "lastTransitionTime": now },
+        ],
+    }});
+    tb.kubectl(&[
+        "patch",
+        "pod",
+        name,
+        "-n",
+        namespace,
+        "--subresource",
+        "status",
+        "--type",
+        "merge",
+        "-p",
+        &patch.to_string(),
+    ]);
+}
+
+/// Parse an audit or object timestamp (RFC 3339).
+pub fn timestamp(text: &str) -> jiff::Timestamp {
+    text.parse()
+        .unwrap_or_else(|e| panic!("timestamp {text:?}: {e}"))
 }

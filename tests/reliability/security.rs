@@ -98,11 +98,9 @@ async fn shipped_rbac_allows_every_call() {
             .map(|p| initguard::mechanism::pending_names(Mechanism::SchedulingGates, &p))
             .unwrap_or_default()
     };
-    until(
-        Duration::from_secs(10),
-        "owners to clear their gates",
-        || pending("while-up").is_empty(),
-    )
+    until("owners to clear their gates", || {
+        pending("while-up").is_empty()
+    })
     .await;
     for o in &owners {
         o.kill();
@@ -358,7 +356,7 @@ async fn secrets_never_reach_logs_or_endpoints() {
     ];
     let mut runs = runs;
     // Serving runs: until the pod is bypassed and the endpoints answer.
-    until(Duration::from_secs(20), "the pod to be bypassed", || {
+    until("the pod to be bypassed", || {
         sim.get_object("pods", Some(NS), "bypassed")
             .is_some_and(|p| {
                 p["spec"]["schedulingGates"]

@@ -466,14 +466,10 @@ async fn run(s: Scenario) {
     }
     for (initializer, _) in s.owned() {
         let name = dns_name(initializer);
-        until(
-            Duration::from_secs(10),
-            "owners to publish their deployments",
-            || {
-                sim.get_object("deployments", Some("kube-system"), &name)
-                    .is_some_and(|d| d["status"]["availableReplicas"].as_i64() == Some(1))
-            },
-        )
+        until("owners to publish their deployments", || {
+            sim.get_object("deployments", Some("kube-system"), &name)
+                .is_some_and(|d| d["status"]["availableReplicas"].as_i64() == Some(1))
+        })
         .await;
     }
     let mut creators: Vec<CreatorHandle> = Vec::new();

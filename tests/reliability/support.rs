@@ -320,17 +320,7 @@ pub fn secs_between(earlier: SystemTime, later: SystemTime) -> f64 {
     }
 }
 
-/// Polls `check` every 25 ms until it holds; panics naming `what` after `timeout`.
-pub async fn until(timeout: Duration, what: &str, mut check: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !check() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
+pub use crate::wait::until;
 
 #[test]
 fn started_addr_reads_text_and_json_lines() {

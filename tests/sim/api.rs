@@ -11,7 +11,9 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::common::{ADMIN, api_error, eventually, namespace, pod, raw_client, sim, sim_with};
+use crate::common::{
+    ADMIN, api_error, eventually_async, namespace, pod, raw_client, sim, sim_with,
+};
 
 #[tokio::test]
 async fn crud_generate_name_and_conflicts() {
@@ -303,7 +305,7 @@ async fn label_and_field_selectors() {
     );
 
     // Ungated pods get scheduled; field selectors on node and phase see it.
-    eventually(Duration::from_secs(5), || {
+    eventually_async("two pods running", || {
         let pods = pods.clone();
         async move {
             let running = pods
@@ -621,7 +623,7 @@ async fn scheduling_gates_can_only_be_removed() {
     )
     .await
     .unwrap();
-    let running = eventually(Duration::from_secs(5), || {
+    let running = eventually_async("g running", || {
         let pods = pods.clone();
         async move {
             let p = pods.get("g").await.unwrap();
@@ -661,7 +663,7 @@ async fn restart_keeps_state_and_port() {
     let addr = sim.addr();
     sim.restart_after(Duration::from_millis(200)).await.unwrap();
     assert_eq!(sim.addr(), addr);
-    let p = eventually(Duration::from_secs(5), || {
+    let p = eventually_async("p readable after the restart", || {
         let pods = pods.clone();
         async move { pods.get("p").await.ok() }
     })

@@ -84,21 +84,4 @@ pub fn api_error<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> kube::core::S
     }
 }
 
-/// Poll `f` until it returns Some, for at most `within`.
-pub async fn eventually<T, F, Fut>(within: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "condition not met within {within:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
+pub use crate::wait::eventually_async;

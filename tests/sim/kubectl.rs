@@ -174,7 +174,7 @@ async fn kubectl_watch_prints_new_pods() {
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     // Wait for the watch to be open before creating the pod.
-    crate::common::eventually(Duration::from_secs(10), || {
+    crate::common::eventually_async("the kubectl watch to open", || {
         let sim = sim.clone();
         async move {
             sim.counts()
@@ -187,7 +187,7 @@ async fn kubectl_watch_prints_new_pods() {
     pods.create(&PostParams::default(), &pod("watched", &[], &["g"]))
         .await
         .unwrap();
-    let line = tokio::time::timeout(Duration::from_secs(10), async {
+    let line = tokio::time::timeout(crate::wait::PATIENCE, async {
         loop {
             let l = lines.next_line().await.unwrap().expect("kubectl output");
             eprintln!("kubectl -w: {l}");

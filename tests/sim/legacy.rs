@@ -168,7 +168,7 @@ async fn initialization_unblocks_create_and_shows_the_pod() {
                 .await
         })
     };
-    let first = tokio::time::timeout(Duration::from_secs(5), uninit.next())
+    let first = tokio::time::timeout(crate::wait::PATIENCE, uninit.next())
         .await
         .unwrap()
         .unwrap()
@@ -187,7 +187,7 @@ async fn initialization_unblocks_create_and_shows_the_pod() {
         )
         .await
         .unwrap();
-    let created = tokio::time::timeout(Duration::from_secs(5), creator)
+    let created = tokio::time::timeout(crate::wait::PATIENCE, creator)
         .await
         .unwrap()
         .unwrap()
@@ -202,7 +202,7 @@ async fn initialization_unblocks_create_and_shows_the_pod() {
             .is_null()
     );
 
-    let seen = tokio::time::timeout(Duration::from_secs(5), ordinary.next())
+    let seen = tokio::time::timeout(crate::wait::PATIENCE, ordinary.next())
         .await
         .unwrap()
         .unwrap()
@@ -211,7 +211,7 @@ async fn initialization_unblocks_create_and_shows_the_pod() {
         WatchEvent::Added(p) => assert_eq!(p.name_any(), "waits"),
         other => panic!("ordinary watchers see the initialized pod ADDED, got {other:?}"),
     }
-    let next = tokio::time::timeout(Duration::from_secs(5), uninit.next())
+    let next = tokio::time::timeout(crate::wait::PATIENCE, uninit.next())
         .await
         .unwrap()
         .unwrap()
@@ -219,7 +219,7 @@ async fn initialization_unblocks_create_and_shows_the_pod() {
     assert!(matches!(next, WatchEvent::Modified(_)), "{next:?}");
     assert_eq!(plain.get("waits").await.unwrap().name_any(), "waits");
     // Once initialized, the scheduler runs it.
-    crate::common::eventually(Duration::from_secs(5), || {
+    crate::common::eventually_async("waits running", || {
         let plain = plain.clone();
         async move {
             let p = plain.get("waits").await.ok()?;
@@ -244,7 +244,7 @@ async fn failed_initialization_deletes_the_pod() {
                 .await
         })
     };
-    crate::common::eventually(Duration::from_secs(5), || {
+    crate::common::eventually_async("doomed stored", || {
         let sim = sim.clone();
         async move { sim.get_object("pods", Some("fail"), "doomed").map(|_| ()) }
     })
@@ -255,7 +255,7 @@ async fn failed_initialization_deletes_the_pod() {
         .await
         .unwrap();
     let e = api_error(
-        tokio::time::timeout(Duration::from_secs(5), creator)
+        tokio::time::timeout(crate::wait::PATIENCE, creator)
             .await
             .unwrap()
             .unwrap(),

@@ -12,14 +12,14 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::common::{ADMIN, eventually, namespace, pod, sim, sim_with};
+use crate::common::{ADMIN, eventually_async, namespace, pod, sim, sim_with};
 
 async fn next_event(
     stream: &mut (impl futures::Stream<Item = kube::Result<WatchEvent<Pod>>> + Unpin),
 ) -> WatchEvent<Pod> {
-    tokio::time::timeout(Duration::from_secs(5), stream.next())
+    tokio::time::timeout(crate::wait::PATIENCE, stream.next())
         .await
-        .expect("an event within 5 s")
+        .expect("an event within the patience")
         .expect("stream open")
         .expect("event decodes")
 }
@@ -152,7 +152,7 @@ async fn bookmarks_and_timeout() {
         other => panic!("expected a bookmark, got {other:?}"),
     }
     // timeoutSeconds=2 ends the stream.
-    let end = tokio::time::timeout(Duration::from_secs(5), async {
+    let end = tokio::time::timeout(crate::wait::PATIENCE, async {
         while let Some(e) = stream.next().await {
             e.unwrap();
         }
@@ -231,7 +231,7 @@ async fn watcher_recovers_from_gone_drops_and_restarts() {
         let reader = reader.clone();
         let want: BTreeSet<String> = want.iter().map(|s| s.to_string()).collect();
         async move {
-            eventually(Duration::from_secs(10), || {
+            eventually_async(format!("the reflector to hold {want:?}"), || {
                 let reader = reader.clone();
                 let want = want.clone();
                 async move {
@@ -294,7 +294,7 @@ async fn streaming_list_and_many_watchers() {
     let events = watcher(pods.clone(), watcher::Config::default().streaming_lists())
         .take(3)
         .try_collect::<Vec<_>>();
-    let events = tokio::time::timeout(Duration::from_secs(5), events)
+    let events = tokio::time::timeout(crate::wait::PATIENCE, events)
         .await
         .unwrap()
         .unwrap();

@@ -1,0 +1,4 @@
+//! Helpers shared by initguard's test targets: one place, a dev-dependency of the guard crate,
+//! so no test target carries its own copy.
+
+pub mod wait;
