@@ -3,7 +3,6 @@
 //! the crash, and bound by the scheduler.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use serde_json::json;
 

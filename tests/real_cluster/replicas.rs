@@ -4,7 +4,6 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::gates::{assert_no_denied, cleanup};
 use crate::testbed::*;
