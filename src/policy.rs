@@ -4,11 +4,12 @@
 //! CONTRACT (owned by the policy helper; the guard, /status and `initguard status` rely on these
 //! public types and on `decide`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
+use crate::config::names::validate_initializer_name;
 use crate::config::{Config, Mechanism, PileupAction};
 
 /// The pod's controlling owner (ownerReference with `controller: true`).
@@ -124,6 +125,9 @@ impl Plan {
     pub const NEVER_DUPLICATE: &'static str = "duplicate of an earlier entry";
     /// The deadline lies beyond the representable time and the owner is not going down.
     pub const NEVER_OUT_OF_RANGE: &'static str = "deadline out of range";
+    /// Outside the documented character set (which conformant API servers enforce): such a
+    /// name could not be told apart from others in the `NAME=REASON@TIME` bypass record.
+    pub const NEVER_INVALID_NAME: &'static str = "name outside the initializer charset";
 }
 
 /// Per pending initializer: its wait so far and the plan.
@@ -171,7 +175,10 @@ pub fn decide(
     let opted_in = opted_in(pod, config);
     let start = wait_start(pod, config.mechanism, now);
     let mut outcome = Outcome::default();
+    // Linear in the pending list: a lax server may store tens of thousands of entries.
+    let mut seen: HashSet<&str> = HashSet::with_capacity(pod.pending.len());
     for (index, name) in pod.pending.iter().enumerate() {
+        let first = seen.insert(name.as_str());
         // Legacy: only the head is in progress; the other clocks do not run yet.
         let in_progress = config.mechanism == Mechanism::SchedulingGates || index == 0;
         // A start in the future (clock skew) counts as no wait at all.
@@ -183,8 +190,11 @@ pub fn decide(
             None => Plan::Never {
                 why: Plan::NEVER_NOT_HEAD,
             },
-            Some(_) if pod.pending[..index].contains(name) => Plan::Never {
+            Some(_) if !first => Plan::Never {
                 why: Plan::NEVER_DUPLICATE,
+            },
+            Some(_) if validate_initializer_name(name).is_err() => Plan::Never {
+                why: Plan::NEVER_INVALID_NAME,
             },
             Some(waited) => {
                 let plan = plan_initializer(pod, name, start, waited, env, config, now);
@@ -634,6 +644,26 @@ mod tests {
             vec![decision(UNLISTED, 0, Reason::Deadline, secs(20))]
         );
         assert_eq!(after.next_wake, None);
+    }
+
+    #[test]
+    fn unlisted_names_outside_the_charset_are_never_bypassed() {
+        let mut config = config(Mechanism::SchedulingGates);
+        config.unlisted_initializers = UnlistedPolicy::Deadline;
+        for odd in ["a,b", "a=b", "a@b", "-a", "a b", ""] {
+            let pod = TestPod::new(&[odd, UNLISTED]);
+            let out = pod.decide(&FakeEnv::default(), &config, t(60));
+            assert_eq!(
+                out.plans[0].plan,
+                never(Plan::NEVER_INVALID_NAME),
+                "{odd:?}"
+            );
+            assert_eq!(
+                out.decisions,
+                vec![decision(UNLISTED, 1, Reason::Deadline, secs(60))],
+                "{odd:?}"
+            );
+        }
     }
 
     #[test]

@@ -57,6 +57,8 @@ fn is_located(line: &str) -> bool {
     file && digits(line_no) && digits(column) && parts.next().is_some_and(|r| r.starts_with(' '))
 }
 
+use initguard_test_support::cpu::thread_cpu_time;
+
 fn check_config(path: &Path, extra: &[&str]) -> (Output, Duration) {
     let start = Instant::now();
     let output = Command::new(env!("CARGO_BIN_EXE_initguard"))
@@ -66,22 +68,6 @@ fn check_config(path: &Path, extra: &[&str]) -> (Output, Duration) {
         .output()
         .unwrap();
     (output, start.elapsed())
-}
-
-/// CPU time this thread has used. Parsing cost is bounded in CPU time, not wall-clock time, so
-/// a loaded machine cannot fail the bound (speed itself belongs in benchmarks).
-fn thread_cpu_time() -> Duration {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec and the clock id is a constant libc knows.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
-    Duration::new(
-        u64::try_from(ts.tv_sec).unwrap_or(0),
-        u32::try_from(ts.tv_nsec).unwrap_or(0),
-    )
 }
 
 mod examples {

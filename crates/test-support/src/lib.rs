@@ -1,4 +1,5 @@
 //! Helpers shared by initguard's test targets: one place, a dev-dependency of the guard crate,
 //! so no test target carries its own copy.
 
+pub mod cpu;
 pub mod wait;
