@@ -28,6 +28,7 @@ use crate::mechanism::{BypassTarget, bypass_patch};
 use crate::metrics::Metrics;
 use crate::pod::SlimPod;
 use crate::policy::Reason;
+use crate::supervise::{self, Failures};
 use crate::tracker::PodKey;
 
 /// Attempts per bypass before it counts as an error.
@@ -159,6 +160,7 @@ impl Actuator {
         fence: Fence,
         identity: String,
         reports: mpsc::UnboundedSender<Report>,
+        failures: &Failures,
         cancel: CancellationToken,
     ) -> (Actuator, tokio::task::JoinHandle<()>) {
         let (tx, rx) = mpsc::channel(QUEUE);
@@ -171,7 +173,7 @@ impl Actuator {
             identity: Arc::from(identity),
             reports,
         };
-        let handle = tokio::spawn(worker.run(rx, cancel));
+        let handle = supervise::spawn(failures, "actuator", worker.run(rx, cancel));
         (Actuator { tx }, handle)
     }
 

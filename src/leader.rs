@@ -30,6 +30,7 @@ use tracing::{debug, info, warn};
 use crate::config::LeaderElection;
 use crate::discovery::{ApiSurface, LockKind, Problems};
 use crate::metrics::Metrics;
+use crate::supervise::{self, Failures};
 
 /// The annotation client-go's ConfigMap and Endpoints locks keep their record in.
 pub const LEADER_ANNOTATION: &str = "control-plane.alpha.kubernetes.io/leader";
@@ -107,12 +108,13 @@ pub fn spawn(
     metrics: Arc<Metrics>,
     problems: Problems,
     renewed: watch::Sender<Option<Instant>>,
+    failures: &Failures,
     cancel: CancellationToken,
 ) -> (watch::Receiver<bool>, tokio::task::JoinHandle<()>) {
     if !config.enabled {
         metrics.is_leader.set(1);
         let (tx, rx) = watch::channel(true);
-        let handle = tokio::spawn(async move {
+        let handle = supervise::spawn(failures, "leader election", async move {
             cancel.cancelled().await;
             drop(tx);
         });
@@ -132,7 +134,10 @@ pub fn spawn(
         tx,
         renewed,
     };
-    (rx, tokio::spawn(elector.run(cancel)))
+    (
+        rx,
+        supervise::spawn(failures, "leader election", elector.run(cancel)),
+    )
 }
 
 /// The lock object in the group version chosen by discovery.

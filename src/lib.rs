@@ -19,4 +19,5 @@ pub mod run;
 pub mod server;
 pub mod sim;
 pub mod status;
+pub mod supervise;
 pub mod tracker;

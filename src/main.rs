@@ -177,8 +177,13 @@ fn run(path: &Path, kubeconfig: Option<&Path>, dry_run: bool) -> ExitCode {
         };
         match Guard::start(client, config).await {
             Ok(guard) => {
-                guard.run_until_signal().await;
-                ExitCode::SUCCESS
+                let panics = guard.run_until_signal().await;
+                if panics.is_empty() {
+                    ExitCode::SUCCESS
+                } else {
+                    // Logged at error when they happened; the exit code makes them count.
+                    ExitCode::from(1)
+                }
             }
             Err(e) => {
                 tracing::error!(error = %e, "cannot start");

@@ -58,6 +58,7 @@ use crate::config::{Config, ObjectRef, OwnerSpec};
 use crate::discovery::{ApiSurface, Problems, deployment_group_versions};
 use crate::metrics::Metrics;
 use crate::policy::OwnerState;
+use crate::supervise::{self, Failures};
 
 /// An http owner is down unless it answers 2xx within this time (connect included).
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
@@ -202,11 +203,13 @@ pub fn pod_ready(pod: &Pod) -> bool {
 
 impl Owners {
     /// Start one watcher or prober per distinct owner in `config`; they stop when `cancel`
-    /// fires. Must be called inside a Tokio runtime.
+    /// fires, and a panic in one is recorded in `failures`. Must be called inside a Tokio
+    /// runtime.
     pub fn spawn(
         client: kube::Client,
         config: &Config,
         metrics: Arc<Metrics>,
+        failures: &Failures,
         cancel: CancellationToken,
     ) -> Owners {
         let owners = Owners::new(config, metrics);
@@ -221,24 +224,36 @@ impl Owners {
             };
             match &owners.inner.owners[index].spec {
                 OwnerSpec::Deployment(r) => {
-                    tokio::spawn(task.watch_deployment(client.clone(), r.clone()));
+                    supervise::spawn(
+                        failures,
+                        "owner watch",
+                        task.watch_deployment(client.clone(), r.clone()),
+                    );
                 }
                 OwnerSpec::Lease(r) => {
-                    tokio::spawn(task.watch::<Lease, LeaseModel>(
-                        named_api(&client, r),
-                        name_selector(r),
-                        "leases",
-                    ));
+                    supervise::spawn(
+                        failures,
+                        "owner watch",
+                        task.watch::<Lease, LeaseModel>(
+                            named_api(&client, r),
+                            name_selector(r),
+                            "leases",
+                        ),
+                    );
                 }
                 OwnerSpec::Pods {
                     namespace,
                     selector,
                 } => {
-                    tokio::spawn(task.watch::<Pod, PodsModel>(
-                        Api::namespaced(client.clone(), namespace),
-                        watcher::Config::default().labels(selector),
-                        "pods",
-                    ));
+                    supervise::spawn(
+                        failures,
+                        "owner watch",
+                        task.watch::<Pod, PodsModel>(
+                            Api::namespaced(client.clone(), namespace),
+                            watcher::Config::default().labels(selector),
+                            "pods",
+                        ),
+                    );
                 }
                 OwnerSpec::Http {
                     url,
@@ -251,7 +266,7 @@ impl Owners {
                         cert_file: cert_file.clone(),
                         key_file: key_file.clone(),
                     };
-                    tokio::spawn(task.probe(url.clone(), tls));
+                    supervise::spawn(failures, "owner probe", task.probe(url.clone(), tls));
                 }
             }
         }

@@ -21,7 +21,7 @@ use kube::runtime::watcher::{self, Event};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::actuator::{Actuator, BypassJob, Report};
 use crate::client::Connection;
@@ -32,6 +32,7 @@ use crate::metrics::{Metrics, MetricsError};
 use crate::owners::{Owners, owner_target};
 use crate::pod::SlimPod;
 use crate::policy::{self, ControllerRef, Environment, OwnerState};
+use crate::supervise::{self, Failures};
 use crate::tracker::{PodKey, Tracker};
 
 /// How often the loop proves it is alive even when nothing happens.
@@ -73,6 +74,8 @@ pub struct Shared {
     last_progress: Mutex<Instant>,
     wedged: AtomicBool,
     stall_after: Duration,
+    /// Panics of the guard's tasks: any fails /healthz.
+    pub failures: Failures,
     /// Serializes scrapes: each resets and refills the gauges before rendering.
     pub(crate) scrape: Mutex<()>,
 }
@@ -90,10 +93,12 @@ impl Shared {
 
     /// Whether the control loop made progress within the stall window.
     pub fn healthy(&self) -> bool {
-        self.last_progress
-            .lock()
-            .map(|t| t.elapsed() < self.stall_after)
-            .unwrap_or(false)
+        self.failures.list().is_empty()
+            && self
+                .last_progress
+                .lock()
+                .map(|t| t.elapsed() < self.stall_after)
+                .unwrap_or(false)
     }
 
     /// What initial lists are still missing (empty when ready). Owners never count: an owner
@@ -193,10 +198,12 @@ impl Guard {
         })?;
         let cancel = CancellationToken::new();
         let metrics = Arc::new(Metrics::new(&config)?);
+        let failures = Failures::default();
         let owners = Owners::spawn(
             client.clone(),
             &config,
             metrics.clone(),
+            &failures,
             cancel.child_token(),
         );
         // Not a child of `cancel`: the lease is released only after in-flight patches drain.
@@ -210,6 +217,7 @@ impl Guard {
             metrics.clone(),
             problems.clone(),
             renewed,
+            &failures,
             leader_cancel.clone(),
         );
         let fence =
@@ -226,13 +234,14 @@ impl Guard {
             last_progress: Mutex::new(Instant::now()),
             wedged: AtomicBool::new(false),
             stall_after,
+            failures: failures.clone(),
             scrape: Mutex::new(()),
         });
-        let server = tokio::spawn(crate::server::serve(
-            listener,
-            shared.clone(),
-            cancel.child_token(),
-        ));
+        let server = supervise::spawn(
+            &failures,
+            "http server",
+            crate::server::serve(listener, shared.clone(), cancel.child_token()),
+        );
 
         let (report_tx, report_rx) = mpsc::unbounded_channel();
         let actuator_cancel = CancellationToken::new();
@@ -243,6 +252,7 @@ impl Guard {
             fence,
             identity,
             report_tx,
+            &failures,
             actuator_cancel.clone(),
         );
         let control = ControlLoop {
@@ -258,7 +268,7 @@ impl Guard {
         };
         let loop_cancel = cancel.clone();
         let aborts = vec![leader_task.abort_handle(), actuator_task.abort_handle()];
-        let main = tokio::spawn(async move {
+        let main = supervise::spawn(&failures, "control loop", async move {
             control.run(client, report_rx, leader, loop_cancel).await;
             // Decisions stop first; then in-flight patches drain; then the lease is released.
             actuator_cancel.cancel();
@@ -296,11 +306,17 @@ impl Guard {
         self.cancel.cancel();
     }
 
-    /// Run until SIGTERM/SIGINT, then shut down gracefully.
-    pub async fn run_until_signal(self) {
-        wait_for_signal().await;
-        info!("shutting down");
+    /// Run until SIGTERM/SIGINT or until a task panics, then shut down gracefully. Returns the
+    /// panics (empty after a signal): the process must then fail, so that the kubelet or the
+    /// Deployment restarts it.
+    pub async fn run_until_signal(self) -> Vec<String> {
+        let failures = self.shared.failures.clone();
+        tokio::select! {
+            _ = wait_for_signal() => info!("shutting down"),
+            _ = failures.any() => error!("shutting down after a task panicked"),
+        }
         self.shutdown().await;
+        failures.list()
     }
 }
 
@@ -409,7 +425,7 @@ impl ControlLoop {
         // Only informs the log; stops with the loop.
         let check = crate::jobs::check_cron_job_api(client.clone());
         let check_cancel = cancel.clone();
-        tokio::spawn(async move {
+        supervise::spawn(&self.shared.failures, "cron job api check", async move {
             tokio::select! {
                 _ = check => {}
                 _ = check_cancel.cancelled() => {}

@@ -64,7 +64,12 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> Response {
 }
 
 async fn healthz(State(shared): State<Arc<Shared>>) -> Response {
-    if shared.healthy() {
+    let panics = shared.failures.list();
+    if !panics.is_empty() {
+        let mut body = panics.join("\n");
+        body.push('\n');
+        (StatusCode::SERVICE_UNAVAILABLE, body).into_response()
+    } else if shared.healthy() {
         (StatusCode::OK, "ok\n").into_response()
     } else {
         (

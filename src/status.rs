@@ -18,6 +18,7 @@ use crate::pod::SlimPod;
 use crate::policy::{OwnerState, Plan};
 use crate::run::Env;
 use crate::server::{PodStatus, pod_statuses};
+use crate::supervise::Failures;
 use crate::tracker::Tracker;
 
 /// How long to wait for owners' initial observation before reporting them unknown.
@@ -90,7 +91,14 @@ pub async fn gather(
     let cancel = CancellationToken::new();
     let _stop = cancel.clone().drop_guard();
     let metrics = Arc::new(Metrics::new(&config)?);
-    let owners = Owners::spawn(client.clone(), &config, metrics, cancel.child_token());
+    // A one-shot report: a panicked owner watcher is logged and its owner stays unknown.
+    let owners = Owners::spawn(
+        client.clone(),
+        &config,
+        metrics,
+        &Failures::default(),
+        cancel.child_token(),
+    );
     let _ = tokio::time::timeout(OWNER_SYNC_TIMEOUT, owners.wait_synced()).await;
 
     let api: Api<SlimPod> = Api::all(client);

@@ -147,6 +147,7 @@ mod http {
             unreachable_client(),
             &config,
             metrics.clone(),
+            &initguard::supervise::Failures::default(),
             cancel.clone(),
         );
 
@@ -210,7 +211,13 @@ mod http {
         ));
         let metrics = Arc::new(Metrics::new(&config).unwrap());
         let cancel = CancellationToken::new();
-        let owners = Owners::spawn(unreachable_client(), &config, metrics, cancel.clone());
+        let owners = Owners::spawn(
+            unreachable_client(),
+            &config,
+            metrics,
+            &initguard::supervise::Failures::default(),
+            cancel.clone(),
+        );
         wait_state(&owners, "refused.example.com", is_down).await;
         wait_state(&owners, "tls.example.com", is_down).await;
         assert_eq!(first_bytes.recv().await, Some(0x16), "a TLS ClientHello");
@@ -410,7 +417,13 @@ initializers:
 
         let metrics = Arc::new(Metrics::new(&config).unwrap());
         let cancel = CancellationToken::new();
-        let owners = Owners::spawn(unreachable_client(), &config, metrics, cancel.clone());
+        let owners = Owners::spawn(
+            unreachable_client(),
+            &config,
+            metrics,
+            &initguard::supervise::Failures::default(),
+            cancel.clone(),
+        );
         wait_state(&owners, "right.example.com", is_up).await;
         wait_state(&owners, "wrong.example.com", is_down).await;
         wait_state(&owners, "platform.example.com", is_down).await;
@@ -541,6 +554,7 @@ mod unreachable_api {
             unreachable_client(),
             &config,
             metrics.clone(),
+            &initguard::supervise::Failures::default(),
             cancel.clone(),
         );
 
@@ -629,6 +643,7 @@ mod sim {
             sim.client("initguard"),
             &config,
             metrics.clone(),
+            &initguard::supervise::Failures::default(),
             cancel.clone(),
         );
         Harness {

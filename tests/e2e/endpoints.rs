@@ -42,6 +42,31 @@ async fn healthz_reports_a_stuck_control_loop() {
     c.finish(guard).await;
 }
 
+/// A panic in any task of the guard fails `/healthz`, which names the task and the panic, and
+/// ends `run_until_signal` with the panics (`initguard run` then exits 1, so that the kubelet
+/// restarts it) instead of leaving a half-dead guard that looks healthy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_panic_fails_healthz_and_stops_the_guard() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let guard = c.guard(&config(Mechanism::SchedulingGates, "")).await;
+    let addr = guard.addr;
+    assert_eq!(http_get(addr, "/healthz").await.0, 200);
+
+    initguard::supervise::spawn(&guard.shared.failures, "injected", async {
+        panic!("injected fault")
+    });
+    let body = eventually_async("/healthz 503 naming the panic", || async {
+        let (status, body) = http_get(addr, "/healthz").await;
+        (status == 503).then_some(body)
+    })
+    .await;
+    assert_eq!(body, "task injected panicked: injected fault\n");
+    let panics = tokio::time::timeout(PATIENCE, guard.run_until_signal())
+        .await
+        .expect("the guard to stop after the panic, without a signal");
+    assert_eq!(panics, ["task injected panicked: injected fault"]);
+}
+
 /// `/readyz` is 200 once the pods are listed, even while an owner cannot be read (its
 /// Deployment is forbidden: unknown, which never triggers a bypass), and its body names that
 /// owner and why until the guard may read it.

@@ -439,9 +439,12 @@ impl Cluster {
         guard
     }
 
-    /// Shut `guard` down gracefully, then check that the shipped RBAC allowed every request a
-    /// guard made (a denied watch or Event would otherwise go unnoticed).
+    /// Check that no task of `guard` panicked, shut it down gracefully, then check that the
+    /// shipped RBAC allowed every request a guard made (a denied watch or Event would
+    /// otherwise go unnoticed).
     pub async fn finish(&self, guard: Guard) {
+        let panics = guard.shared.failures.list();
+        assert!(panics.is_empty(), "guard tasks panicked: {panics:#?}");
         guard.shutdown().await;
         let denied: Vec<RequestRecord> = self
             .sim
