@@ -1,0 +1,133 @@
+//! The oracle of the `pod` fuzz target, shared with its corpus replay in
+//! tests/fuzz_replay.rs (so a change of the guard's API breaks `cargo test`, not only the fuzz
+//! build). Pod JSON from a hostile or broken API server, through everything the guard does with it:
+//! decoding, the tracker, the decision rule with every owner down and every pile over its
+//! threshold, and the bypass patch. Oracle: whenever the patch's preconditions hold in the
+//! document itself (same uid, the decided name at the decided index), applying the patch to the
+//! document succeeds, removes exactly that entry and records exactly that bypass.
+
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, SystemTime};
+
+use initguard::config::names::validate_initializer_name;
+use initguard::config::{Config, Mechanism};
+use initguard::mechanism::{
+    BYPASSED_ANNOTATION, BypassTarget, bypass_patch, parse_records, pending_pointer,
+};
+use initguard::pod::SlimPod;
+use initguard::policy::{self, ControllerRef, Environment, OwnerState};
+use initguard::tracker::Tracker;
+use serde_json::Value;
+
+/// Every pod decided on by every rule: all initializers count (unlisted ones after 0 s), every
+/// owner has been down forever, every pile is over its threshold.
+static CONFIGS: LazyLock<Vec<Arc<Config>>> = LazyLock::new(|| {
+    [Mechanism::SchedulingGates, Mechanism::Initializers]
+        .into_iter()
+        .map(|m| {
+            let yaml = format!(
+                "mechanism: {}\noptIn: {{ label: initguard.io/bypass }}\n\
+                 defaults: {{ deadline: 0s }}\nunlistedInitializers: deadline\n\
+                 pileup: {{ threshold: 1, action: bypass }}\nleaderElection: {{ enabled: false }}\n",
+                m.as_str()
+            );
+            Arc::new(Config::from_yaml_str(&yaml, "fuzz.yaml").expect("the fuzz config is valid"))
+        })
+        .collect()
+});
+
+struct AllDown;
+
+impl Environment for AllDown {
+    fn owner_state(&self, _: &str) -> OwnerState {
+        OwnerState::Down {
+            since: SystemTime::UNIX_EPOCH,
+        }
+    }
+    fn pile_start(&self, _: &ControllerRef, _: &str, _: u32) -> Option<SystemTime> {
+        Some(SystemTime::UNIX_EPOCH)
+    }
+}
+
+/// The raw entry list of the mechanism in the document.
+fn entries(doc: &Value, mechanism: Mechanism) -> Option<&Vec<Value>> {
+    match mechanism {
+        Mechanism::SchedulingGates => doc.pointer("/spec/schedulingGates")?.as_array(),
+        Mechanism::Initializers => doc.pointer("/metadata/initializers/pending")?.as_array(),
+    }
+}
+
+/// Run `data` through the oracle; panics on a violation.
+pub fn check(data: &[u8]) {
+    let decoded = serde_json::from_slice::<SlimPod>(data);
+    let (Ok(pod), Ok(doc)) = (decoded, serde_json::from_slice::<Value>(data)) else {
+        return;
+    };
+    let now = SystemTime::now();
+    for config in CONFIGS.iter() {
+        let mechanism = config.mechanism;
+        let mut tracker = Tracker::new(config.clone());
+        let _ = tracker.apply(&pod, now);
+        let _ = tracker.aggregates(now + Duration::from_secs(1));
+        let Some(tracked) = tracker.get(&pod.key()) else {
+            continue;
+        };
+        let outcome = policy::decide(&tracked.view(), &AllDown, config, now);
+        for d in outcome.decisions {
+            let target = BypassTarget {
+                uid: &tracked.uid,
+                resource_version: &tracked.resource_version,
+                index: d.index,
+                initializer: &d.initializer,
+                annotations_present: tracked.annotations_present,
+                previous_record: tracked.bypassed_record.as_deref(),
+                // The label precondition is the actuator's business; this oracle checks the rest.
+                opt_in_label: None,
+            };
+            let patch = bypass_patch(mechanism, &target, d.reason, now);
+            let mut patched = doc.clone();
+            let applied = json_patch::patch(&mut patched, &patch);
+            let same_pod =
+                doc.pointer("/metadata/uid").and_then(Value::as_str) == Some(tracked.uid.as_str());
+            let name_at_index = doc
+                .pointer(&format!("{}/name", pending_pointer(mechanism, d.index)))
+                .and_then(Value::as_str)
+                == Some(d.initializer.as_str());
+            let annotations_ok = doc
+                .pointer("/metadata/annotations")
+                .is_some_and(Value::is_object)
+                || doc
+                    .pointer("/metadata/resourceVersion")
+                    .and_then(Value::as_str)
+                    == Some(tracked.resource_version.as_str());
+            if !(same_pod && name_at_index && annotations_ok) {
+                continue;
+            }
+            assert!(applied.is_ok(), "{applied:?}: {patch:?} on {doc}");
+            let mut expected = entries(&doc, mechanism).cloned().unwrap_or_default();
+            expected.remove(d.index);
+            let after = entries(&patched, mechanism).cloned().unwrap_or_default();
+            assert_eq!(after, expected, "not exactly the decided entry removed");
+            // Names outside the documented charset are never decided: their record would be
+            // ambiguous (tests/reliability/bad_input.rs, record_of_an_odd_name).
+            assert!(
+                validate_initializer_name(&d.initializer).is_ok(),
+                "decided on {:?}",
+                d.initializer
+            );
+            let record = patched
+                .pointer(&format!(
+                    "/metadata/annotations/{}",
+                    BYPASSED_ANNOTATION.replace('/', "~1")
+                ))
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            let last = parse_records(record).pop();
+            assert_eq!(
+                last.map(|r| (r.initializer, r.reason)),
+                Some((d.initializer.clone(), d.reason.as_str().to_owned())),
+                "record {record:?}"
+            );
+        }
+    }
+}
