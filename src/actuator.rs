@@ -28,7 +28,6 @@ use crate::mechanism::{BypassTarget, bypass_patch};
 use crate::metrics::Metrics;
 use crate::pod::SlimPod;
 use crate::policy::Reason;
-use crate::supervise::{self, Failures};
 use crate::tracker::PodKey;
 
 /// Attempts per bypass before it counts as an error.
@@ -152,17 +151,17 @@ pub struct Actuator {
 const QUEUE: usize = 4096;
 
 impl Actuator {
-    /// Start the actuator; reports go to `reports`. It drains and stops when `cancel` fires.
-    pub fn spawn(
+    /// The actuator and its worker task, for the caller to spawn (under
+    /// [`crate::supervise`]); reports go to `reports`. It drains and stops when `cancel` fires.
+    pub fn new(
         client: kube::Client,
         config: Arc<Config>,
         metrics: Arc<Metrics>,
         fence: Fence,
         identity: String,
         reports: mpsc::UnboundedSender<Report>,
-        failures: &Failures,
         cancel: CancellationToken,
-    ) -> (Actuator, tokio::task::JoinHandle<()>) {
+    ) -> (Actuator, impl Future<Output = ()> + Send + 'static) {
         let (tx, rx) = mpsc::channel(QUEUE);
         let worker = Worker {
             client,
@@ -173,8 +172,7 @@ impl Actuator {
             identity: Arc::from(identity),
             reports,
         };
-        let handle = supervise::spawn(failures, "actuator", worker.run(rx, cancel));
-        (Actuator { tx }, handle)
+        (Actuator { tx }, worker.run(rx, cancel))
     }
 
     /// Queue a job; gives it back when the queue is full or the actuator stopped.

@@ -16,6 +16,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind, TypeMeta};
@@ -30,7 +31,6 @@ use tracing::{debug, info, warn};
 use crate::config::LeaderElection;
 use crate::discovery::{ApiSurface, LockKind, Problems};
 use crate::metrics::Metrics;
-use crate::supervise::{self, Failures};
 
 /// The annotation client-go's ConfigMap and Endpoints locks keep their record in.
 pub const LEADER_ANNOTATION: &str = "control-plane.alpha.kubernetes.io/leader";
@@ -95,30 +95,30 @@ pub fn identity() -> String {
     format!("{base}_{suffix}")
 }
 
-/// Start electing. The receiver is `true` while this replica may write. With leader election
+/// The election, as a task for the caller to spawn (under [`crate::supervise`]). The receiver
+/// is `true` while this replica may write. With leader election
 /// disabled it is always `true`. Why this replica cannot take part (no discovery, a lock it
 /// may not write) goes to `problems`, and so to `/readyz` and `/status`. `renewed` gets the
 /// instant at which each successful acquire or renew round *started* (the earliest the lease
 /// record can say; others count its duration from their later observation), and None on
 /// losing the lease: the actuator fences writes with it.
-pub fn spawn(
+pub fn elect(
     client: kube::Client,
     config: &LeaderElection,
     identity: String,
     metrics: Arc<Metrics>,
     problems: Problems,
     renewed: watch::Sender<Option<Instant>>,
-    failures: &Failures,
     cancel: CancellationToken,
-) -> (watch::Receiver<bool>, tokio::task::JoinHandle<()>) {
+) -> (watch::Receiver<bool>, BoxFuture<'static, ()>) {
     if !config.enabled {
         metrics.is_leader.set(1);
         let (tx, rx) = watch::channel(true);
-        let handle = supervise::spawn(failures, "leader election", async move {
+        let task = Box::pin(async move {
             cancel.cancelled().await;
             drop(tx);
         });
-        return (rx, handle);
+        return (rx, task);
     }
     let (tx, rx) = watch::channel(false);
     let elector = Elector {
@@ -134,10 +134,7 @@ pub fn spawn(
         tx,
         renewed,
     };
-    (
-        rx,
-        supervise::spawn(failures, "leader election", elector.run(cancel)),
-    )
+    (rx, Box::pin(elector.run(cancel)))
 }
 
 /// The lock object in the group version chosen by discovery.

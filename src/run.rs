@@ -210,16 +210,16 @@ impl Guard {
         let leader_cancel = CancellationToken::new();
         let problems = Problems::default();
         let (renewed, renewed_rx) = watch::channel(None);
-        let (leader, leader_task) = crate::leader::spawn(
+        let (leader, election) = crate::leader::elect(
             client.clone(),
             &config.leader_election,
             identity.clone(),
             metrics.clone(),
             problems.clone(),
             renewed,
-            &failures,
             leader_cancel.clone(),
         );
+        let leader_task = supervise::spawn(&failures, "leader election", election);
         let fence =
             crate::actuator::Fence::new(&config.leader_election, leader.clone(), renewed_rx);
         let shared = Arc::new(Shared {
@@ -245,16 +245,16 @@ impl Guard {
 
         let (report_tx, report_rx) = mpsc::unbounded_channel();
         let actuator_cancel = CancellationToken::new();
-        let (actuator, actuator_task) = Actuator::spawn(
+        let (actuator, worker) = Actuator::new(
             client.clone(),
             config.clone(),
             metrics,
             fence,
             identity,
             report_tx,
-            &failures,
             actuator_cancel.clone(),
         );
+        let actuator_task = supervise::spawn(&failures, "actuator", worker);
         let control = ControlLoop {
             shared: shared.clone(),
             actuator,

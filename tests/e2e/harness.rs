@@ -2,7 +2,6 @@
 //! the guard's user, pods, owners and guards, and readers of the server's request log and object
 //! history.
 
-use std::fmt::Display;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};

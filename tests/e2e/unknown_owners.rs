@@ -1,8 +1,6 @@
 //! Owner states: an owner that was never read (a typo in the config) is unknown and never
 //! triggers `owner_down`; judged by the simulated server's request log.
 
-use std::time::Duration;
-
 use initguard::config::Mechanism;
 use initguard::policy::OwnerState;
 

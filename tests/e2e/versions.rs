@@ -2,8 +2,6 @@
 //! lock by discovery, says so when something it needs is missing, and the legacy servers'
 //! `initialize` verb and 500 answers are what the simulator serves.
 
-use std::time::Duration;
-
 use initguard::config::Mechanism;
 use initguard::leader::{LEADER_ANNOTATION, LeaderRecord};
 use initguard::run::Guard;

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::fake_api::FakeApi;
 use crate::support::*;
-use initguard_test_support::cpu::thread_cpu_time;
+use initguard_test_support::cpu::{process_cpu_time, thread_cpu_time};
 
 const NS: &str = "hostile";
 /// The one listed initializer; everything else is unlisted and ignored.
@@ -207,7 +207,7 @@ async fn hostile_pods_through_the_api() {
         .any(|n| gates_of(n).iter().any(|g| g["name"] == BIG))
     {
         assert!(
-            waited.elapsed() < Duration::from_secs(30),
+            waited.elapsed() < initguard_test_support::wait::PATIENCE,
             "the listed gate is still pending on {:?}\n{}",
             bypassed
                 .iter()
@@ -320,9 +320,10 @@ async fn hostile_pods_through_the_api() {
 
     // Still serving; metrics bounded (unlisted names beyond 50 are `other`) and well-formed.
     assert_eq!(get_ok(&process, addr, "/healthz").await.trim(), "ok");
-    let scrape = Instant::now();
+    // Bounded in the guard's CPU time, which machine load does not inflate.
+    let cpu_before = process_cpu_time(process.pid());
     let metrics = get_ok(&process, addr, "/metrics").await;
-    let scrape = scrape.elapsed();
+    let scrape = process_cpu_time(process.pid()) - cpu_before;
     let labels: BTreeSet<&str> = metrics
         .lines()
         .filter(|l| l.starts_with("initguard_waiting_pods{"))
@@ -344,19 +345,21 @@ async fn hostile_pods_through_the_api() {
             "malformed metrics line {line:?}"
         );
     }
-    let status_took = Instant::now();
+    let cpu_before = process_cpu_time(process.pid());
     let status: Value = serde_json::from_str(&get_ok(&process, addr, "/status").await).unwrap();
-    let status_took = status_took.elapsed();
+    let status_took = process_cpu_time(process.pid()) - cpu_before;
     assert!(status.is_object());
     println!(
-        "hostile pods: /metrics answered in {scrape:?} ({} bytes), /status in {status_took:?}",
+        "hostile pods: /metrics cost the guard {scrape:?} of CPU ({} bytes), /status \
+         {status_took:?}",
         metrics.len()
     );
     // Linear work per scrape takes milliseconds here; quadratic work in the pending list took
-    // seconds, holding the lock the control loop needs.
+    // seconds, holding the lock the control loop needs. (CPU is counted in 10 ms ticks and
+    // includes whatever else the guard did meanwhile: the bound is generous.)
     assert!(
         scrape < Duration::from_millis(500),
-        "/metrics took {scrape:?} with a 35,000-gate pod"
+        "/metrics cost {scrape:?} of CPU with a 35,000-gate pod"
     );
 
     // Its owner removes the first gate, then all the others at once: each update must cost
@@ -372,15 +375,15 @@ async fn hostile_pods_through_the_api() {
             .unwrap();
         sim.client(ADMIN).request::<Value>(request).await.unwrap();
         tokio::time::sleep(Duration::from_millis(100)).await;
-        let took = Instant::now();
+        let cpu_before = process_cpu_time(process.pid());
         get_ok(&process, addr, "/metrics").await;
-        let took = took.elapsed();
+        let took = process_cpu_time(process.pid()) - cpu_before;
         println!(
-            "hostile pods: /metrics answered in {took:?} after an update of the 35,000-gate pod"
+            "hostile pods: /metrics cost {took:?} of CPU after an update of the 35,000-gate pod"
         );
         assert!(
             took < Duration::from_millis(500),
-            "/metrics took {took:?} after an update of the 35,000-gate pod"
+            "/metrics cost {took:?} of CPU after an update of the 35,000-gate pod"
         );
     }
 
@@ -443,7 +446,7 @@ async fn legacy_duplicate_initializers() {
     let waited = Instant::now();
     while !pending().is_empty() {
         assert!(
-            waited.elapsed() < Duration::from_secs(20),
+            waited.elapsed() < initguard_test_support::wait::PATIENCE,
             "still pending {:?}\n{}",
             pending(),
             process.log_text()
@@ -537,7 +540,7 @@ async fn garbage_watch_frames_and_unwritable_pods() {
             break;
         }
         assert!(
-            started.elapsed() < Duration::from_secs(20),
+            started.elapsed() < initguard_test_support::wait::PATIENCE,
             "the five bad frames were not all counted:\n{metrics}\n{}",
             process.log_text()
         );

@@ -1,7 +1,6 @@
 //! Helpers shared by the simulator tests.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use initguard::sim::{Sim, SimOptions};
 use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSchedulingGate, PodSpec};

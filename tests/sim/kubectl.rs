@@ -2,7 +2,6 @@
 
 use std::path::Path;
 use std::process::Stdio;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
@@ -18,7 +17,11 @@ const KUBECTL: &str = "/usr/bin/kubectl";
 /// A kubeconfig for `sim` in a temporary directory, or None when kubectl is missing.
 fn setup(sim: &initguard::sim::Sim) -> Option<tempfile::TempDir> {
     if !Path::new(KUBECTL).exists() {
-        eprintln!("SKIPPED: {KUBECTL} is not installed");
+        initguard_test_support::tools::missing(
+            "sim::kubectl",
+            KUBECTL,
+            "part of the machine image",
+        );
         return None;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -2,4 +2,5 @@
 //! so no test target carries its own copy.
 
 pub mod cpu;
+pub mod tools;
 pub mod wait;
