@@ -574,6 +574,20 @@ pub fn owner_user(initializer: &str) -> String {
     format!("owner:{}", dns_name(initializer))
 }
 
+/// Wait until exactly one of the running `replicas` leads; its index.
+pub async fn sole_leader(replicas: &[Option<Guard>]) -> usize {
+    eventually("exactly one leader", || {
+        let leading: Vec<usize> = replicas
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| g.as_ref().is_some_and(|g| g.shared.is_leader()))
+            .map(|(i, _)| i)
+            .collect();
+        (leading.len() == 1).then(|| leading[0])
+    })
+    .await
+}
+
 /// Wait until the guard's initial lists are complete.
 pub async fn wait_ready(guard: &Guard) {
     let shared = guard.shared.clone();

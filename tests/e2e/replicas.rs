@@ -141,16 +141,7 @@ async fn replicas_bypass_each_initializer_once_across_a_failover(mechanism: Mech
     .await;
 
     // Kill whoever leads now (leadership may have moved on a loaded machine: that is allowed).
-    let leader = eventually("one leader", || {
-        let leading: Vec<usize> = replicas
-            .iter()
-            .enumerate()
-            .filter(|(_, g)| g.as_ref().is_some_and(|g| g.shared.is_leader()))
-            .map(|(i, _)| i)
-            .collect();
-        (leading.len() == 1).then(|| leading[0])
-    })
-    .await;
+    let leader = sole_leader(&replicas).await;
     let follower = 1 - leader;
     let (dead, heir) = (REPLICAS[leader].1, REPLICAS[follower].1);
     replicas[leader].take().unwrap().kill();

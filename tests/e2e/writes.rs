@@ -62,16 +62,7 @@ async fn a_leader_cut_off_stops_writing_before_the_other_takes_over(mechanism: M
         Some(c.guard_as(&config, "guard-a", users[0]).await),
         Some(c.guard_as(&config, "guard-b", users[1]).await),
     ];
-    let leader = eventually("a leader", || {
-        let leading: Vec<usize> = replicas
-            .iter()
-            .enumerate()
-            .filter(|(_, g)| g.as_ref().is_some_and(|g| g.shared.is_leader()))
-            .map(|(i, _)| i)
-            .collect();
-        (leading.len() == 1).then(|| leading[0])
-    })
-    .await;
+    let leader = sole_leader(&replicas).await;
     let follower = 1 - leader;
     let (old, new) = (users[leader], users[follower]);
 

@@ -31,15 +31,6 @@ fn pod_names(tb: &Testbed, ns: &str, app: &str) -> Vec<String> {
         .collect()
 }
 
-/// Wait until `name` has lost its gate and the scheduler has bound it.
-async fn bypassed_and_bound(tb: &Testbed, ns: &str, name: &str) {
-    eventually(format!("{ns}/{name} bypassed and bound"), || {
-        let pod = tb.get("pod", ns, name)?;
-        (gate_names(&pod).is_empty() && pod["spec"]["nodeName"].is_string()).then_some(())
-    })
-    .await;
-}
-
 /// A Deployment of 3 gated replicas; the gate's owner is a Lease the test renews. While it is
 /// renewed the guard writes nothing; once the renewals stop, every pod is bypassed once
 /// (owner_down), no sooner than the lease's run-out plus `ownerDownGrace` after the last
@@ -81,19 +72,7 @@ pub async fn deployment_pods_bypassed_once_the_lease_owner_stops(tb: Arc<Testbed
         (names.len() == 3).then_some(names)
     })
     .await;
-    // Sync point only: the guard has seen the pods while the lease is renewed, or has already
-    // written (which the assertion below reports).
-    eventually("the guard to see the 3 waiting replicas", || {
-        (metric_sum(&guard.metrics(), "initguard_waiting_pods", &[]) >= 3.0
-            || !tb.pod_writes_by(GUARD_USER, ns).is_empty())
-        .then_some(())
-    })
-    .await;
-    let early = tb.pod_writes_by(GUARD_USER, ns);
-    assert!(
-        early.is_empty(),
-        "the guard wrote while the lease was renewed: {early:#?}"
-    );
+    assert_no_pod_write_once_seen(&tb, &guard, ns, 3, "the lease was renewed").await;
 
     let last_renewal = owner.kill(&tb);
     for n in &names {

@@ -181,26 +181,10 @@ pub async fn killed_owner_is_bypassed_and_pods_get_bound(tb: Arc<Testbed>) {
     for n in names {
         tb.gated_pod(ns, n, true, &[SIDECAR]);
     }
-    // Sync point only: the guard has seen the pods (and the owner up) before the crash, or
-    // has already written (which the assertion below reports).
-    eventually("the guard to see 3 waiting pods", || {
-        (metric_sum(&guard.metrics(), "initguard_waiting_pods", &[]) >= 3.0
-            || !tb.pod_writes_by(GUARD_USER, ns).is_empty())
-        .then_some(())
-    })
-    .await;
-    let early = tb.pod_writes_by(GUARD_USER, ns);
-    assert!(
-        early.is_empty(),
-        "the guard wrote while the owner was up: {early:#?}"
-    );
+    assert_no_pod_write_once_seen(&tb, &guard, ns, 3, "the owner was up").await;
     let killed_at = owner.kill(&tb).await;
     for n in names {
-        eventually(format!("{n} bypassed and bound"), || {
-            let pod = tb.get("pod", ns, n)?;
-            (gate_names(&pod).is_empty() && pod["spec"]["nodeName"].is_string()).then_some(())
-        })
-        .await;
+        bypassed_and_bound(&tb, ns, n).await;
         let annotation = bypass_annotation(&tb, ns, n);
         assert!(
             annotation.contains(&format!("{SIDECAR}=owner_down@")),

@@ -50,27 +50,11 @@ pub async fn parallel_job_healthy_then_owner_down(tb: Arc<Testbed>) {
         .iter()
         .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
         .collect();
-    // Sync point only: the guard has seen the Job's pods while the owner is up, or has
-    // already written (which the assertion below reports).
-    eventually("the guard to see the Job's 3 waiting pods", || {
-        (metric_sum(&guard.metrics(), "initguard_waiting_pods", &[]) >= 3.0
-            || !tb.pod_writes_by(GUARD_USER, ns).is_empty())
-        .then_some(())
-    })
-    .await;
-    let early = tb.pod_writes_by(GUARD_USER, ns);
-    assert!(
-        early.is_empty(),
-        "the guard wrote while the owner was healthy: {early:#?}"
-    );
+    assert_no_pod_write_once_seen(&tb, &guard, ns, 3, "the owner was healthy").await;
 
     let killed_at = owner.kill(&tb).await;
     for n in &names {
-        eventually(format!("job pod {n} bypassed and bound"), || {
-            let pod = tb.get("pod", ns, n)?;
-            (gate_names(&pod).is_empty() && pod["spec"]["nodeName"].is_string()).then_some(())
-        })
-        .await;
+        bypassed_and_bound(&tb, ns, n).await;
         let annotation = bypass_annotation(&tb, ns, n);
         assert!(
             annotation.contains(&format!("{SIDECAR}=owner_down@")),

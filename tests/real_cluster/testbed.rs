@@ -539,34 +539,10 @@ impl OwnerDeployment {
             },
         )
         .await;
-        let now = jiff::Timestamp::now()
-            .strftime("%Y-%m-%dT%H:%M:%SZ")
-            .to_string();
-        let status = if ready { "True" } else { "False" };
         let mut names = Vec::new();
         for pod in pods {
             let name = pod["metadata"]["name"].as_str().unwrap_or_default();
-            let patch = json!({ "status": {
-                "phase": "Running",
-                "conditions": [
-                    { "type": "PodScheduled", "status": "True", "lastTransitionTime": now },
-                    { "type": "Ready", "status": status, "lastTransitionTime": now },
-                    { "type": "ContainersReady", "status": status, "lastTransitionTime": now },
-                ],
-            }});
-            tb.kubectl(&[
-                "patch",
-                "pod",
-                name,
-                "-n",
-                &self.namespace,
-                "--subresource",
-                "status",
-                "--type",
-                "merge",
-                "-p",
-                &patch.to_string(),
-            ]);
+            mark_ready(tb, &self.namespace, name, ready);
             names.push(name.to_owned());
         }
         let want = i64::from(ready);
@@ -592,8 +568,9 @@ pub fn expectation(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// A Lease `namespace/name` renewed by the test every second (leaseDurationSeconds 5, slack for a loaded machine), as a
-/// gate's controller would renew its leader lock; [`OwnerLease::kill`] stops the renewals.
+/// A Lease `namespace/name` renewed by the test every second (leaseDurationSeconds 5: slack for
+/// a loaded machine), as a gate's controller renews its leader lock; [`OwnerLease::kill`]
+/// stops the renewals.
 pub struct OwnerLease {
     pub namespace: String,
     pub name: String,
@@ -705,14 +682,22 @@ pub async fn ready_owner_pod(tb: &Testbed, namespace: &str, name: &str) {
             .then_some(())
     })
     .await;
+    mark_ready(tb, namespace, name, true);
+}
+
+/// Set pod `namespace/name` Running and Ready (or not) through the status subresource, as its
+/// kubelet would (no kubelet runs in the test bed).
+pub fn mark_ready(tb: &Testbed, namespace: &str, name: &str, ready: bool) {
     let now = jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string();
+    let status = if ready { "True" } else { "False" };
     let patch = json!({ "status": {
         "phase": "Running",
         "conditions": [
             { "type": "PodScheduled", "status": "True", "lastTransitionTime": now },
-            { "type": "Ready", "status": "True", "lastTransitionTime": now },
+            { "type": "Ready", "status": status, "lastTransitionTime": now },
+            { "type": "ContainersReady", "status": status, "lastTransitionTime": now },
         ],
     }});
     tb.kubectl(&[
@@ -734,4 +719,39 @@ pub async fn ready_owner_pod(tb: &Testbed, namespace: &str, name: &str) {
 pub fn timestamp(text: &str) -> jiff::Timestamp {
     text.parse()
         .unwrap_or_else(|e| panic!("timestamp {text:?}: {e}"))
+}
+
+/// Wait until `guard` counts `pods` waiting pods — or has already written a pod of `ns` — then
+/// assert it wrote none: nothing may be bypassed `while` (e.g. "the owner was up"). The metric
+/// is only the sync point; the judge is the audit log.
+pub async fn assert_no_pod_write_once_seen(
+    tb: &Testbed,
+    guard: &GuardProcess,
+    ns: &str,
+    pods: usize,
+    while_: &str,
+) {
+    eventually(
+        format!("the guard to see {pods} waiting pods in {ns}"),
+        || {
+            (metric_sum(&guard.metrics(), "initguard_waiting_pods", &[]) >= pods as f64
+                || !tb.pod_writes_by(GUARD_USER, ns).is_empty())
+            .then_some(())
+        },
+    )
+    .await;
+    let early = tb.pod_writes_by(GUARD_USER, ns);
+    assert!(
+        early.is_empty(),
+        "the guard wrote while {while_}: {early:#?}"
+    );
+}
+
+/// Wait until pod `ns/name` has lost every gate and the scheduler has bound it.
+pub async fn bypassed_and_bound(tb: &Testbed, ns: &str, name: &str) {
+    eventually(format!("{ns}/{name} bypassed and bound"), || {
+        let pod = tb.get("pod", ns, name)?;
+        (gate_names(&pod).is_empty() && pod["spec"]["nodeName"].is_string()).then_some(())
+    })
+    .await;
 }
