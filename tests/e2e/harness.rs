@@ -2,7 +2,6 @@
 //! the guard's user, pods, owners and guards, and readers of the server's request log and object
 //! history.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -13,8 +12,6 @@ use initguard::run::Guard;
 use initguard::sim::controllers::{GateOwner, GateOwnerHandle, GateOwnerOptions, dns_name};
 use initguard::sim::{ChangeType, KubeVersion, Rbac, RequestRecord, Sim, SimOptions};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// The guard's user, bound by `deploy/rbac.yaml`.
 pub const GUARD_USER: &str = "system:initguard";
@@ -120,75 +117,8 @@ pub fn kube_version() -> Option<KubeVersion> {
 
 pub use crate::wait::{PATIENCE, eventually, eventually_async, until};
 
-/// `GET path` on `addr` with HTTP/1.1 over a plain TCP stream: (status, body).
-pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let exchange = async {
-        let mut stream = TcpStream::connect(addr).await.unwrap();
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-        stream.write_all(request.as_bytes()).await.unwrap();
-        let mut raw = Vec::new();
-        stream.read_to_end(&mut raw).await.unwrap();
-        String::from_utf8(raw).unwrap()
-    };
-    let text = tokio::time::timeout(crate::wait::PATIENCE, exchange)
-        .await
-        .unwrap_or_else(|_| panic!("GET {path} on {addr}: no answer"));
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("no header end in {text:?}"));
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no status in {head:?}"));
-    let chunked = head.lines().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
-    let body = if chunked {
-        dechunk(body)
-    } else {
-        body.to_owned()
-    };
-    (status, body)
-}
-
-/// Decode a chunked HTTP/1.1 body.
-fn dechunk(mut rest: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, tail)) = rest.split_once("\r\n") {
-        let size = usize::from_str_radix(size.split(';').next().unwrap_or("0").trim(), 16)
-            .unwrap_or_else(|_| panic!("bad chunk size {size:?}"));
-        if size == 0 {
-            break;
-        }
-        out.push_str(&tail[..size]);
-        rest = tail[size..].trim_start_matches("\r\n");
-    }
-    out
-}
-
-/// Sum of every sample of `name` in Prometheus text whose labels contain all of `labels`
-/// (`key="value"` pairs).
-pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let (metric, label_text) = match series.split_once('{') {
-                Some((m, rest)) => (m, rest.trim_end_matches('}')),
-                None => (series, ""),
-            };
-            (metric == name).then_some((label_text, value))
-        })
-        .filter(|(label_text, _)| {
-            labels
-                .iter()
-                .all(|(k, v)| label_text.contains(&format!("{k}=\"{v}\"")))
-        })
-        .map(|(_, value)| value.parse::<f64>().unwrap())
-        .sum()
-}
+pub use initguard_test_support::http::get as http_get;
+pub use initguard_test_support::metrics::sum as metric_sum;
 
 /// The RBAC the guard's user gets from the shipped manifests: `deploy/rbac.yaml`, plus
 /// `deploy/rbac-legacy-initializers.yaml` on legacy clusters.

@@ -455,23 +455,7 @@ pub fn curl(url: &str) -> (u16, String) {
     (code.trim().parse().unwrap_or(0), body.to_owned())
 }
 
-/// Sum of the samples of `name` whose labels contain every `key="value"` of `labels`.
-pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let (metric, label_text) = series.split_once('{').unwrap_or((series, ""));
-            (metric == name).then_some((label_text.to_owned(), value.to_owned()))
-        })
-        .filter(|(label_text, _)| {
-            labels
-                .iter()
-                .all(|(k, v)| label_text.contains(&format!("{k}=\"{v}\"")))
-        })
-        .filter_map(|(_, value)| value.parse::<f64>().ok())
-        .sum()
-}
+pub use initguard_test_support::metrics::sum as metric_sum;
 
 /// Polls `check` every 250 ms (checks here spawn kubectl) until it answers Some; fails naming
 /// `what` after [`crate::wait::PATIENCE`].

@@ -10,8 +10,6 @@ use std::time::{Duration, Instant, SystemTime};
 use initguard::config::Mechanism;
 use initguard::sim::{Rbac, Sim};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 /// The released binary under test.
 pub const BIN: &str = env!("CARGO_BIN_EXE_initguard");
@@ -213,90 +211,8 @@ pub fn started_addr(log: &str) -> Option<SocketAddr> {
     value.parse().ok()
 }
 
-/// `GET path` on `addr` over HTTP/1.1 with a timeout: (status, body), or what went wrong.
-pub async fn http_get(
-    addr: SocketAddr,
-    path: &str,
-    timeout: Duration,
-) -> Result<(u16, String), String> {
-    let exchange = async {
-        let mut stream = TcpStream::connect(addr)
-            .await
-            .map_err(|e| format!("connect {addr}: {e}"))?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .map_err(|e| format!("write: {e}"))?;
-        let mut raw = Vec::new();
-        stream
-            .read_to_end(&mut raw)
-            .await
-            .map_err(|e| format!("read: {e}"))?;
-        Ok::<_, String>(String::from_utf8_lossy(&raw).into_owned())
-    };
-    let text = tokio::time::timeout(timeout, exchange)
-        .await
-        .map_err(|_| format!("GET {path} on {addr}: no answer within {timeout:?}"))??;
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .ok_or_else(|| format!("no header end in {text:?}"))?;
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("no status in {head:?}"))?;
-    let chunked = head.lines().any(|l| {
-        let l = l.to_ascii_lowercase();
-        l.starts_with("transfer-encoding:") && l.contains("chunked")
-    });
-    Ok((
-        status,
-        if chunked {
-            dechunk(body)
-        } else {
-            body.to_owned()
-        },
-    ))
-}
-
-/// Decode a chunked HTTP/1.1 body.
-fn dechunk(mut rest: &str) -> String {
-    let mut out = String::new();
-    while let Some((size, tail)) = rest.split_once("\r\n") {
-        let Ok(size) = usize::from_str_radix(size.split(';').next().unwrap_or("0").trim(), 16)
-        else {
-            break;
-        };
-        if size == 0 || size > tail.len() {
-            break;
-        }
-        out.push_str(&tail[..size]);
-        rest = tail[size..].trim_start_matches("\r\n");
-    }
-    out
-}
-
-/// Sum of every sample of `name` in Prometheus text whose labels contain all of `labels`.
-pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            let (metric, label_text) = match series.split_once('{') {
-                Some((m, rest)) => (m, rest.trim_end_matches('}')),
-                None => (series, ""),
-            };
-            (metric == name).then_some((label_text, value))
-        })
-        .filter(|(label_text, _)| {
-            labels
-                .iter()
-                .all(|(k, v)| label_text.contains(&format!("{k}=\"{v}\"")))
-        })
-        .filter_map(|(_, value)| value.parse::<f64>().ok())
-        .sum()
-}
+pub use initguard_test_support::http::try_get as http_get;
+pub use initguard_test_support::metrics::sum as metric_sum;
 
 /// `metadata.creationTimestamp` of a stored pod.
 pub fn creation_timestamp(pod: &Value) -> Option<SystemTime> {

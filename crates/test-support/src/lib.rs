@@ -2,5 +2,7 @@
 //! so no test target carries its own copy.
 
 pub mod cpu;
+pub mod http;
+pub mod metrics;
 pub mod tools;
 pub mod wait;
