@@ -1,4 +1,4 @@
-//! Configuration schema (DESIGN.md "Configuration"), parsing with located errors, and validation.
+//! Configuration schema (README "Configure"), parsing with located errors, and validation.
 //!
 //! CONTRACT (owned by the config helper; other modules rely on these public types and methods):
 //! `Config::from_yaml_str(text, file_label)`, `Config::load(path)`, the resolved types below,
@@ -180,7 +180,7 @@ pub enum UnlistedPolicy {
 pub struct Pileup {
     pub threshold: u32,
     pub action: PileupAction,
-    /// A pod counts toward a pile only once it has itself waited this long (DESIGN.md rule 5):
+    /// A pod counts toward a pile only once it has itself waited this long (README "What it guarantees": never early):
     /// a healthy owner's fresh batch is not a pile.
     #[serde(with = "humantime_serde")]
     pub min_wait: Duration,

@@ -305,8 +305,8 @@ fn seconds(d: Duration) -> String {
     format!("{:.1}s", d.as_secs_f64())
 }
 
-/// Deadlines of (sidecar, quota). Legacy deadlines stay below the create timeout, as DESIGN.md
-/// advises: a CREATE that times out leaves a pod behind and the creator retries.
+/// Deadlines of (sidecar, quota). Legacy deadlines stay below the create timeout: a CREATE
+/// that times out leaves a pod behind and the creator retries.
 fn deadlines(mechanism: Mechanism) -> (f64, f64) {
     match mechanism {
         Mechanism::SchedulingGates => (2.0, 4.0),

@@ -1,5 +1,5 @@
 //! Jobs as the guard sees them: only which CronJob controls each Job, so that the pods of a
-//! CronJob's Jobs form one pile (DESIGN.md rule 5, issue 12 item 6). A real CronJob creates a
+//! CronJob's Jobs form one pile (README "What it guarantees": never early). A real CronJob creates a
 //! Job per run and each Job its pods, so grouping by a pod's direct controller would see a
 //! pile of one-pod Jobs as many piles of one.
 

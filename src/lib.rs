@@ -1,7 +1,7 @@
 //! initguard: keeps pods from waiting forever on a failed initializer or scheduling gate.
 //!
 //! Data flows one way: watches feed the [`tracker`] and [`owners`], the pure [`policy`] decides,
-//! the [`actuator`] writes. See DESIGN.md.
+//! the [`actuator`] writes. See ARCHITECTURE.md.
 
 pub mod actuator;
 pub mod client;

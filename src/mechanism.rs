@@ -1,6 +1,6 @@
 //! Reading pending initializer names and building the bypass JSON Patch, per mechanism.
 //!
-//! A bypass is one atomic JSON Patch (DESIGN.md "What a bypass writes"): it `test`s that the pod
+//! A bypass is one atomic JSON Patch (README "What it guarantees": only the failed initializer): it `test`s that the pod
 //! is still the one decided about, that it is still opted in by the label value decided on, and
 //! that the initializer still sits at the decided index, then removes exactly that entry and
 //! appends a record to the `initguard.io/bypassed` annotation.

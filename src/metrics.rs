@@ -1,4 +1,4 @@
-//! Prometheus metrics (DESIGN.md "Metrics"): one registry, names and labels exactly as listed.
+//! Prometheus metrics (README "Observe"): one registry, names and labels exactly as listed.
 
 use std::collections::HashSet;
 use std::sync::Mutex;

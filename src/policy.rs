@@ -1,4 +1,4 @@
-//! The decision rule of DESIGN.md as a pure function of (pod, owners' states, pileups, config, now).
+//! The decision rule (README "What it guarantees") as a pure function of (pod, owners' states, pileups, config, now).
 //! No I/O, no clock of its own.
 //!
 //! CONTRACT (owned by the policy helper; the guard, /status and `initguard status` rely on these
@@ -161,7 +161,7 @@ pub fn opted_in(pod: &PodView<'_>, config: &Config) -> bool {
 
 /// Decide what to do about `pod` at `now`.
 ///
-/// Applies the rule of DESIGN.md to every pending initializer: owner down past its grace, then
+/// Applies the decision rule to every pending initializer: owner down past its grace, then
 /// deadline, then pileup (first that holds wins). At most one decision per initializer name: a
 /// name pending twice is decided at its first index only. `next_wake` only covers initializers
 /// not decided now, because performing a decision removes the initializer; a failed write is

@@ -78,7 +78,7 @@ pub struct Aggregates {
     /// initializer → most pods waiting on it that share one controller.
     pub pile_max: BTreeMap<String, u32>,
     /// initializer → controllers with at least `pileup.threshold` pods that have each waited
-    /// `pileup.minWait` (DESIGN.md rule 5).
+    /// `pileup.minWait` (README "What it guarantees": never early).
     pub pileups: BTreeMap<String, u32>,
 }
 
