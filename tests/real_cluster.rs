@@ -18,6 +18,8 @@ use initguard_test_support::wait;
 
 #[path = "real_cluster/controllers.rs"]
 mod controllers;
+#[path = "real_cluster/differential.rs"]
+mod differential;
 #[path = "real_cluster/gates.rs"]
 mod gates;
 #[path = "real_cluster/jobs.rs"]
@@ -71,6 +73,9 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ),
     ("controllers::cron_job_pile_is_bypassed_as_one", |tb| {
         Box::pin(controllers::cron_job_pile_is_bypassed_as_one(tb))
+    }),
+    ("differential::sim_answers_as_the_real_server", |tb| {
+        Box::pin(differential::sim_answers_as_the_real_server(tb))
     }),
 ];
 

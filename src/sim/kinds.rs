@@ -171,8 +171,17 @@ fn namespace_defaults(ns: &mut Value) {
 /// The defaults the API server fills into a pod spec (applied on create and update alike,
 /// so a client sending an undefaulted spec back does not change anything).
 fn default_pod_spec(spec: &mut Value) {
-    if !spec.is_object() {
+    let Some(fields) = spec.as_object_mut() else {
         return;
+    };
+    // Go's `omitempty`: a real server stores no empty list of gates, so a pod whose last gate
+    // was removed has no `schedulingGates` at all (found by tests/real_cluster/differential.rs).
+    if fields
+        .get("schedulingGates")
+        .and_then(Value::as_array)
+        .is_some_and(Vec::is_empty)
+    {
+        fields.remove("schedulingGates");
     }
     for (k, v) in [
         ("restartPolicy", json!("Always")),

@@ -23,7 +23,8 @@
 //! * deletion is immediate (no `deletionTimestamp`, no graceful termination, no
 //!   finalizers); deleting a namespace deletes its objects at once;
 //! * strategic merge patch knows the merge keys of the built-in lists it stores; server-side
-//!   apply is answered 415; `fieldValidation` is accepted and not enforced;
+//!   apply is answered 415; request bodies are JSON, and protobuf only for a Namespace (what
+//!   `kubectl create namespace` sends); `fieldValidation` is accepted and not enforced;
 //! * validation covers names, containers, scheduling gates, pod spec immutability and
 //!   initializers, not every field of every kind;
 //! * a failed legacy initialization (`metadata.initializers.result`) deletes the pod and the
@@ -40,6 +41,7 @@ pub mod faults;
 pub(crate) mod kinds;
 pub(crate) mod ops;
 pub(crate) mod patch;
+pub(crate) mod protobuf;
 pub mod rbac;
 pub(crate) mod resources;
 pub mod scenario;

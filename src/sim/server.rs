@@ -955,6 +955,9 @@ fn parse_json(ctx: &Ctx, body: &[u8]) -> Result<Value, ApiError> {
         .as_deref()
         .and_then(|c| c.split(';').next())
         .map(|m| m.trim().to_ascii_lowercase());
+    if media.as_deref() == Some(super::protobuf::MEDIA_TYPE) {
+        return super::protobuf::decode(body);
+    }
     if media.as_deref().is_some_and(|m| m != "application/json") {
         return Err(ApiError::unsupported_media_type(&["application/json"]));
     }

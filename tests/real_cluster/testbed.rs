@@ -101,6 +101,23 @@ impl Testbed {
         self.dir.join(format!("{name}.kubeconfig"))
     }
 
+    /// The test bed's kubectl (same version as the server).
+    pub fn kubectl_path(&self) -> PathBuf {
+        self.bin.join("kubectl")
+    }
+
+    /// A client of the admin kubeconfig that does not retry, so tests see answers raw.
+    pub async fn admin_client(&self) -> kube::Client {
+        let path = self.kubeconfig("admin");
+        let kubeconfig = kube::config::Kubeconfig::read_from(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap_or_else(|e| panic!("bad kubeconfig {}: {e}", path.display()));
+        config.default_retry = false;
+        kube::Client::try_from(config).unwrap_or_else(|e| panic!("admin client: {e}"))
+    }
+
     /// Run kubectl (same version as the server) with `kubeconfig` (admin, initguard,
     /// initguard-2), feeding `stdin`.
     pub fn kubectl_with(&self, kubeconfig: &str, args: &[&str], stdin: Option<&str>) -> Output {

@@ -631,10 +631,10 @@ async fn scheduling_gates_can_only_be_removed() {
         }
     })
     .await;
-    assert_eq!(
-        running.spec.unwrap().node_name.as_deref(),
-        Some("sim-node-1")
-    );
+    let spec = running.spec.unwrap();
+    assert_eq!(spec.node_name.as_deref(), Some("sim-node-1"));
+    // As a real server stores it: no empty list of gates, no field at all.
+    assert_eq!(spec.scheduling_gates, None);
     let conds = running.status.unwrap().conditions.unwrap();
     for t in ["PodScheduled", "Ready"] {
         assert!(

@@ -1,0 +1,403 @@
+//! One scripted list of requests sent to the simulated API server and to the real
+//! kube-apiserver of the test bed, their answers normalized (status code, `Status` reason, the
+//! fields the guard, the demo and kubectl users rely on) and compared. A difference fails the
+//! test unless tests/real_cluster/differences.md lists it (by step) with why it does not
+//! matter; a listed difference that is gone fails too, so the table stays true.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use http::{Method, Request};
+use http_body_util::BodyExt;
+use initguard::sim::{Sim, SimOptions};
+use kube::client::Body;
+use serde_json::{Value, json};
+
+use crate::testbed::*;
+
+const NS: &str = "differential";
+/// Created by `kubectl create namespace`.
+const KUBECTL_NS: &str = "differential-kubectl";
+const GATE_A: &str = "a.example.com";
+const GATE_B: &str = "b.example.com";
+
+/// One server under comparison: a raw client (no retries) and kubectl for it.
+struct Server {
+    client: kube::Client,
+    kubeconfig: std::path::PathBuf,
+}
+
+impl Server {
+    /// `method path` with an optional body of `content_type`: (status, JSON body or Null).
+    async fn call(&self, method: Method, path: &str, body: Option<(&str, Value)>) -> (u16, Value) {
+        let mut request = Request::builder().method(method.clone()).uri(path);
+        let bytes = match body {
+            Some((content_type, value)) => {
+                request = request.header(http::header::CONTENT_TYPE, content_type);
+                serde_json::to_vec(&value).unwrap_or_default()
+            }
+            None => Vec::new(),
+        };
+        let request = request
+            .body(Body::from(bytes))
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let response = self
+            .client
+            .send(request)
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let status = response.status().as_u16();
+        let raw = response
+            .into_body()
+            .collect()
+            .await
+            .unwrap_or_else(|e| panic!("{method} {path}: reading the body: {e}"))
+            .to_bytes();
+        (status, serde_json::from_slice(&raw).unwrap_or(Value::Null))
+    }
+
+    /// kubectl (of the test bed's version) against this server: (exit code, stdout + stderr).
+    /// Asynchronous: the simulator answers from this runtime, which a blocking wait could
+    /// starve.
+    async fn kubectl(&self, tb: &Testbed, args: &[&str]) -> (i32, String) {
+        let run = tokio::process::Command::new(tb.kubectl_path())
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(args)
+            .kill_on_drop(true)
+            .output();
+        let out = tokio::time::timeout(crate::wait::PATIENCE, run)
+            .await
+            .unwrap_or_else(|_| panic!("kubectl {args:?} did not finish"))
+            .unwrap_or_else(|e| panic!("cannot run kubectl {args:?}: {e}"));
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (out.status.code().unwrap_or(-1), text)
+    }
+}
+
+/// What the comparison looks at in a `Status` answer.
+fn status_view(status: u16, body: &Value) -> Value {
+    json!({ "code": status, "reason": body["reason"], "kind": body["kind"] })
+}
+
+/// What the comparison looks at in a pod: its gates, the scheduling-gated condition, labels.
+fn pod_view(status: u16, pod: &Value) -> Value {
+    let gated = pod["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "PodScheduled")
+        .map(|c| json!({ "status": c["status"], "reason": c["reason"] }))
+        .unwrap_or(Value::Null);
+    json!({
+        "code": status,
+        "schedulingGates": pod["spec"].get("schedulingGates").cloned().unwrap_or(json!("<absent>")),
+        "podScheduled": gated,
+        "labels": pod["metadata"]["labels"],
+    })
+}
+
+/// Names of the items of a list answer, sorted.
+fn list_view(status: u16, list: &Value) -> Value {
+    let mut names: Vec<&str> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["metadata"]["name"].as_str())
+        .collect();
+    names.sort_unstable();
+    json!({ "code": status, "kind": list["kind"], "items": names })
+}
+
+/// Run the script against `server`: step name -> normalized answer.
+async fn script(tb: &Testbed, server: &Server) -> BTreeMap<&'static str, Value> {
+    let mut out = BTreeMap::new();
+    let pods = format!("/api/v1/namespaces/{NS}/pods");
+    let pod = |name: &str, labels: Value, gates: &[&str]| {
+        json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": { "name": name, "labels": labels },
+            "spec": {
+                "containers": [{ "name": "main", "image": "registry.k8s.io/pause:3.10" }],
+                "schedulingGates": gates.iter().map(|g| json!({ "name": g })).collect::<Vec<_>>(),
+            },
+        })
+    };
+    const JSON: &str = "application/json";
+    const JSON_PATCH: &str = "application/json-patch+json";
+    const MERGE: &str = "application/merge-patch+json";
+
+    let (s, b) = server
+        .call(
+            Method::POST,
+            "/api/v1/namespaces",
+            Some((
+                JSON,
+                json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": NS } }),
+            )),
+        )
+        .await;
+    out.insert(
+        "create a namespace",
+        json!({ "code": s, "kind": b["kind"] }),
+    );
+
+    let (s, b) = server
+        .call(
+            Method::POST,
+            &pods,
+            Some((JSON, pod("gated", json!({ "app": "x" }), &[GATE_A, GATE_B]))),
+        )
+        .await;
+    out.insert("create a gated pod", pod_view(s, &b));
+    let (s, b) = server
+        .call(
+            Method::POST,
+            &pods,
+            Some((JSON, pod("plain", json!({ "app": "y" }), &[]))),
+        )
+        .await;
+    out.insert(
+        "create an ungated pod",
+        json!({ "code": s, "kind": b["kind"] }),
+    );
+    let (s, b) = server
+        .call(
+            Method::POST,
+            &pods,
+            Some((JSON, pod("gated", json!({}), &[GATE_A]))),
+        )
+        .await;
+    out.insert("create an existing pod", status_view(s, &b));
+
+    let (s, b) = server
+        .call(Method::GET, &format!("{pods}/gated"), None)
+        .await;
+    out.insert("get the gated pod", pod_view(s, &b));
+    let resource_version = b["metadata"]["resourceVersion"].clone();
+    let (s, b) = server
+        .call(Method::GET, &format!("{pods}/missing"), None)
+        .await;
+    out.insert("get a missing pod", status_view(s, &b));
+
+    let (s, b) = server
+        .call(Method::GET, &format!("{pods}?labelSelector=app%3Dx"), None)
+        .await;
+    out.insert("list by label", list_view(s, &b));
+    let (s, b) = server
+        .call(
+            Method::GET,
+            &format!("{pods}?fieldSelector=metadata.name%3Dplain"),
+            None,
+        )
+        .await;
+    out.insert("list by field", list_view(s, &b));
+    let (s, b) = server
+        .call(
+            Method::GET,
+            &format!("{pods}?labelSelector=app%3D%3D%3D"),
+            None,
+        )
+        .await;
+    out.insert("list by a bad selector", status_view(s, &b));
+
+    // The guard's bypass: a failed `test`, then the real one.
+    let failed = json!([
+        { "op": "test", "path": "/spec/schedulingGates/0/name", "value": GATE_B },
+        { "op": "remove", "path": "/spec/schedulingGates/0" },
+    ]);
+    let (s, b) = server
+        .call(
+            Method::PATCH,
+            &format!("{pods}/gated"),
+            Some((JSON_PATCH, failed)),
+        )
+        .await;
+    out.insert("json patch with a failed test", status_view(s, &b));
+    let bypass = json!([
+        { "op": "test", "path": "/spec/schedulingGates/0/name", "value": GATE_A },
+        { "op": "remove", "path": "/spec/schedulingGates/0" },
+    ]);
+    let (s, b) = server
+        .call(
+            Method::PATCH,
+            &format!("{pods}/gated"),
+            Some((JSON_PATCH, bypass)),
+        )
+        .await;
+    out.insert("json patch removing one gate", pod_view(s, &b));
+    let (s, b) = server
+        .call(
+            Method::PATCH,
+            &format!("{pods}/gated"),
+            Some((MERGE, json!({ "metadata": { "labels": { "team": "t" } } }))),
+        )
+        .await;
+    out.insert("merge patch of a label", pod_view(s, &b));
+    let (s, b) = server
+        .call(
+            Method::PATCH,
+            &format!("{pods}/gated"),
+            Some((
+                JSON_PATCH,
+                json!([{ "op": "add", "path": "/spec/schedulingGates/-", "value": { "name": "c.example.com" } }]),
+            )),
+        )
+        .await;
+    out.insert("adding a gate after creation", status_view(s, &b));
+
+    // An update from a stale read.
+    let mut stale = pod("gated", json!({ "app": "x" }), &[GATE_B]);
+    stale["metadata"]["resourceVersion"] = resource_version;
+    let (s, b) = server
+        .call(Method::PUT, &format!("{pods}/gated"), Some((JSON, stale)))
+        .await;
+    out.insert("update with a stale resourceVersion", status_view(s, &b));
+
+    let last = json!([
+        { "op": "test", "path": "/spec/schedulingGates/0/name", "value": GATE_B },
+        { "op": "remove", "path": "/spec/schedulingGates/0" },
+    ]);
+    let (s, b) = server
+        .call(
+            Method::PATCH,
+            &format!("{pods}/gated"),
+            Some((JSON_PATCH, last)),
+        )
+        .await;
+    out.insert("json patch removing the last gate", pod_view(s, &b));
+
+    // Discovery of the groups the guard uses.
+    let (s, b) = server.call(Method::GET, "/apis", None).await;
+    let served: BTreeSet<String> = b["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["versions"].as_array().cloned().unwrap_or_default())
+        .filter_map(|v| v["groupVersion"].as_str().map(str::to_owned))
+        .collect();
+    let wanted = ["apps/v1", "batch/v1", "coordination.k8s.io/v1"];
+    out.insert(
+        "discovery of the guard's groups",
+        json!({ "code": s, "served": wanted.iter().filter(|g| served.contains(**g)).collect::<Vec<_>>() }),
+    );
+    let (s, b) = server.call(Method::GET, "/api", None).await;
+    out.insert(
+        "core discovery",
+        json!({ "code": s, "versions": b["versions"] }),
+    );
+
+    // What a kubectl user sees.
+    let (code, text) = server
+        .kubectl(tb, &["create", "namespace", KUBECTL_NS])
+        .await;
+    out.insert(
+        "kubectl create namespace",
+        json!({ "exit": code, "out": text.trim() }),
+    );
+    let (code, text) = server
+        .kubectl(tb, &["get", "pods", "-n", NS, "-o", "name"])
+        .await;
+    out.insert(
+        "kubectl get pods -o name",
+        json!({ "exit": code, "out": text.trim() }),
+    );
+    let (code, text) = server.kubectl(tb, &["get", "pods", "-n", NS]).await;
+    let header = text
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect::<Vec<_>>();
+    out.insert(
+        "kubectl get pods (columns)",
+        json!({ "exit": code, "columns": header }),
+    );
+    let (code, text) = server
+        .kubectl(tb, &["describe", "pod", "gated", "-n", NS])
+        .await;
+    let fields: Vec<&str> = ["Name:", "Namespace:", "Labels:", "Status:", "Conditions:"]
+        .into_iter()
+        .filter(|f| text.contains(*f))
+        .collect();
+    out.insert(
+        "kubectl describe pod (fields)",
+        json!({ "exit": code, "fields": fields }),
+    );
+    out
+}
+
+/// Steps whose answers may differ, from the committed table.
+fn tabled_differences() -> BTreeSet<String> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/real_cluster/differences.md");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    // Table rows: `| step | simulator | real server | why it does not matter |`.
+    text.lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| step") && !l.starts_with("| ---"))
+        .filter_map(|l| {
+            l.split('|')
+                .nth(1)
+                .map(|s| s.trim().trim_matches('`').to_owned())
+        })
+        .collect()
+}
+
+pub async fn sim_answers_as_the_real_server(tb: Arc<Testbed>) {
+    let sim = Sim::start(SimOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("the simulator does not start: {e}"));
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("no temporary directory: {e}"));
+    let sim_kubeconfig = dir.path().join("sim.kubeconfig");
+    sim.write_kubeconfig(&sim_kubeconfig, "system:admin")
+        .unwrap_or_else(|e| panic!("cannot write the simulator's kubeconfig: {e}"));
+    let mut sim_config = sim.kube_config("system:admin");
+    sim_config.default_retry = false;
+    let simulated = Server {
+        client: kube::Client::try_from(sim_config).unwrap_or_else(|e| panic!("sim client: {e}")),
+        kubeconfig: sim_kubeconfig,
+    };
+    let real = Server {
+        client: tb.admin_client().await,
+        kubeconfig: tb.kubeconfig("admin"),
+    };
+
+    let from_sim = script(&tb, &simulated).await;
+    let from_real = script(&tb, &real).await;
+    sim.shutdown().await;
+    tb.kubectl(&["delete", "namespace", NS, KUBECTL_NS, "--wait=false"]);
+
+    let tabled = tabled_differences();
+    let mut untabled = Vec::new();
+    let mut stale = Vec::new();
+    for (step, real_answer) in &from_real {
+        let sim_answer = &from_sim[step];
+        let differs = sim_answer != real_answer;
+        println!(
+            "differential: {step}: {}",
+            if differs { "DIFFERS" } else { "same" }
+        );
+        match (differs, tabled.contains(*step)) {
+            (true, false) => untabled.push(format!(
+                "{step}:\n  simulator:   {sim_answer}\n  real server: {real_answer}"
+            )),
+            (false, true) => stale.push(step.to_string()),
+            _ => {}
+        }
+    }
+    assert!(
+        untabled.is_empty(),
+        "the simulator differs from the real API server (fix it, or table the difference in \
+         tests/real_cluster/differences.md with why it does not matter):\n{}",
+        untabled.join("\n")
+    );
+    assert!(
+        stale.is_empty(),
+        "tabled differences that are gone (remove them from differences.md): {stale:?}"
+    );
+}
