@@ -206,70 +206,34 @@ async fn script(tb: &Testbed, server: &Server) -> BTreeMap<&'static str, Value> 
         .await;
     out.insert("list by a bad selector", status_view(s, &b));
 
-    // The guard's bypass: a failed `test`, then the real one.
-    let failed = json!([
-        { "op": "test", "path": "/spec/schedulingGates/0/name", "value": GATE_B },
-        { "op": "remove", "path": "/spec/schedulingGates/0" },
-    ]);
-    let (s, b) = server
-        .call(
-            Method::PATCH,
-            &format!("{pods}/gated"),
-            Some((JSON_PATCH, failed)),
-        )
-        .await;
+    // The guard's bypass: remove the first gate if it is `name`.
+    let gated = format!("{pods}/gated");
+    let patch = |content_type: &'static str, body: Value| {
+        server.call(Method::PATCH, &gated, Some((content_type, body)))
+    };
+    let bypass = |name: &str| {
+        json!([
+            { "op": "test", "path": "/spec/schedulingGates/0/name", "value": name },
+            { "op": "remove", "path": "/spec/schedulingGates/0" },
+        ])
+    };
+    let (s, b) = patch(JSON_PATCH, bypass(GATE_B)).await;
     out.insert("json patch with a failed test", status_view(s, &b));
-    let bypass = json!([
-        { "op": "test", "path": "/spec/schedulingGates/0/name", "value": GATE_A },
-        { "op": "remove", "path": "/spec/schedulingGates/0" },
-    ]);
-    let (s, b) = server
-        .call(
-            Method::PATCH,
-            &format!("{pods}/gated"),
-            Some((JSON_PATCH, bypass)),
-        )
-        .await;
+    let (s, b) = patch(JSON_PATCH, bypass(GATE_A)).await;
     out.insert("json patch removing one gate", pod_view(s, &b));
-    let (s, b) = server
-        .call(
-            Method::PATCH,
-            &format!("{pods}/gated"),
-            Some((MERGE, json!({ "metadata": { "labels": { "team": "t" } } }))),
-        )
-        .await;
+    let (s, b) = patch(MERGE, json!({ "metadata": { "labels": { "team": "t" } } })).await;
     out.insert("merge patch of a label", pod_view(s, &b));
-    let (s, b) = server
-        .call(
-            Method::PATCH,
-            &format!("{pods}/gated"),
-            Some((
-                JSON_PATCH,
-                json!([{ "op": "add", "path": "/spec/schedulingGates/-", "value": { "name": "c.example.com" } }]),
-            )),
-        )
-        .await;
+    let add = json!([{ "op": "add", "path": "/spec/schedulingGates/-", "value": { "name": "c.example.com" } }]);
+    let (s, b) = patch(JSON_PATCH, add).await;
     out.insert("adding a gate after creation", status_view(s, &b));
 
     // An update from a stale read.
     let mut stale = pod("gated", json!({ "app": "x" }), &[GATE_B]);
     stale["metadata"]["resourceVersion"] = resource_version;
-    let (s, b) = server
-        .call(Method::PUT, &format!("{pods}/gated"), Some((JSON, stale)))
-        .await;
+    let (s, b) = server.call(Method::PUT, &gated, Some((JSON, stale))).await;
     out.insert("update with a stale resourceVersion", status_view(s, &b));
 
-    let last = json!([
-        { "op": "test", "path": "/spec/schedulingGates/0/name", "value": GATE_B },
-        { "op": "remove", "path": "/spec/schedulingGates/0" },
-    ]);
-    let (s, b) = server
-        .call(
-            Method::PATCH,
-            &format!("{pods}/gated"),
-            Some((JSON_PATCH, last)),
-        )
-        .await;
+    let (s, b) = patch(JSON_PATCH, bypass(GATE_B)).await;
     out.insert("json patch removing the last gate", pod_view(s, &b));
 
     // Discovery of the groups the guard uses.
