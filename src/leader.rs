@@ -96,12 +96,12 @@ pub fn identity() -> String {
 }
 
 /// The election, as a task for the caller to spawn (under [`crate::supervise`]). The receiver
-/// is `true` while this replica may write. With leader election
-/// disabled it is always `true`. Why this replica cannot take part (no discovery, a lock it
-/// may not write) goes to `problems`, and so to `/readyz` and `/status`. `renewed` gets the
-/// instant at which each successful acquire or renew round *started* (the earliest the lease
-/// record can say; others count its duration from their later observation), and None on
-/// losing the lease: the actuator fences writes with it.
+/// is `true` while this replica may write; with leader election disabled it is always `true`.
+/// Why this replica cannot take part (no discovery, a lock it may not write) goes to
+/// `problems`, and so to `/readyz` and `/status`. `renewed` gets the instant at which each
+/// successful acquire or renew round *started* (the earliest the lease record can say; others
+/// count its duration from their later observation), and None on losing the lease: the
+/// actuator fences writes with it.
 pub fn elect(
     client: kube::Client,
     config: &LeaderElection,

@@ -91,7 +91,8 @@ impl Shared {
         *self.leader.borrow()
     }
 
-    /// Whether the control loop made progress within the stall window.
+    /// Whether no task has panicked and the control loop made progress within the stall
+    /// window.
     pub fn healthy(&self) -> bool {
         self.failures.list().is_empty()
             && self
