@@ -141,7 +141,79 @@ pub fn columns(res: &ResourceInfo) -> Vec<Value> {
             column("Holder", "string", "", "The holder of the lease.", 0),
             age_column("Age"),
         ],
-        Storage::Events => vec![name_column(), age_column("Created At")],
+        // pkg/printers/internalversion: eventColumnDefinitions.
+        Storage::Events => vec![
+            column(
+                "Last Seen",
+                "string",
+                "",
+                "The time at which the most recent occurrence of this event was recorded.",
+                0,
+            ),
+            column(
+                "Type",
+                "string",
+                "",
+                "Type of this event (Normal, Warning), new types could be added in the future",
+                0,
+            ),
+            column(
+                "Reason",
+                "string",
+                "",
+                "This should be a short, machine understandable string that gives the reason for the transition into the object's current status.",
+                0,
+            ),
+            column(
+                "Object",
+                "string",
+                "",
+                "The object that this event is about.",
+                0,
+            ),
+            column(
+                "Subobject",
+                "string",
+                "",
+                "If referring to a piece of an object instead of an entire object, this string should contain a valid JSON/Go field access statement.",
+                1,
+            ),
+            column(
+                "Source",
+                "string",
+                "",
+                "The component reporting this event. Should be a short machine understandable string.",
+                1,
+            ),
+            column(
+                "Message",
+                "string",
+                "",
+                "A human-readable description of the status of this operation.",
+                0,
+            ),
+            column(
+                "First Seen",
+                "string",
+                "",
+                "The time at which the event was first recorded. (Time of server receipt is in TypeMeta.)",
+                1,
+            ),
+            column(
+                "Count",
+                "string",
+                "",
+                "The number of times this event has occurred.",
+                1,
+            ),
+            column(
+                "Name",
+                "string",
+                "name",
+                "Name must be unique within a namespace.",
+                1,
+            ),
+        ],
         Storage::ConfigMaps => vec![
             name_column(),
             column("Data", "string", "", "Number of data entries.", 0),
@@ -182,7 +254,7 @@ pub fn cells(res: &ResourceInfo, obj: &Value, now: jiff::Timestamp) -> Vec<Value
             json!(obj["spec"]["holderIdentity"].as_str().unwrap_or("")),
             json!(age),
         ],
-        Storage::Events => vec![name, obj["metadata"]["creationTimestamp"].clone()],
+        Storage::Events => event_cells(obj, name, now),
         Storage::ConfigMaps => vec![
             name,
             json!(obj["data"].as_object().map_or(0, |d| d.len())),
@@ -190,6 +262,59 @@ pub fn cells(res: &ResourceInfo, obj: &Value, now: jiff::Timestamp) -> Vec<Value
         ],
         Storage::Jobs | Storage::CronJobs => vec![name, json!(age)],
     }
+}
+
+/// `printEvent` with `Wide: true`, as the API server prints (the client hides priority-1
+/// columns).
+fn event_cells(event: &Value, name: Value, now: jiff::Timestamp) -> Vec<Value> {
+    let since = |field: &Value| {
+        field
+            .as_str()
+            .and_then(|t| t.parse::<jiff::Timestamp>().ok())
+            .map(|t| human_duration(now.as_second() - t.as_second()))
+    };
+    let unknown = || "<unknown>".to_string();
+    let first = since(&event["firstTimestamp"])
+        .or_else(|| since(&event["eventTime"]))
+        .unwrap_or_else(unknown);
+    let mut last = since(&event["lastTimestamp"]).unwrap_or_else(|| first.clone());
+    let mut count = event["count"].as_i64().unwrap_or(0);
+    if event["series"].is_object() {
+        last = since(&event["series"]["lastObservedTime"]).unwrap_or_else(unknown);
+        count = event["series"]["count"].as_i64().unwrap_or(0);
+    } else if count == 0 {
+        count = 1;
+    }
+    let involved = &event["involvedObject"];
+    let kind = involved["kind"].as_str().unwrap_or("").to_lowercase();
+    let target = match involved["name"].as_str() {
+        Some(n) if !n.is_empty() => format!("{kind}/{n}"),
+        _ => kind,
+    };
+    let text = |v: &Value| v.as_str().unwrap_or("").to_string();
+    let non_empty = |a: &Value, b: &Value| {
+        let a = text(a);
+        if a.is_empty() { text(b) } else { a }
+    };
+    let component = non_empty(&event["source"]["component"], &event["reportingComponent"]);
+    let instance = non_empty(&event["source"]["host"], &event["reportingInstance"]);
+    let source = if instance.is_empty() {
+        component
+    } else {
+        format!("{component}, {instance}")
+    };
+    vec![
+        json!(last),
+        json!(text(&event["type"])),
+        json!(text(&event["reason"])),
+        json!(target),
+        json!(text(&involved["fieldPath"])),
+        json!(source),
+        json!(text(&event["message"]).trim()),
+        json!(first),
+        json!(count),
+        name,
+    ]
 }
 
 fn pod_cells(pod: &Value, name: Value, age: String) -> Vec<Value> {

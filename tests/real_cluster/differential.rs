@@ -57,6 +57,40 @@ impl Server {
         (status, serde_json::from_slice(&raw).unwrap_or(Value::Null))
     }
 
+    /// `GET path` of a watch (which must end by itself, `timeoutSeconds`): (status, one JSON
+    /// value per line of the body).
+    async fn watch(&self, path: &str) -> (u16, Vec<Value>) {
+        let request = Request::builder()
+            .method(Method::GET)
+            .uri(path)
+            .body(Body::from(Vec::new()))
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+        let exchange = async {
+            let response = self
+                .client
+                .send(request)
+                .await
+                .unwrap_or_else(|e| panic!("GET {path}: {e}"));
+            let status = response.status().as_u16();
+            let raw = response
+                .into_body()
+                .collect()
+                .await
+                .unwrap_or_else(|e| panic!("GET {path}: reading the body: {e}"))
+                .to_bytes();
+            (status, raw)
+        };
+        let (status, raw) = tokio::time::timeout(crate::wait::PATIENCE, exchange)
+            .await
+            .unwrap_or_else(|_| panic!("the watch GET {path} did not end"));
+        let events = String::from_utf8_lossy(&raw)
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("watch line {l:?}: {e}")))
+            .collect();
+        (status, events)
+    }
+
     /// kubectl (of the test bed's version) against this server: (exit code, stdout + stderr).
     /// Asynchronous: the simulator answers from this runtime, which a blocking wait could
     /// starve.
@@ -236,6 +270,59 @@ async fn script(tb: &Testbed, server: &Server) -> BTreeMap<&'static str, Value> 
     let (s, b) = patch(JSON_PATCH, bypass(GATE_B)).await;
     out.insert("json patch removing the last gate", pod_view(s, &b));
 
+    // A watch from a list's resourceVersion replays what changed after it, in order; bookmarks
+    // (whether one comes within the timeout is the server's choice) carry only a version.
+    let (s, b) = server.call(Method::GET, &pods, None).await;
+    let listed = b["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let (created, _) = server
+        .call(
+            Method::POST,
+            &pods,
+            Some((JSON, pod("watched", json!({ "app": "w" }), &[GATE_A]))),
+        )
+        .await;
+    let (deleted, _) = server
+        .call(Method::DELETE, &format!("{pods}/watched"), None)
+        .await;
+    let (w, events) = server
+        .watch(&format!(
+            "{pods}?watch=true&resourceVersion={listed}&allowWatchBookmarks=true&timeoutSeconds=2"
+        ))
+        .await;
+    let changes: Vec<Value> = events
+        .iter()
+        .filter(|e| e["type"] != "BOOKMARK")
+        .map(|e| json!([e["type"], e["object"]["metadata"]["name"]]))
+        .collect();
+    let bookmarks_bare = events.iter().filter(|e| e["type"] == "BOOKMARK").all(|e| {
+        e["object"]["kind"] == "Pod"
+            && e["object"]["metadata"]["resourceVersion"].is_string()
+            && e["object"]["metadata"]["name"].is_null()
+    });
+    out.insert(
+        "watch from a listed resourceVersion",
+        json!({ "list": s, "create": created, "delete": deleted, "watch": w,
+                "changes": changes, "bookmarks carry only a version": bookmarks_bare }),
+    );
+    // A version long compacted away: the watch answers with one ERROR event, a 410 Expired,
+    // which tells clients to list again.
+    let (w, events) = server
+        .watch(&format!(
+            "{pods}?watch=true&resourceVersion=1&timeoutSeconds=2"
+        ))
+        .await;
+    let errors: Vec<Value> = events
+        .iter()
+        .map(|e| json!([e["type"], e["object"]["code"], e["object"]["reason"]]))
+        .collect();
+    out.insert(
+        "watch from a compacted resourceVersion",
+        json!({ "watch": w, "events": errors }),
+    );
+
     // Discovery of the groups the guard uses.
     let (s, b) = server.call(Method::GET, "/apis", None).await;
     let served: BTreeSet<String> = b["groups"]
@@ -293,7 +380,61 @@ async fn script(tb: &Testbed, server: &Server) -> BTreeMap<&'static str, Value> 
         "kubectl describe pod (fields)",
         json!({ "exit": code, "fields": fields }),
     );
+
+    // The guard's Events as an operator lists them.
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let event = json!({
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": { "name": "gated.bypass" },
+        "involvedObject": { "apiVersion": "v1", "kind": "Pod", "name": "gated", "namespace": NS },
+        "reason": "InitializerBypassed", "type": "Warning", "message": "initguard removed a.example.com",
+        "count": 1, "firstTimestamp": now, "lastTimestamp": now,
+        "source": { "component": "initguard" },
+        "reportingComponent": "initguard", "reportingInstance": "system:initguard",
+    });
+    let (s, _) = server
+        .call(
+            Method::POST,
+            &format!("/api/v1/namespaces/{NS}/events"),
+            Some((JSON, event)),
+        )
+        .await;
+    for (step, wide) in [
+        ("kubectl get events", false),
+        ("kubectl get events -o wide", true),
+    ] {
+        let mut args = vec!["get", "events", "-n", NS];
+        if wide {
+            args.extend(["-o", "wide"]);
+        }
+        let (code, text) = server.kubectl(tb, &args).await;
+        let mut lines = text.lines();
+        let header: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
+        // Ages differ by when each server ran the script: compare the rest of the row.
+        let row: Vec<&str> = lines
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .filter(|cell| !is_age(cell))
+            .collect();
+        out.insert(
+            step,
+            json!({ "create": s, "exit": code, "columns": header, "row": row }),
+        );
+    }
     out
+}
+
+/// A cell of kubectl's ages (`4s`, `2m5s`, `<unknown>`).
+fn is_age(cell: &str) -> bool {
+    cell == "<unknown>"
+        || (!cell.is_empty()
+            && cell
+                .chars()
+                .all(|c| c.is_ascii_digit() || "smhdy".contains(c))
+            && cell.starts_with(|c: char| c.is_ascii_digit()))
 }
 
 /// Steps whose answers may differ, from the committed table.
@@ -313,9 +454,13 @@ fn tabled_differences() -> BTreeSet<String> {
 }
 
 pub async fn sim_answers_as_the_real_server(tb: Arc<Testbed>) {
-    let sim = Sim::start(SimOptions::default())
-        .await
-        .unwrap_or_else(|e| panic!("the simulator does not start: {e}"));
+    // A short change window, so that resourceVersion 1 is compacted away as on the real server.
+    let sim = Sim::start(SimOptions {
+        history_window: 8,
+        ..SimOptions::default()
+    })
+    .await
+    .unwrap_or_else(|e| panic!("the simulator does not start: {e}"));
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("no temporary directory: {e}"));
     let sim_kubeconfig = dir.path().join("sim.kubeconfig");
     sim.write_kubeconfig(&sim_kubeconfig, "system:admin")
