@@ -15,10 +15,7 @@
 //! [--scale-pods N] [--idle-seconds N]`. Without a built test bed it fails with the command
 //! that builds it.
 
-#[allow(dead_code)]
-#[path = "../tests/real_cluster/testbed.rs"]
-mod testbed;
-use initguard_test_support::wait;
+use initguard_test_support::testbed;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead as _, Seek as _};
@@ -895,7 +892,7 @@ async fn scale(server: &mut Server, pods: usize, idle: Duration) -> Result<Scale
 
 async fn run(args: Args) -> Result<()> {
     eprintln!("real: starting the test bed (tests/testbed/up) and the simulator");
-    let tb = Testbed::up().map_err(|e| anyhow!(e))?;
+    let tb = Testbed::up(env!("CARGO_BIN_EXE_initguard")).map_err(|e| anyhow!(e))?;
     let version = std::fs::read_to_string(
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/testbed/build"),
     )

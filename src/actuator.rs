@@ -9,6 +9,7 @@
 //! successful renew plus that timeout would pass `renewDeadline` (after which the replica steps
 //! down, and another may take over once `leaseDuration` has passed since it saw that renew).
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -16,7 +17,7 @@ use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use rand::Rng;
-use tokio::sync::{Semaphore, mpsc, watch};
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -206,44 +207,77 @@ enum Attempt {
 }
 
 impl Worker {
+    /// Patches run up to `maxInFlight` at once. The Event of each bypass is written once no
+    /// bypass is waiting or in flight: during a burst, removing gates is what unblocks the
+    /// cluster, and the Events would otherwise take half of the slots and of the API server.
     async fn run(self, mut rx: mpsc::Receiver<BypassJob>, cancel: CancellationToken) {
-        let slots = Arc::new(Semaphore::new(self.config.max_in_flight.max(1)));
-        let mut tasks = JoinSet::new();
+        let slots = self.config.max_in_flight.max(1);
+        // A patch task yields its job when it bypassed, for the Event.
+        let mut patches: JoinSet<Option<BypassJob>> = JoinSet::new();
+        let mut events: JoinSet<()> = JoinSet::new();
+        let mut unrecorded: VecDeque<BypassJob> = VecDeque::new();
         loop {
-            let job = tokio::select! {
+            while patches.is_empty() && rx.is_empty() && events.len() < slots {
+                let Some(job) = unrecorded.pop_front() else {
+                    break;
+                };
+                let worker = self.clone();
+                events.spawn(async move { worker.record(&job).await });
+            }
+            let free = patches.len() + events.len() < slots;
+            tokio::select! {
                 biased;
                 _ = cancel.cancelled() => break,
-                job = rx.recv() => match job { Some(j) => j, None => break },
-                Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
-            };
-            let permit = tokio::select! {
-                _ = cancel.cancelled() => { self.report(Report::Skipped { job }); break; }
-                p = Arc::clone(&slots).acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-            };
-            let worker = self.clone();
-            let cancel = cancel.clone();
-            tasks.spawn(async move {
-                let report = worker.execute(job, &cancel).await;
-                worker.report(report);
-                drop(permit);
-            });
+                Some(done) = patches.join_next(), if !patches.is_empty() => {
+                    if let Ok(Some(job)) = done {
+                        unrecorded.push_back(job);
+                    }
+                }
+                Some(_) = events.join_next(), if !events.is_empty() => {}
+                job = rx.recv(), if free => match job {
+                    Some(job) => {
+                        let worker = self.clone();
+                        let cancel = cancel.clone();
+                        patches.spawn(async move {
+                            let report = worker.execute(job, &cancel).await;
+                            let bypassed = match &report {
+                                Report::Bypassed { job, .. } => Some(job.clone()),
+                                _ => None,
+                            };
+                            worker.report(report);
+                            bypassed
+                        });
+                    }
+                    None => break,
+                },
+            }
         }
         // Queued but not started: hand back so nothing is lost silently.
         rx.close();
         while let Ok(job) = rx.try_recv() {
             self.report(Report::Skipped { job });
         }
-        if tokio::time::timeout(DRAIN_TIMEOUT, async {
-            while tasks.join_next().await.is_some() {}
+        let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
+            while let Some(done) = patches.join_next().await {
+                if let Ok(Some(job)) = done {
+                    unrecorded.push_back(job);
+                }
+            }
+            for job in unrecorded.drain(..) {
+                let worker = self.clone();
+                events.spawn(async move { worker.record(&job).await });
+            }
+            while events.join_next().await.is_some() {}
         })
-        .await
-        .is_err()
-        {
+        .await;
+        if drained.is_err() {
             warn!(
-                in_flight = tasks.len(),
-                "shutdown: abandoning bypass patches still in flight"
+                patches_in_flight = patches.len(),
+                events_not_recorded = unrecorded.len() + events.len(),
+                "shutdown: abandoning bypass patches and InitializerBypassed events still in flight"
             );
-            tasks.abort_all();
+            patches.abort_all();
+            events.abort_all();
         }
     }
 
@@ -299,12 +333,6 @@ impl Worker {
                     self.metrics.bypassed(&job.initializer, job.reason);
                     info!(pod = %job.key, initializer = %job.initializer, reason = job.reason.as_str(),
                         waited = ?job.waited, owner = %job.owner, "bypassed initializer");
-                    if tokio::time::timeout(self.fence.write_timeout, self.publish_event(&job))
-                        .await
-                        .is_err()
-                    {
-                        warn!(pod = %job.key, "recording the InitializerBypassed event timed out");
-                    }
                     return Report::Bypassed { job, pod };
                 }
                 Attempt::Stale => {
@@ -376,6 +404,16 @@ impl Worker {
                 "no answer within the write timeout of {:?}",
                 self.fence.write_timeout
             )),
+        }
+    }
+
+    /// [`Worker::publish_event`] within the write timeout.
+    async fn record(&self, job: &BypassJob) {
+        if tokio::time::timeout(self.fence.write_timeout, self.publish_event(job))
+            .await
+            .is_err()
+        {
+            warn!(pod = %job.key, "recording the InitializerBypassed event timed out");
         }
     }
 

@@ -12,9 +12,7 @@
 //!
 //! Without a built test bed the target skips with a message, unless `CI` is set: then it fails.
 
-#[path = "real_cluster/testbed.rs"]
-mod testbed;
-use initguard_test_support::wait;
+use initguard_test_support::{testbed, wait};
 
 #[path = "real_cluster/controllers.rs"]
 mod controllers;
@@ -114,7 +112,7 @@ fn main() -> ExitCode {
 
     println!("\nrunning {} real-cluster scenarios", chosen.len());
     let started = Instant::now();
-    let tb = match Testbed::up() {
+    let tb = match Testbed::up(env!("CARGO_BIN_EXE_initguard")) {
         Ok(tb) => Arc::new(tb),
         Err(e) => {
             eprintln!("real_cluster: FAILED to start the test bed: {e}");

@@ -26,6 +26,9 @@ const GATE_B: &str = "b.example.com";
 struct Server {
     client: kube::Client,
     kubeconfig: std::path::PathBuf,
+    /// The real server's test bed, whose etcd can be compacted; None for the simulator, whose
+    /// short change window (`SimOptions::history_window`) stands for compaction.
+    etcd: Option<Arc<Testbed>>,
 }
 
 impl Server {
@@ -284,12 +287,25 @@ async fn script(tb: &Testbed, server: &Server) -> BTreeMap<&'static str, Value> 
             Some((JSON, pod("watched", json!({ "app": "w" }), &[GATE_A]))),
         )
         .await;
-    let (deleted, _) = server
-        .call(Method::DELETE, &format!("{pods}/watched"), None)
-        .await;
+    // The scheduler marks a gated pod SchedulingGated by a write of its own; wait for it, so
+    // that the deletion comes after it on both servers.
+    let watched = format!("{pods}/watched");
+    crate::wait::eventually_async(
+        "the scheduler to mark pod watched SchedulingGated",
+        || async {
+            let (_, pod) = server.call(Method::GET, &watched, None).await;
+            pod_view(200, &pod)["podScheduled"]["reason"]
+                .as_str()
+                .is_some_and(|r| r == "SchedulingGated")
+                .then_some(())
+        },
+    )
+    .await;
+    let (deleted, _) = server.call(Method::DELETE, &watched, None).await;
     let (w, events) = server
         .watch(&format!(
-            "{pods}?watch=true&resourceVersion={listed}&allowWatchBookmarks=true&timeoutSeconds=2"
+            "{pods}?watch=true&resourceVersion={listed}&allowWatchBookmarks=true&timeoutSeconds=2\
+             &fieldSelector=metadata.name%3Dwatched"
         ))
         .await;
     let changes: Vec<Value> = events
@@ -307,11 +323,21 @@ async fn script(tb: &Testbed, server: &Server) -> BTreeMap<&'static str, Value> 
         json!({ "list": s, "create": created, "delete": deleted, "watch": w,
                 "changes": changes, "bookmarks carry only a version": bookmarks_bare }),
     );
-    // A version long compacted away: the watch answers with one ERROR event, a 410 Expired,
-    // which tells clients to list again.
+    // A version compacted away: the watch answers with one ERROR event, a 410 Expired, which
+    // tells clients to list again. Events, because kube-apiserver keeps no watch cache for
+    // them (DefaultWatchCacheSizes): the watch reaches etcd, as one does once a watch cache's
+    // window has moved on (the pods cache of a young test bed still holds revision 1).
+    if let Some(tb) = &server.etcd {
+        let (_, b) = server.call(Method::GET, &pods, None).await;
+        let now = b["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("a pod list without a resourceVersion: {b}"));
+        tb.compact_etcd(now);
+    }
     let (w, events) = server
         .watch(&format!(
-            "{pods}?watch=true&resourceVersion=1&timeoutSeconds=2"
+            "/api/v1/namespaces/{NS}/events?watch=true&resourceVersion=1&timeoutSeconds=2"
         ))
         .await;
     let errors: Vec<Value> = events
@@ -410,11 +436,17 @@ async fn script(tb: &Testbed, server: &Server) -> BTreeMap<&'static str, Value> 
             args.extend(["-o", "wide"]);
         }
         let (code, text) = server.kubectl(tb, &args).await;
-        let mut lines = text.lines();
-        let header: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
-        // Ages differ by when each server ran the script: compare the rest of the row.
-        let row: Vec<&str> = lines
+        let header: Vec<&str> = text
+            .lines()
             .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        // The real scheduler adds Events of its own. Ages differ by when each server ran the
+        // script: compare the rest of the guard's row.
+        let row: Vec<&str> = text
+            .lines()
+            .find(|l| l.contains("InitializerBypassed"))
             .unwrap_or("")
             .split_whitespace()
             .filter(|cell| !is_age(cell))
@@ -470,10 +502,12 @@ pub async fn sim_answers_as_the_real_server(tb: Arc<Testbed>) {
     let simulated = Server {
         client: kube::Client::try_from(sim_config).unwrap_or_else(|e| panic!("sim client: {e}")),
         kubeconfig: sim_kubeconfig,
+        etcd: None,
     };
     let real = Server {
         client: tb.admin_client().await,
         kubeconfig: tb.kubeconfig("admin"),
+        etcd: Some(Arc::clone(&tb)),
     };
 
     let from_sim = script(&tb, &simulated).await;

@@ -4,5 +4,6 @@
 pub mod cpu;
 pub mod http;
 pub mod metrics;
+pub mod testbed;
 pub mod tools;
 pub mod wait;

@@ -1,6 +1,6 @@
-//! The real control plane of tests/testbed/ for the tests: started with `up`, stopped by a Drop
-//! guard with `down`; kubectl of the same version; the API server's audit log; the `initguard`
-//! binary run as a child process under one of the guard's identities.
+//! The real control plane of tests/testbed/ for the tests and benchmarks: started with `up`,
+//! stopped by a Drop guard with `down`; kubectl of the same version; the API server's audit
+//! log; the `initguard` binary run as a child process under one of the guard's identities.
 
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
@@ -21,8 +21,10 @@ pub const SIDECAR: &str = "sidecar.example.com";
 /// A gate no config lists (`unlistedInitializers: ignore`).
 pub const UNLISTED: &str = "unlisted.example.com";
 
+/// The initguard repository: this crate lives in `crates/test-support`.
 fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    std::fs::canonicalize(&path).unwrap_or(path)
 }
 
 /// Why the test bed cannot run.
@@ -54,13 +56,16 @@ pub struct Testbed {
     /// Kept on failure so logs and the audit log can be read afterwards.
     tmp: Option<tempfile::TempDir>,
     pub bin: PathBuf,
+    /// The `initguard` binary under test (`env!("CARGO_BIN_EXE_initguard")` of the caller).
+    guard_bin: PathBuf,
     /// Set when a scenario failed: the directory is kept.
     pub failed: AtomicBool,
 }
 
 impl Testbed {
     /// `tests/testbed/up` in a fresh directory; a watchdog stops it when this process exits.
-    pub fn up() -> Result<Testbed, String> {
+    /// `guard_bin` is the `initguard` binary that [`Testbed::guard`] runs.
+    pub fn up(guard_bin: impl Into<PathBuf>) -> Result<Testbed, String> {
         let tmp = tempfile::Builder::new()
             .prefix("initguard-testbed-")
             .tempdir()
@@ -70,6 +75,7 @@ impl Testbed {
             dir: dir.clone(),
             tmp: Some(tmp),
             bin: PathBuf::new(),
+            guard_bin: guard_bin.into(),
             failed: AtomicBool::new(false),
         };
         let status = Command::new(repo().join("tests/testbed/up"))
@@ -99,6 +105,30 @@ impl Testbed {
     /// `DIR/NAME.kubeconfig`.
     pub fn kubeconfig(&self, name: &str) -> PathBuf {
         self.dir.join(format!("{name}.kubeconfig"))
+    }
+
+    /// Compact etcd's history up to `revision` (what kube-apiserver does every 5 minutes), so
+    /// that a watch from an older resourceVersion is answered 410 Expired.
+    pub fn compact_etcd(&self, revision: u64) {
+        let env = std::fs::read_to_string(self.dir.join("testbed.env"))
+            .unwrap_or_else(|e| panic!("cannot read testbed.env: {e}"));
+        let port = env
+            .lines()
+            .find_map(|l| l.strip_prefix("TESTBED_PORTS="))
+            .and_then(|ports| ports.split(',').find_map(|p| p.strip_prefix("etcd:")))
+            .unwrap_or_else(|| panic!("testbed.env names no etcd port:\n{env}"));
+        let body = json!({ "revision": revision.to_string(), "physical": true }).to_string();
+        let out = Command::new("curl")
+            .args(["-sS", "--max-time", "30", "-X", "POST", "-d", &body])
+            .arg(format!("http://127.0.0.1:{port}/v3/kv/compaction"))
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run curl: {e}"));
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.contains("header"),
+            "etcd compaction to {revision} failed: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 
     /// The test bed's kubectl (same version as the server).
@@ -275,7 +305,7 @@ impl Testbed {
         let err = log
             .try_clone()
             .unwrap_or_else(|e| panic!("cannot clone the log handle: {e}"));
-        let child = Command::new(env!("CARGO_BIN_EXE_initguard"))
+        let child = Command::new(&self.guard_bin)
             .arg("run")
             .arg("--config")
             .arg(&config_path)
@@ -472,7 +502,7 @@ pub fn curl(url: &str) -> (u16, String) {
     (code.trim().parse().unwrap_or(0), body.to_owned())
 }
 
-pub use initguard_test_support::metrics::sum as metric_sum;
+pub use crate::metrics::sum as metric_sum;
 
 /// Polls `check` every 250 ms (checks here spawn kubectl) until it answers Some; fails naming
 /// `what` after [`crate::wait::PATIENCE`].
@@ -564,9 +594,7 @@ impl OwnerDeployment {
 
 /// Path of a committed expectation file under tests/real_cluster/.
 pub fn expectation(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/real_cluster")
-        .join(name)
+    repo().join("tests/real_cluster").join(name)
 }
 
 /// A Lease `namespace/name` renewed by the test every second (leaseDurationSeconds 5: slack for
