@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs every initguard benchmark in release mode and writes benches/RESULTS.md.
 #
-#   benches/run.sh                 full run (about 6-9 minutes on 2 cores), rewrites RESULTS.md
+#   benches/run.sh                 full run (about 25 minutes on 2 cores), rewrites RESULTS.md
 #   benches/run.sh --quick         short run (about 2 minutes), printed only
 #   benches/run.sh --out FILE      write FILE instead of benches/RESULTS.md
 #   benches/run.sh -- ARGS...      extra arguments for the guard benchmark, e.g.
@@ -17,9 +17,10 @@ out=""
 quick=0
 guard_args=()
 decode_args=()
+real_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --quick) quick=1; guard_args+=(--quick); decode_args+=(--pods 10000) ;;
+    --quick) quick=1; guard_args+=(--quick); decode_args+=(--pods 10000); real_args+=(--quick) ;;
     --out)
       [ $# -ge 2 ] || { echo "run.sh: --out needs a file" >&2; exit 2; }
       out="$2"; shift ;;
@@ -35,7 +36,11 @@ if [ -z "$out" ] && [ "$quick" = 0 ]; then
 fi
 
 # Build first, so compiling neither delays nor disturbs the measurements.
-cargo bench --no-run --bench guard --bench decode
+cargo bench --no-run --bench guard --bench decode --bench real
+# The real-server section needs the test bed (tests/testbed/build, or the README's test command).
+real_bed=1
+version=$(sed -n 's/^K8S_VERSION=//p' tests/testbed/build)
+[ -x "tests/testbed/.cache/$version/bin/testbed" ] || real_bed=0
 
 body=$(mktemp)
 trap 'rm -f "$body"' EXIT
@@ -54,6 +59,14 @@ started=$(date -u +%s)
   cargo bench --quiet --bench decode -- "${decode_args[@]}"
   echo
   cargo bench --quiet --bench guard -- "${guard_args[@]}"
+  echo
+  if [ "$real_bed" = 1 ]; then
+    cargo bench --quiet --bench real -- "${real_args[@]}"
+  else
+    echo "## 5. The real API server beside the simulator"
+    echo
+    echo "_Not run: the test bed is not built (tests/testbed/build)._"
+  fi
   echo
   echo "_Total benchmark time: $(( $(date -u +%s) - started )) s; load average after the run: $(cut -d' ' -f1-3 /proc/loadavg)._"
   # The profiling notes live in README.md, so that regenerating keeps them.

@@ -598,6 +598,16 @@ mod unreachable_api {
         let snapshot = owners.snapshot();
         assert_eq!(snapshot.len(), 3);
         assert!(snapshot.iter().all(|r| r.state == OwnerState::Unknown));
+        // Readiness waits on this: it must not resolve while owners were never observed
+        // (failed lists are not observations). Nothing can sync them here, so any answer
+        // within the window would be wrong; the window only bounds the test.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(500), owners.wait_synced())
+                .await
+                .is_err(),
+            "wait_synced resolved with owners never observed: {:?}",
+            owners.not_synced()
+        );
         cancel.cancel();
     }
 }

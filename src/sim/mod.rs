@@ -362,6 +362,12 @@ impl Sim {
         self.shared().requests()
     }
 
+    /// Requests answered since the last take (or start), removed from the log at once: a
+    /// request answered meanwhile is in this answer or the next, never lost.
+    pub fn take_requests(&self) -> Vec<RequestRecord> {
+        self.shared().take_requests()
+    }
+
     /// Forget logged requests and counts.
     pub fn clear_requests(&self) {
         self.shared().clear_requests()

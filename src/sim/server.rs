@@ -197,6 +197,12 @@ impl Shared {
         lock(&self.log).records.iter().cloned().collect()
     }
 
+    /// Requests logged so far, removed from the log in the same step (none is lost between
+    /// reading and clearing); counts are kept.
+    pub fn take_requests(&self) -> Vec<RequestRecord> {
+        lock(&self.log).records.drain(..).collect()
+    }
+
     /// Forget logged requests and counts.
     pub fn clear_requests(&self) {
         let mut log = lock(&self.log);

@@ -407,6 +407,33 @@ async fn script(tb: &Testbed, server: &Server) -> BTreeMap<&'static str, Value> 
         json!({ "exit": code, "fields": fields }),
     );
 
+    // kubectl apply: created, then configured (client-side apply: a strategic merge patch
+    // computed against the last-applied annotation).
+    for (step, team) in [
+        ("kubectl apply (create)", "a"),
+        ("kubectl apply (configure)", "b"),
+    ] {
+        let manifest = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": { "name": "applied", "namespace": NS, "labels": { "team": team } },
+            "spec": { "containers": [{ "name": "main", "image": "registry.k8s.io/pause:3.10" }] },
+        });
+        let path = server
+            .kubeconfig
+            .with_extension(format!("applied-{team}.json"));
+        std::fs::write(&path, manifest.to_string())
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+        let file = path.to_string_lossy().into_owned();
+        let (code, text) = server.kubectl(tb, &["apply", "-f", &file]).await;
+        let (s, pod) = server
+            .call(Method::GET, &format!("{pods}/applied"), None)
+            .await;
+        out.insert(
+            step,
+            json!({ "exit": code, "out": text.trim(), "get": s, "labels": pod["metadata"]["labels"] }),
+        );
+    }
+
     // The guard's Events as an operator lists them.
     let now = jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
