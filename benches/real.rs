@@ -145,6 +145,8 @@ struct Req {
     namespace: String,
     name: String,
     code: u16,
+    /// When the request arrived (`requestReceivedTimestamp`).
+    received: SystemTime,
     /// Real server: the audit log's `stageTimestamp` of ResponseComplete. Simulator: when the
     /// request arrived (it answers in-process within microseconds).
     done: SystemTime,
@@ -229,6 +231,7 @@ impl Server {
                         namespace: r.namespace.unwrap_or_default(),
                         name: r.name.unwrap_or_default(),
                         code: r.status,
+                        received: r.time,
                         done: r.time,
                     })
                     .collect();
@@ -276,6 +279,7 @@ impl Server {
                             .pointer("/responseStatus/code")
                             .and_then(Value::as_u64)
                             .unwrap_or(0) as u16,
+                        received: time("/requestReceivedTimestamp")?,
                         done: time("/stageTimestamp")?,
                     });
                 }
@@ -588,7 +592,7 @@ struct Burst {
     pods: usize,
     run: usize,
     mode: Mode,
-    /// Trigger (guard: the owner pod's deletion committed; bare: just before its first
+    /// Trigger (guard: the owner pod's deletion received; bare: just before its first
     /// request) → the last gate-removing patch committed.
     span: Duration,
     /// Trigger → each gate removed (guard runs only).
@@ -803,7 +807,9 @@ async fn burst(server: &mut Server, pods: usize, run: usize, mode: Mode) -> Resu
             .find(|r| {
                 r.verb == "delete" && r.resource == "pods" && r.name == OWNER && r.namespace == ns
             })
-            .map(|r| r.done)
+            // When it arrived: its ResponseComplete may be stamped after the watch event
+            // already went out (and the guard acted on it).
+            .map(|r| r.received)
             .ok_or_else(|| anyhow!("the owner pod's deletion is not in the server's record"))?,
         Mode::Bare | Mode::BareWatch => started,
     };
@@ -1012,7 +1018,7 @@ fn report_bursts(args: &Args, version: &str, bursts: &[Burst]) {
          with {DEFAULT_MAX_IN_FLIGHT} in flight, as the guard's identity. Guard and bare runs \
          alternate on each server. Times are the server's: the audit log's `stageTimestamp` \
          of each request on the real server, the request log of the simulator. Span: trigger \
-         (the owner pod's deletion committed; for the bare client, just before its first \
+         (the owner pod's deletion received by the server; for the bare client, just before its first \
          request) → the last gate removed. The guard also writes one Event per bypass (after \
          the burst), which the bare client does not. A third client, bare + pod watch, is the \
          bare client while a watch on every pod is open by the same identity and drained: the \
@@ -1116,8 +1122,9 @@ fn report_bursts(args: &Args, version: &str, bursts: &[Burst]) {
     println!();
     println!(
         "Client CPU: the `initguard run` process, or this benchmark process for the bare client \
-         (on the simulator that process also serves the API). Server CPU: kube-apiserver + etcd; \
-         on the simulator, this whole process."
+         (on the simulator that process also serves the API). Server CPU: kube-apiserver + etcd \
+         (on the simulator, this whole process), from the trigger until the guard's last Event \
+         is written: the guard's rows include its Events and its pod watch."
     );
     println!();
     println!(
@@ -1132,10 +1139,10 @@ fn report_bursts(args: &Args, version: &str, bursts: &[Burst]) {
             b.server,
             b.pods,
             b.run,
-            if b.mode == Mode::Guard {
-                "guard"
-            } else {
-                "bare"
+            match b.mode {
+                Mode::Guard => "guard",
+                Mode::Bare => "bare",
+                Mode::BareWatch => "bare + pod watch",
             },
             fmt_d(b.span),
             b.patches,
