@@ -11,7 +11,7 @@
 //!
 //! Times are the servers' own: the audit log (`stageTimestamp` of ResponseComplete) of the
 //! real server, the request log of the simulator. Prints Markdown on stdout, progress on
-//! stderr. Usage: `cargo bench --bench real -- [--quick] [--sizes N,N] [--runs N]
+//! stderr. Usage: `cargo bench --bench real -- [--quick] [--sizes N,N] [--runs N,N]
 //! [--scale-pods N] [--idle-seconds N]`. Without a built test bed it fails with the command
 //! that builds it.
 
@@ -50,20 +50,23 @@ const SEED_CONCURRENCY: usize = 32;
 
 struct Args {
     sizes: Vec<usize>,
-    runs: usize,
+    /// Rounds per size (one value: every size).
+    runs: Vec<usize>,
     scale_pods: usize,
     idle_seconds: u64,
 }
 
 const USAGE: &str =
-    "usage: real [--quick] [--sizes N,N] [--runs N] [--scale-pods N] [--idle-seconds N]
-  defaults: --sizes 1000,10000 --runs 5 --scale-pods 50000 --idle-seconds 60
+    "usage: real [--quick] [--sizes N,N] [--runs N,N] [--scale-pods N] [--idle-seconds N]
+  defaults: --sizes 1000,10000 --runs 9,5 --scale-pods 50000 --idle-seconds 60
+  (--runs: rounds per size, in --sizes order; one value for every size. Short bursts are
+   noisier, so the small size gets more rounds.)
   --quick   --sizes 1000 --runs 3 --scale-pods 5000 --idle-seconds 20";
 
 fn parse_args() -> Result<Args, String> {
     let mut args = Args {
         sizes: vec![1_000, 10_000],
-        runs: 5,
+        runs: vec![9, 5],
         scale_pods: 50_000,
         idle_seconds: 60,
     };
@@ -77,7 +80,7 @@ fn parse_args() -> Result<Args, String> {
         match arg.as_str() {
             "--quick" => {
                 args.sizes = vec![1_000];
-                args.runs = 3;
+                args.runs = vec![3];
                 args.scale_pods = 5_000;
                 args.idle_seconds = 20;
             }
@@ -88,7 +91,13 @@ fn parse_args() -> Result<Args, String> {
                     .map(|s| number("--sizes", Some(s.to_owned())))
                     .collect::<Result<_, _>>()?;
             }
-            "--runs" => args.runs = number("--runs", it.next())?,
+            "--runs" => {
+                let v = it.next().ok_or("--runs needs a value")?;
+                args.runs = v
+                    .split(',')
+                    .map(|s| number("--runs", Some(s.to_owned())))
+                    .collect::<Result<_, _>>()?;
+            }
             "--scale-pods" => args.scale_pods = number("--scale-pods", it.next())?,
             "--idle-seconds" => args.idle_seconds = number("--idle-seconds", it.next())? as u64,
             // cargo bench passes --bench.
@@ -97,7 +106,20 @@ fn parse_args() -> Result<Args, String> {
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
     }
+    if args.runs.len() != 1 && args.runs.len() != args.sizes.len() {
+        return Err(format!(
+            "--runs takes one value or one per size ({} sizes)\n{USAGE}",
+            args.sizes.len()
+        ));
+    }
     Ok(args)
+}
+
+impl Args {
+    /// Rounds for the `i`th size.
+    fn rounds(&self, i: usize) -> usize {
+        self.runs.get(i).or(self.runs.first()).copied().unwrap_or(5)
+    }
 }
 
 fn main() -> ExitCode {
@@ -613,6 +635,23 @@ fn guard_config(ns: &str) -> String {
     )
 }
 
+/// The successful `verb resource` requests of `user` in `ns`.
+fn succeeded<'a>(
+    seen: &'a [Req],
+    user: &'a str,
+    verb: &'a str,
+    resource: &'a str,
+    ns: &'a str,
+) -> impl Iterator<Item = &'a Req> {
+    seen.iter().filter(move |r| {
+        r.user == user
+            && r.verb == verb
+            && r.resource == resource
+            && r.namespace == ns
+            && (200..300).contains(&r.code)
+    })
+}
+
 async fn burst(server: &mut Server, pods: usize, run: usize, mode: Mode) -> Result<Burst> {
     let admin = client_of(&server.admin_kubeconfig()).await?;
     let ns = format!(
@@ -733,44 +772,26 @@ async fn burst(server: &mut Server, pods: usize, run: usize, mode: Mode) -> Resu
         }
     }
     let mut seen = Vec::new();
-    let patched = |seen: &[Req]| {
-        seen.iter()
-            .filter(|r| {
-                r.user == user
-                    && r.verb == "patch"
-                    && r.resource == "pods"
-                    && r.namespace == ns
-                    && (200..300).contains(&r.code)
-            })
-            .count()
+    let count = |seen: &[Req], verb: &str, resource: &str| {
+        succeeded(seen, &user, verb, resource, &ns).count()
     };
     wait_for(
         &format!("{pods} gate-removing patches by {user} in {ns}"),
         Duration::from_secs(600),
         async || {
             seen.extend(server.take_requests()?);
-            Ok((patched(&seen) >= pods).then_some(()))
+            Ok((count(&seen, "patch", "pods") >= pods).then_some(()))
         },
     )
     .await?;
     if let Some(child) = &guard {
         // The Events trail the patches; count them too.
-        let events = |seen: &[Req]| {
-            seen.iter()
-                .filter(|r| {
-                    r.user == user
-                        && r.verb == "create"
-                        && r.resource == "events"
-                        && r.namespace == ns
-                })
-                .count()
-        };
         let waited = wait_for(
             &format!("{pods} Events in {ns}"),
             Duration::from_secs(120),
             async || {
                 seen.extend(server.take_requests()?);
-                Ok((events(&seen) >= pods).then_some(()))
+                Ok((count(&seen, "create", "events") >= pods).then_some(()))
             },
         )
         .await;
@@ -813,25 +834,12 @@ async fn burst(server: &mut Server, pods: usize, run: usize, mode: Mode) -> Resu
             .ok_or_else(|| anyhow!("the owner pod's deletion is not in the server's record"))?,
         Mode::Bare | Mode::BareWatch => started,
     };
-    let mut latencies: Vec<Duration> = seen
-        .iter()
-        .filter(|r| {
-            r.user == user
-                && r.verb == "patch"
-                && r.resource == "pods"
-                && r.namespace == ns
-                && (200..300).contains(&r.code)
-        })
+    let mut latencies: Vec<Duration> = succeeded(&seen, &user, "patch", "pods", &ns)
         .map(|r| after(r.done, trigger))
         .collect();
     latencies.sort();
     let span = latencies.last().copied().unwrap_or_default();
-    let events = seen
-        .iter()
-        .filter(|r| {
-            r.user == user && r.verb == "create" && r.resource == "events" && r.namespace == ns
-        })
-        .count();
+    let events = count(&seen, "create", "events");
     clear_namespace(&admin, &ns).await?;
     Ok(Burst {
         server: server.label(),
@@ -963,8 +971,8 @@ async fn run(args: Args) -> Result<()> {
         },
     ];
     let mut bursts = Vec::new();
-    for &pods in &args.sizes {
-        for run in 1..=args.runs {
+    for (i, &pods) in args.sizes.iter().enumerate() {
+        for run in 1..=args.rounds(i) {
             for server in servers.iter_mut() {
                 for mode in [Mode::Guard, Mode::Bare, Mode::BareWatch] {
                     let b = burst(server, pods, run, mode).await?;

@@ -45,19 +45,26 @@ impl Server {
         let request = request
             .body(Body::from(bytes))
             .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+        let (status, raw) = self.send(request).await;
+        (status, serde_json::from_slice(&raw).unwrap_or(Value::Null))
+    }
+
+    /// Send `request`: (status, body).
+    async fn send(&self, request: Request<Body>) -> (u16, bytes::Bytes) {
+        let what = format!("{} {}", request.method(), request.uri());
         let response = self
             .client
             .send(request)
             .await
-            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
         let status = response.status().as_u16();
         let raw = response
             .into_body()
             .collect()
             .await
-            .unwrap_or_else(|e| panic!("{method} {path}: reading the body: {e}"))
+            .unwrap_or_else(|e| panic!("{what}: reading the body: {e}"))
             .to_bytes();
-        (status, serde_json::from_slice(&raw).unwrap_or(Value::Null))
+        (status, raw)
     }
 
     /// `GET path` of a watch (which must end by itself, `timeoutSeconds`): (status, one JSON
@@ -68,22 +75,7 @@ impl Server {
             .uri(path)
             .body(Body::from(Vec::new()))
             .unwrap_or_else(|e| panic!("GET {path}: {e}"));
-        let exchange = async {
-            let response = self
-                .client
-                .send(request)
-                .await
-                .unwrap_or_else(|e| panic!("GET {path}: {e}"));
-            let status = response.status().as_u16();
-            let raw = response
-                .into_body()
-                .collect()
-                .await
-                .unwrap_or_else(|e| panic!("GET {path}: reading the body: {e}"))
-                .to_bytes();
-            (status, raw)
-        };
-        let (status, raw) = tokio::time::timeout(crate::wait::PATIENCE, exchange)
+        let (status, raw) = tokio::time::timeout(crate::wait::PATIENCE, self.send(request))
             .await
             .unwrap_or_else(|_| panic!("the watch GET {path} did not end"));
         let events = String::from_utf8_lossy(&raw)
