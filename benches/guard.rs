@@ -20,11 +20,11 @@ use std::time::{Duration, SystemTime};
 use anyhow::{Context, Result, anyhow, bail};
 use futures::{TryStreamExt, stream};
 use initguard::config::{Config, DEFAULT_OPT_IN_LABEL, Mechanism};
-use initguard::run::Guard;
-use initguard::sim::{ChangeType, ObjectChange, Sim, SimOptions};
+use initguard::guard::Guard;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube_sim::{ChangeType, ObjectChange, Sim, SimOptions};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
@@ -560,10 +560,10 @@ fn guard_removals(history: &[ObjectChange]) -> Vec<(SystemTime, String, Vec<Stri
 
 mod pileup {
     use super::*;
-    use initguard::sim::controllers::{
+    use kube_sim::controllers::{
         Creator, CreatorHandle, CreatorOptions, GateOwner, GateOwnerOptions, dns_name, pile_report,
     };
-    use initguard::sim::scenario::{creator_user, owner_user};
+    use kube_sim::scenario::{creator_user, owner_user};
 
     /// The initializer whose owner dies.
     const INIT: &str = "sidecar.example.com";

@@ -18,13 +18,13 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context, Result, anyhow};
 use futures::{TryStreamExt, stream};
 use initguard::config::{Config, Mechanism};
+use initguard::guard::Guard;
 use initguard::pod::SlimPod;
 use initguard::policy::{self, ControllerRef, Environment, OwnerState};
-use initguard::run::Guard;
-use initguard::sim::{Sim, SimOptions};
 use initguard::tracker::Tracker;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, ListParams, PostParams};
+use kube_sim::{Sim, SimOptions};
 use serde_json::json;
 
 const GATE: &str = "sidecar.example.com";

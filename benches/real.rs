@@ -25,13 +25,13 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, anyhow, bail};
 use futures::{StreamExt, TryStreamExt, stream};
+use initguard::bypass::{BypassTarget, bypass_patch};
 use initguard::config::{DEFAULT_MAX_IN_FLIGHT, Mechanism};
-use initguard::mechanism::{BypassTarget, bypass_patch};
 use initguard::policy::Reason;
-use initguard::sim::{Sim, SimOptions};
 use initguard_test_support::cpu::process_cpu_time;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube_sim::{Sim, SimOptions};
 use serde_json::{Value, json};
 
 use testbed::{OPT_IN, Testbed};
@@ -1022,7 +1022,7 @@ fn report_bursts(args: &Args, version: &str, bursts: &[Burst]) {
          (`owner: {{ pods: … }}`, `ownerDownGrace: 0s`), starts `initguard run` (maxInFlight \
          {DEFAULT_MAX_IN_FLIGHT}, no leader election) and, once it tracks every pod, deletes \
          the owner pod. The bare client is a loop that sends the same JSON Patches \
-         (`initguard::mechanism::bypass_patch`, built from one list before its clock starts) \
+         (`initguard::bypass::bypass_patch`, built from one list before its clock starts) \
          with {DEFAULT_MAX_IN_FLIGHT} in flight, as the guard's identity. Guard and bare runs \
          alternate on each server. Times are the server's: the audit log's `stageTimestamp` \
          of each request on the real server, the request log of the simulator. Span: trigger \

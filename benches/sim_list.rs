@@ -10,10 +10,10 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use futures::{StreamExt, TryStreamExt, stream};
-use initguard::sim::{Sim, SimOptions};
 use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSchedulingGate, PodSpec};
 use kube::Api;
 use kube::api::{ListParams, ObjectMeta, PostParams};
+use kube_sim::{Sim, SimOptions};
 use tokio::time::Instant;
 
 const NS: &str = "bench";

@@ -5,7 +5,7 @@
 //! `Config::initializer(name)`, `Config::deadline_for(name)`, `Config::is_opted_in(ns, labels)`,
 //! [`LabelSelector`] and the Kubernetes name checks in [`names`].
 //!
-//! Pipeline: size and character checks → a yaml-rust2 event pass (`locate`: key positions,
+//! Pipeline: size and character checks → a yaml-rust2 event pass ([`kube_common::yaml`]: key positions,
 //! duplicate keys, extra documents, nesting limit) → serde_yaml into the raw types (`raw`,
 //! unknown keys rejected) → `resolve` (defaults and every semantic rule, all problems
 //! collected). Every problem is reported as `FILE:LINE:COL: message`.
@@ -13,277 +13,37 @@
 //! An empty file (or one holding only comments or `null`) is rejected: it is far more often a
 //! wrong mount or an empty ConfigMap key than a wish for defaults; `{}` selects every default.
 
-mod locate;
-pub mod names;
+mod error;
 mod raw;
 mod resolve;
-mod selector;
+mod types;
 
-use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 use std::io::Read as _;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use kube_common::yaml;
 
+pub use error::{ConfigError, LocatedError, MAX_REPORTED_ERRORS};
+pub use kube_common::Mechanism;
+pub use kube_common::names;
+pub use kube_common::selector::{LabelSelector, Requirement, SelectorError, SelectorOp};
 pub use resolve::{
     DEFAULT_DEADLINE, DEFAULT_LEASE_DURATION, DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE,
     DEFAULT_LISTEN, DEFAULT_MAX_IN_FLIGHT, DEFAULT_OPT_IN_LABEL, DEFAULT_OWNER_DOWN_GRACE,
     DEFAULT_PILEUP_MIN_WAIT, DEFAULT_PILEUP_THRESHOLD, DEFAULT_PROBE_INTERVAL, MAX_DURATION,
     MAX_IN_FLIGHT_LIMIT, parse_object_ref, validate_http_url,
 };
-pub use selector::{LabelSelector, Requirement, SelectorError, SelectorOp};
+pub use types::{
+    Config, Defaults, InitializerConfig, LeaderElection, ObjectRef, OptIn, OwnerSpec, Pileup,
+    PileupAction, UnlistedPolicy,
+};
 
 /// Largest configuration file accepted, checked before any parsing.
 pub const MAX_CONFIG_BYTES: usize = 1024 * 1024;
-/// Most problems reported for one file; the rest are summarized in one line.
-pub const MAX_REPORTED_ERRORS: usize = 50;
 /// Legacy API servers time a blocked pod CREATE out after about this long.
 pub const LEGACY_CREATE_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Where pending initializers live on a pod.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Mechanism {
-    /// `spec.schedulingGates[].name` (Kubernetes >= 1.27).
-    SchedulingGates,
-    /// `metadata.initializers.pending[].name` (Kubernetes 1.7-1.13).
-    Initializers,
-}
-
-impl Mechanism {
-    /// The name used in config, CLI and metrics.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Mechanism::SchedulingGates => "schedulingGates",
-            Mechanism::Initializers => "initializers",
-        }
-    }
-}
-
-/// The validated configuration with every default filled in.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Config {
-    pub mechanism: Mechanism,
-    pub opt_in: OptIn,
-    pub defaults: Defaults,
-    /// Listed initializers; each has its deadline resolved (own or default).
-    pub initializers: Vec<InitializerConfig>,
-    pub unlisted_initializers: UnlistedPolicy,
-    pub pileup: Pileup,
-    pub leader_election: LeaderElection,
-    pub listen: SocketAddr,
-    pub dry_run: bool,
-    /// Most bypass patches in flight at once (default 16).
-    pub max_in_flight: usize,
-}
-
-/// Which pods may be modified.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OptIn {
-    /// Presence of this label key opts a pod in; the value is ignored.
-    pub label: String,
-    /// Every pod in these namespaces is opted in.
-    pub namespaces: Vec<String>,
-}
-
-/// Defaults for initializers that do not set their own values.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Defaults {
-    #[serde(with = "humantime_serde")]
-    pub deadline: Duration,
-    #[serde(with = "humantime_serde")]
-    pub owner_down_grace: Duration,
-    #[serde(with = "humantime_serde")]
-    pub probe_interval: Duration,
-}
-
-/// One listed initializer (legacy initializer or scheduling gate name).
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct InitializerConfig {
-    pub name: String,
-    /// Resolved: the initializer's own deadline or `defaults.deadline`.
-    #[serde(with = "humantime_serde")]
-    pub deadline: Duration,
-    /// Resolved: own value or `defaults.ownerDownGrace`.
-    #[serde(with = "humantime_serde")]
-    pub owner_down_grace: Duration,
-    /// Resolved: own value or `defaults.probeInterval` (used by http owners).
-    #[serde(with = "humantime_serde")]
-    pub probe_interval: Duration,
-    /// None: deadline only.
-    pub owner: Option<OwnerSpec>,
-}
-
-/// How to tell whether an initializer's controller is alive.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum OwnerSpec {
-    /// Up while `status.availableReplicas >= 1`.
-    Deployment(ObjectRef),
-    /// Up while `renewTime + leaseDurationSeconds` is in the future.
-    Lease(ObjectRef),
-    /// Up while at least one matching pod is Ready.
-    Pods { namespace: String, selector: String },
-    /// Up while GET answers 2xx within 1 s. For https, the server certificate is verified
-    /// against `ca_file` when given (else the platform's roots), and `cert_file`/`key_file`
-    /// (both or neither) are presented as the client certificate.
-    Http {
-        url: String,
-        /// PEM CA bundle (`caFile`).
-        #[serde(rename = "caFile", skip_serializing_if = "Option::is_none")]
-        ca_file: Option<PathBuf>,
-        /// PEM client certificate chain (`certFile`).
-        #[serde(rename = "certFile", skip_serializing_if = "Option::is_none")]
-        cert_file: Option<PathBuf>,
-        /// PEM private key of the client certificate (`keyFile`).
-        #[serde(rename = "keyFile", skip_serializing_if = "Option::is_none")]
-        key_file: Option<PathBuf>,
-    },
-}
-
-impl OwnerSpec {
-    /// Value of the `owner_kind` metric label.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            OwnerSpec::Deployment(_) => "deployment",
-            OwnerSpec::Lease(_) => "lease",
-            OwnerSpec::Pods { .. } => "pods",
-            OwnerSpec::Http { .. } => "http",
-        }
-    }
-}
-
-/// `namespace/name`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
-pub struct ObjectRef {
-    pub namespace: String,
-    pub name: String,
-}
-
-/// What to do with initializers not listed in the config.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum UnlistedPolicy {
-    Ignore,
-    Deadline,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Pileup {
-    pub threshold: u32,
-    pub action: PileupAction,
-    /// A pod counts toward a pile only once it has itself waited this long (README "What it guarantees": never early):
-    /// a healthy owner's fresh batch is not a pile.
-    #[serde(with = "humantime_serde")]
-    pub min_wait: Duration,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub enum PileupAction {
-    Alert,
-    Bypass,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct LeaderElection {
-    pub enabled: bool,
-    pub namespace: String,
-    pub name: String,
-    #[serde(with = "humantime_serde")]
-    pub lease_duration: Duration,
-}
-
-impl Config {
-    /// The listed initializer with this name.
-    pub fn initializer(&self, name: &str) -> Option<&InitializerConfig> {
-        self.initializers.iter().find(|i| i.name == name)
-    }
-
-    /// Deadline for `name`, or None when the guard must never act on it
-    /// (unlisted and `unlistedInitializers: ignore`).
-    pub fn deadline_for(&self, name: &str) -> Option<Duration> {
-        match self.initializer(name) {
-            Some(i) => Some(i.deadline),
-            None => match self.unlisted_initializers {
-                UnlistedPolicy::Ignore => None,
-                UnlistedPolicy::Deadline => Some(self.defaults.deadline),
-            },
-        }
-    }
-
-    /// Whether a pod with these labels in this namespace opted in.
-    pub fn is_opted_in(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
-        labels.contains_key(&self.opt_in.label)
-            || self.opt_in.namespaces.iter().any(|n| n == namespace)
-    }
-}
-
-/// All problems found in one configuration file; Display prints one `FILE:LINE:COL: message`
-/// per line.
-#[derive(Debug, thiserror::Error)]
-#[error("{}", .errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"))]
-pub struct ConfigError {
-    pub errors: Vec<LocatedError>,
-}
-
-/// One located problem.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{file}:{line}:{column}: {message}")]
-pub struct LocatedError {
-    pub file: String,
-    /// 1-based; 0 when only the key path is known (then `message` names the path).
-    pub line: usize,
-    pub column: usize,
-    pub message: String,
-}
-
-impl LocatedError {
-    fn new(file: &str, line: usize, column: usize, message: impl Into<String>) -> LocatedError {
-        LocatedError {
-            file: file.to_owned(),
-            line,
-            column,
-            message: message.into(),
-        }
-    }
-}
-
-impl ConfigError {
-    fn single(file: &str, line: usize, column: usize, message: impl Into<String>) -> ConfigError {
-        ConfigError {
-            errors: vec![LocatedError::new(file, line, column, message)],
-        }
-    }
-
-    /// Sort by position (unlocated last) and cap the list at [`MAX_REPORTED_ERRORS`].
-    /// `unlisted` counts further problems the caller found but did not keep.
-    fn from_problems(file: &str, mut errors: Vec<LocatedError>, unlisted: usize) -> ConfigError {
-        errors.sort_by_key(|e| (e.line == 0, e.line, e.column));
-        if errors.len() > MAX_REPORTED_ERRORS {
-            let hidden = errors.len() - MAX_REPORTED_ERRORS + unlisted;
-            let first_hidden = &errors[MAX_REPORTED_ERRORS];
-            let (line, column) = (first_hidden.line, first_hidden.column);
-            errors.truncate(MAX_REPORTED_ERRORS);
-            errors.push(LocatedError::new(
-                file,
-                line,
-                column,
-                format!("{hidden} more problems not shown; fix the ones above first"),
-            ));
-        }
-        ConfigError { errors }
-    }
-}
 
 /// 1-based line and column (in characters) of byte offset `at` in `text`.
 fn position_of(text: &str, at: usize) -> (usize, usize) {
@@ -343,7 +103,7 @@ fn serde_problem(
     e: &serde_yaml::Error,
     text: &str,
     file: &str,
-    layout: &locate::Layout,
+    layout: &yaml::Layout,
 ) -> ConfigError {
     let mut message = e.to_string();
     let (line, column) = match e.location() {
@@ -453,12 +213,12 @@ impl Config {
         }
         // The event pass runs first: it refuses flow nesting deeper than 255 levels, which
         // libyaml (inside serde_yaml) would otherwise scan in quadratic time.
-        let layout = locate::scan(text).map_err(|e| {
+        let layout = yaml::scan(text).map_err(|e| {
             // yaml-rust2 caps flow nesting at 255 on its own; report one limit.
             let mut message = if e.message == "recursion limit exceeded" {
                 format!(
                     "invalid YAML: collections nested more than {} levels deep",
-                    locate::MAX_DEPTH
+                    yaml::MAX_DEPTH
                 )
             } else {
                 format!("invalid YAML: {}", e.message)
@@ -654,40 +414,6 @@ impl Config {
     }
 }
 
-impl fmt::Display for ObjectRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
-
-/// `deployment kube-system/sidecar-injector`, `pods quota-system app=quota`, ...
-impl fmt::Display for OwnerSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            OwnerSpec::Deployment(r) | OwnerSpec::Lease(r) => write!(f, "{} {r}", self.kind()),
-            OwnerSpec::Pods {
-                namespace,
-                selector,
-            } => write!(f, "pods {namespace} {selector}"),
-            OwnerSpec::Http {
-                url,
-                ca_file,
-                cert_file,
-                ..
-            } => {
-                write!(f, "http {url}")?;
-                if let Some(ca) = ca_file {
-                    write!(f, " (caFile {})", ca.display())?;
-                }
-                if let Some(cert) = cert_file {
-                    write!(f, " (certFile {})", cert.display())?;
-                }
-                Ok(())
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -708,7 +434,7 @@ mod tests {
     fn serde_yaml_stops_an_alias_bomb_and_it_is_located_at_the_first_alias() {
         let text = alias_bomb();
         // The expansion limit is what stops it; tests/config.rs bounds the parse's CPU time.
-        let layout = locate::scan(&text).unwrap();
+        let layout = yaml::scan(&text).unwrap();
         let e = serde_yaml::from_str::<serde_yaml::Value>(&text).unwrap_err();
         let located = serde_problem(&e, &text, "bomb.yaml", &layout).to_string();
         assert!(
@@ -719,8 +445,8 @@ mod tests {
 
     #[test]
     fn the_position_pass_does_not_expand_aliases() {
-        let layout = locate::scan(&alias_bomb()).unwrap();
-        assert_eq!(layout.first_alias, Some(locate::Pos { line: 2, column: 8 }));
+        let layout = yaml::scan(&alias_bomb()).unwrap();
+        assert_eq!(layout.first_alias, Some(yaml::Pos { line: 2, column: 8 }));
         // 9 keys with 9 entries each, plus the root.
         assert_eq!(layout.node_count(), 9 + 9 * 9 + 1);
     }

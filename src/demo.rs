@@ -1,8 +1,8 @@
 //! `initguard demo`: the guard's main job on an embedded, simulated cluster, narrated.
 //!
 //! Everything runs in this process on 127.0.0.1: the simulated API server ([`crate::sim`]), the
-//! owners of two initializers and a few pod creators ([`crate::sim::controllers`]), and the
-//! guard itself ([`crate::run::Guard`]) with an embedded configuration. The same scripted
+//! owners of two initializers and a few pod creators ([`kube_sim::controllers`]), and the
+//! guard itself ([`crate::guard::Guard`]) with an embedded configuration. The same scripted
 //! outage runs twice, first without the guard and then with it. The narration is derived from
 //! the simulator's object history and the guard's owner view (never from log output), and the
 //! demo ends with a side-by-side table of what happened.
@@ -15,22 +15,20 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, ObjectMeta, PostParams};
 use serde::Serialize;
 use serde_json::Value;
 use tokio::time::{Instant, MissedTickBehavior};
 
+use crate::bypass::{BYPASSED_ANNOTATION, parse_records};
 use crate::config::{Config, ConfigError, DEFAULT_OPT_IN_LABEL, Mechanism};
-use crate::mechanism::{BYPASSED_ANNOTATION, parse_records};
+use crate::guard::{Guard, RunError};
 use crate::policy::{OwnerState, Reason};
-use crate::run::{Guard, RunError};
-use crate::sim::controllers::{
+use kube_sim::controllers::{
     ControllerError, Creator, CreatorHandle, CreatorKind, CreatorOptions, GateOwner,
     GateOwnerHandle, GateOwnerOptions, dns_name, pile_report,
 };
-use crate::sim::scenario::{creator_user, owner_user};
-use crate::sim::{ChangeType, Sim, SimError, SimOptions};
+use kube_sim::scenario::{creator_user, owner_user};
+use kube_sim::{ChangeType, Sim, SimError, SimOptions};
 
 /// The initializer whose owner dies during the demo.
 pub const SIDECAR: &str = "sidecar.example.com";
@@ -616,25 +614,13 @@ async fn run_once(
 }
 
 async fn create_namespaces(sim: &Sim) -> Result<(), DemoError> {
-    let api: Api<Namespace> = Api::all(sim.client(KUBECONFIG_USER));
     for name in [OWNER_NAMESPACE, NAMESPACE] {
-        let ns = Namespace {
-            metadata: ObjectMeta {
-                name: Some(name.to_string()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        match api.create(&PostParams::default(), &ns).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => {}
-            Err(source) => {
-                return Err(DemoError::Namespace {
-                    name: name.to_string(),
-                    source,
-                });
-            }
-        }
+        sim.ensure_namespace(KUBECONFIG_USER, name)
+            .await
+            .map_err(|source| DemoError::Namespace {
+                name: name.to_string(),
+                source,
+            })?;
     }
     Ok(())
 }
@@ -953,7 +939,7 @@ impl Observer {
             match change.change_type {
                 ChangeType::Added => {
                     let Some(after) = &change.after else { continue };
-                    let pending = crate::mechanism::pending_names(self.mechanism, after);
+                    let pending = crate::bypass::pending_names(self.mechanism, after);
                     let guard_clock_start = match self.mechanism {
                         Mechanism::SchedulingGates => creation_timestamp(after),
                         Mechanism::Initializers => None,
@@ -975,7 +961,7 @@ impl Observer {
                     let Some(track) = self.pods.get_mut(&change.uid) else {
                         continue;
                     };
-                    track.pending = crate::mechanism::pending_names(self.mechanism, after);
+                    track.pending = crate::bypass::pending_names(self.mechanism, after);
                     if track.pending.is_empty() && track.initialized_at.is_none() {
                         track.initialized_at = Some(change.time);
                     }
@@ -1126,7 +1112,7 @@ impl Observer {
         lines
     }
 
-    fn sample_pile(&mut self, pile: &crate::sim::controllers::PileReport) {
+    fn sample_pile(&mut self, pile: &kube_sim::controllers::PileReport) {
         if let Some((controller, size)) = largest(pile)
             && size > self.largest_pile
         {
@@ -1135,7 +1121,7 @@ impl Observer {
         }
     }
 
-    fn sample_line(&self, pile: &crate::sim::controllers::PileReport) -> String {
+    fn sample_line(&self, pile: &kube_sim::controllers::PileReport) -> String {
         let mut line = match largest(pile) {
             Some((controller, size)) => format!(
                 "sample: {} waiting, largest pile {size} ({})",
@@ -1212,7 +1198,7 @@ impl BypassSeen {
 }
 
 /// The controller with the most waiting pods (the first by name on a tie).
-fn largest(pile: &crate::sim::controllers::PileReport) -> Option<(&str, usize)> {
+fn largest(pile: &kube_sim::controllers::PileReport) -> Option<(&str, usize)> {
     pile.per_controller
         .iter()
         .fold(None, |best: Option<(&str, usize)>, (k, v)| match best {
@@ -1420,7 +1406,7 @@ async fn serve(n: &mut Narrator, cluster: Cluster, guard_url: &str) -> Result<()
     if cluster.sim.mechanism() == Mechanism::Initializers {
         n.line("  (kubectl lists only initialized pods: uninitialized ones are hidden, as on a 1.7 API server)");
     }
-    crate::run::wait_for_signal().await;
+    crate::guard::wait_for_signal().await;
     n.line("Stopping.");
     cluster.stop().await;
     // Best effort: the kubeconfig only pointed at the server that just stopped.
@@ -1489,7 +1475,7 @@ impl<T: Display> Display for Stamped<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::controllers::PileReport;
+    use kube_sim::controllers::PileReport;
     use serde_json::json;
 
     #[test]

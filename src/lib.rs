@@ -1,23 +1,23 @@
 //! initguard: keeps pods from waiting forever on a failed initializer or scheduling gate.
 //!
 //! Data flows one way: watches feed the [`tracker`] and [`owners`], the pure [`policy`] decides,
-//! the [`actuator`] writes. See ARCHITECTURE.md.
+//! the [`guard::actuator`] writes. ARCHITECTURE.md is the code map.
 
-pub mod actuator;
+pub mod bypass;
+pub mod cli;
 pub mod client;
 pub mod config;
+#[cfg(feature = "sim")]
 pub mod demo;
 pub mod discovery;
+pub mod environment;
+pub mod guard;
 pub mod jobs;
-pub mod leader;
-pub mod mechanism;
 pub mod metrics;
 pub mod owners;
 pub mod pod;
 pub mod policy;
-pub mod run;
-pub mod server;
-pub mod sim;
+pub mod report;
 pub mod status;
 pub mod supervise;
 pub mod tracker;

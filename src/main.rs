@@ -1,103 +1,17 @@
 //! `initguard` command line: parses arguments and wires the library together.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::Parser as _;
+#[cfg(feature = "sim")]
+use initguard::cli::DemoMechanism;
+use initguard::cli::{Cli, Command, LogFormat, Output, StatusOutput};
 use initguard::config::Config;
-use initguard::run::Guard;
+use initguard::guard::Guard;
 use initguard::status;
-
-/// Where the static pod and the Deployment mount the configuration.
-const DEFAULT_CONFIG: &str = "/etc/initguard/config.yaml";
-
-#[derive(Parser)]
-#[command(
-    name = "initguard",
-    version,
-    about = "Keeps pods from waiting forever on a failed initializer or scheduling gate"
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Command,
-}
-
-#[derive(Subcommand)]
-enum Command {
-    /// Run the guard: watch, decide, bypass; serve /metrics, /healthz, /readyz, /status.
-    Run {
-        #[arg(long, default_value = DEFAULT_CONFIG)]
-        config: PathBuf,
-        /// Kubeconfig file; default $KUBECONFIG or ~/.kube/config, then in-cluster.
-        #[arg(long)]
-        kubeconfig: Option<PathBuf>,
-        /// Log and count decisions without writing (overrides the config).
-        #[arg(long)]
-        dry_run: bool,
-        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-        log_format: LogFormat,
-    },
-    /// One-shot, read-only report: waiting pods, waits, owner states, planned actions.
-    Status {
-        #[arg(long, default_value = DEFAULT_CONFIG)]
-        config: PathBuf,
-        #[arg(long)]
-        kubeconfig: Option<PathBuf>,
-        #[arg(long, value_enum, default_value_t = StatusOutput::Table)]
-        output: StatusOutput,
-    },
-    /// Validate a configuration file: exit 0 with a summary, or 2 with located errors.
-    CheckConfig {
-        /// Path of the YAML configuration.
-        path: PathBuf,
-        #[arg(long, value_enum, default_value_t = Output::Text)]
-        output: Output,
-        /// Also report listed owners that do not exist in this cluster (warnings; exit 0).
-        #[arg(long)]
-        kubeconfig: Option<PathBuf>,
-    },
-    /// The simulated API server alone (plain HTTP); writes a kubeconfig for any client.
-    Sim(initguard::sim::cli::SimArgs),
-    /// Embedded simulated cluster and guard, narrated: one owner outage without, then with the
-    /// guard, and a side-by-side table. No cluster needed.
-    Demo {
-        /// Pending-initializer mechanism of the simulated cluster.
-        #[arg(long, value_enum, default_value_t = DemoMechanism::SchedulingGates)]
-        mechanism: DemoMechanism,
-        /// Afterwards keep the simulated cluster and the guard running until Ctrl-C, with a
-        /// kubeconfig for kubectl.
-        #[arg(long)]
-        serve: bool,
-    },
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum DemoMechanism {
-    #[value(name = "schedulingGates", alias = "scheduling-gates")]
-    SchedulingGates,
-    #[value(name = "initializers", alias = "legacy")]
-    Initializers,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum Output {
-    Text,
-    Json,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum StatusOutput {
-    Table,
-    Json,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -124,7 +38,9 @@ fn main() -> ExitCode {
             init_logging(LogFormat::Text);
             status_report(&config, kubeconfig.as_deref(), output)
         }
-        Command::Sim(args) => initguard::sim::cli::run(args),
+        #[cfg(feature = "sim")]
+        Command::Sim(args) => kube_sim::cli::run(args),
+        #[cfg(feature = "sim")]
         Command::Demo { mechanism, serve } => demo(mechanism, serve),
     }
 }
@@ -293,6 +209,7 @@ fn missing_owners(kubeconfig: &Path, config: &Config) -> Result<Vec<String>, Exi
     })
 }
 
+#[cfg(feature = "sim")]
 fn demo(mechanism: DemoMechanism, serve: bool) -> ExitCode {
     // The narration on stdout is the demo; logs are kept to warnings on stderr. kube's client
     // logs every error response, and the simulated 504s of legacy creates are expected here.
@@ -308,10 +225,7 @@ fn demo(mechanism: DemoMechanism, serve: bool) -> ExitCode {
         Err(code) => return code,
     };
     let opts = initguard::demo::DemoOptions {
-        mechanism: match mechanism {
-            DemoMechanism::SchedulingGates => initguard::config::Mechanism::SchedulingGates,
-            DemoMechanism::Initializers => initguard::config::Mechanism::Initializers,
-        },
+        mechanism: mechanism.into(),
         serve,
         ..Default::default()
     };

@@ -23,7 +23,7 @@ const WAIT_BUCKETS: &[f64] = &[
 
 /// How a wait ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub enum WaitEnd {
     /// The initializer's owner removed it.
     Initialized,
     /// initguard removed it.
@@ -32,12 +32,12 @@ pub enum Outcome {
     Deleted,
 }
 
-impl Outcome {
+impl WaitEnd {
     fn as_str(self) -> &'static str {
         match self {
-            Outcome::Initialized => "initialized",
-            Outcome::Bypassed => "bypassed",
-            Outcome::Deleted => "deleted",
+            WaitEnd::Initialized => "initialized",
+            WaitEnd::Bypassed => "bypassed",
+            WaitEnd::Deleted => "deleted",
         }
     }
 }
@@ -242,7 +242,7 @@ impl Metrics {
     }
 
     /// Record a finished wait.
-    pub fn observe_wait(&self, initializer: &str, outcome: Outcome, waited: Duration) {
+    pub fn observe_wait(&self, initializer: &str, outcome: WaitEnd, waited: Duration) {
         let label = self.initializer_label(initializer);
         self.wait_duration_seconds
             .with_label_values(&[label, outcome.as_str()])

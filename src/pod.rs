@@ -10,8 +10,8 @@ use std::time::SystemTime;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Deserializer};
 
+use crate::bypass::BYPASSED_ANNOTATION;
 use crate::config::Mechanism;
-use crate::mechanism::BYPASSED_ANNOTATION;
 use crate::policy::ControllerRef;
 
 /// The parts of a Pod the guard needs.

@@ -12,12 +12,12 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::Connection;
 use crate::config::Config;
+use crate::environment::Env;
 use crate::metrics::{Metrics, MetricsError};
 use crate::owners::Owners;
 use crate::pod::SlimPod;
 use crate::policy::{OwnerState, Plan};
-use crate::run::Env;
-use crate::server::{PodStatus, pod_statuses};
+use crate::report::{PodStatus, pod_statuses};
 use crate::supervise::Failures;
 use crate::tracker::Tracker;
 

@@ -9,10 +9,10 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
+use crate::bypass::parse_records;
 use crate::client::ServerClock;
 use crate::config::{Config, Mechanism};
-use crate::mechanism::parse_records;
-use crate::metrics::Outcome;
+use crate::metrics::WaitEnd;
 use crate::pod::SlimPod;
 use crate::policy::{ControllerRef, PodView};
 
@@ -64,7 +64,7 @@ impl TrackedPod {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finished {
     pub initializer: String,
-    pub outcome: Outcome,
+    pub outcome: WaitEnd,
     pub waited: Duration,
 }
 
@@ -391,7 +391,7 @@ impl Tracker {
         let old = match old {
             Some(old) if old.uid != uid => {
                 // Same name, new pod: the old one is gone.
-                finished.extend(self.finish_all(&old, Outcome::Deleted, now));
+                finished.extend(self.finish_all(&old, WaitEnd::Deleted, now));
                 None
             }
             other => other,
@@ -400,9 +400,9 @@ impl Tracker {
         if pending.is_empty() || terminating {
             if let Some(old) = old {
                 let deleted = terminating && !pending.is_empty();
-                let outcomes = (!deleted).then(|| Outcomes::new(&old, pod));
+                let outcomes = (!deleted).then(|| WaitEnds::new(&old, pod));
                 for name in dedup(&old.pending) {
-                    let o = outcomes.as_ref().map_or(Outcome::Deleted, |o| o.of(name));
+                    let o = outcomes.as_ref().map_or(WaitEnd::Deleted, |o| o.of(name));
                     finished.push(self.finish(&old, name, o, now));
                 }
             }
@@ -425,7 +425,7 @@ impl Tracker {
                 let count = |m: &HashMap<&str, usize>| m.get(name.as_str()).copied().unwrap_or(0);
                 if count(&after) < count(&before) {
                     let o = outcomes
-                        .get_or_insert_with(|| Outcomes::new(old, pod))
+                        .get_or_insert_with(|| WaitEnds::new(old, pod))
                         .of(name);
                     finished.push(self.finish(old, name, o, now));
                 }
@@ -456,7 +456,7 @@ impl Tracker {
     pub fn delete(&mut self, key: &str, now: SystemTime) -> Vec<Finished> {
         let old_job = self.job_uid_of(key);
         let finished = match self.remove_entry(key) {
-            Some(old) => self.finish_all(&old, Outcome::Deleted, now),
+            Some(old) => self.finish_all(&old, WaitEnd::Deleted, now),
             None => Vec::new(),
         };
         self.settle_job(old_job);
@@ -540,7 +540,7 @@ impl Tracker {
         now.duration_since(start).unwrap_or_default()
     }
 
-    fn finish(&self, pod: &TrackedPod, name: &str, outcome: Outcome, now: SystemTime) -> Finished {
+    fn finish(&self, pod: &TrackedPod, name: &str, outcome: WaitEnd, now: SystemTime) -> Finished {
         Finished {
             initializer: name.to_owned(),
             outcome,
@@ -548,7 +548,7 @@ impl Tracker {
         }
     }
 
-    fn finish_all(&self, pod: &TrackedPod, outcome: Outcome, now: SystemTime) -> Vec<Finished> {
+    fn finish_all(&self, pod: &TrackedPod, outcome: WaitEnd, now: SystemTime) -> Vec<Finished> {
         dedup(&pod.pending)
             .into_iter()
             .map(|n| self.finish(pod, n, outcome, now))
@@ -699,25 +699,25 @@ impl Tracker {
 /// update added a bypass record for that name (the bypass patch removes and records
 /// atomically), whichever replica wrote it. Each annotation is parsed once per update, not once
 /// per name.
-struct Outcomes {
+struct WaitEnds {
     before: HashMap<String, usize>,
     after: HashMap<String, usize>,
 }
 
-impl Outcomes {
-    fn new(old: &TrackedPod, new: &SlimPod) -> Outcomes {
-        Outcomes {
+impl WaitEnds {
+    fn new(old: &TrackedPod, new: &SlimPod) -> WaitEnds {
+        WaitEnds {
             before: records_per_name(old.bypassed_record.as_deref()),
             after: records_per_name(new.bypassed_record.as_deref()),
         }
     }
 
-    fn of(&self, name: &str) -> Outcome {
+    fn of(&self, name: &str) -> WaitEnd {
         let count = |records: &HashMap<String, usize>| records.get(name).copied().unwrap_or(0);
         if count(&self.after) > count(&self.before) {
-            Outcome::Bypassed
+            WaitEnd::Bypassed
         } else {
-            Outcome::Initialized
+            WaitEnd::Initialized
         }
     }
 }
@@ -806,12 +806,12 @@ mod tests {
         let f = tr.apply(&bypassed, t(30));
         assert_eq!(f.len(), 1);
         assert_eq!(f[0].initializer, "g1");
-        assert_eq!(f[0].outcome, Outcome::Bypassed);
+        assert_eq!(f[0].outcome, WaitEnd::Bypassed);
         let f = tr.apply(&pod("a", "ua", Some("j"), &[], l), t(31));
-        assert_eq!(f[0].outcome, Outcome::Initialized);
+        assert_eq!(f[0].outcome, WaitEnd::Initialized);
         assert!(tr.get("ns/a").is_none());
         let f = tr.delete("ns/b", t(40));
-        assert_eq!(f[0].outcome, Outcome::Deleted);
+        assert_eq!(f[0].outcome, WaitEnd::Deleted);
         assert!(tr.is_empty());
         assert_eq!(tr.pile_size("j", "g1"), 0);
         assert!(tr.by_controller.is_empty() && tr.piles.is_empty());
@@ -864,7 +864,7 @@ mod tests {
         tr.apply(&pod("a", "u1", None, &["g"], json!({})), t(0));
         let f = tr.apply(&pod("a", "u2", None, &["g"], json!({})), t(3));
         assert_eq!(f.len(), 1);
-        assert_eq!(f[0].outcome, Outcome::Deleted);
+        assert_eq!(f[0].outcome, WaitEnd::Deleted);
         assert_eq!(tr.get("ns/a").unwrap().uid, "u2");
     }
 

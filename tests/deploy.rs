@@ -725,7 +725,7 @@ fn leader_election_role_is_confined_to_the_guard_lease() {
     }
     // `create` cannot be limited by name; everything else is.
     assert_eq!(unnamed, BTreeSet::from(["create".to_owned()]));
-    // src/leader.rs: get, create, update (replace); kube-lease-manager: get, create, patch.
+    // src/guard/leader.rs: get, create, update (replace); kube-lease-manager: get, create, patch.
     let expected: BTreeSet<String> = ["get", "update", "patch"].map(str::to_owned).into();
     assert_eq!(by_name, expected);
 

@@ -37,8 +37,8 @@ const ALERTS: &[&str] = &[
     "InitguardWatchRestartsHigh",
 ];
 
-/// Metrics initguard exports: DESIGN.md "Metrics" plus `initguard_deadline_seconds` and
-/// `initguard_dry_run`. `up` and `process_*` are accepted besides.
+/// Metrics initguard exports (README "Observe"), `initguard_deadline_seconds` and
+/// `initguard_dry_run` included. `up` and `process_*` are accepted besides.
 const EXPORTED: &[&str] = &[
     "initguard_waiting_pods",
     "initguard_oldest_wait_seconds",

@@ -613,12 +613,12 @@ mod unreachable_api {
 }
 
 mod sim {
-    use initguard::sim::{Sim, SimOptions};
     use k8s_openapi::api::apps::v1::Deployment;
     use k8s_openapi::api::coordination::v1::Lease;
     use k8s_openapi::api::core::v1::{Namespace, Pod};
     use kube::Api;
     use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+    use kube_sim::{Sim, SimOptions};
     use serde_json::json;
 
     use super::*;

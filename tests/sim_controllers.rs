@@ -10,15 +10,15 @@ use initguard_test_support::wait;
 use wait::eventually_async;
 
 use initguard::config::Mechanism;
-use initguard::sim::controllers::{
-    Creator, CreatorKind, CreatorOptions, GateOwner, GateOwnerOptions, pending_names, pile_report,
-};
-use initguard::sim::{Sim, SimOptions};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSchedulingGate, PodSpec};
+use k8s_openapi::api::core::v1::{Container, Pod, PodSchedulingGate, PodSpec};
+use kube::Api;
 use kube::api::{ListParams, ObjectMeta, PostParams};
-use kube::{Api, Client};
+use kube_sim::controllers::{
+    Creator, CreatorKind, CreatorOptions, GateOwner, GateOwnerOptions, pending_names, pile_report,
+};
+use kube_sim::{Sim, SimOptions};
 use serde_json::Value;
 
 const ADMIN: &str = "system:admin";
@@ -35,22 +35,6 @@ async fn start_sim(mechanism: Mechanism, legacy: &[&str], create_timeout: Durati
     })
     .await
     .unwrap()
-}
-
-async fn create_namespace(client: &Client, name: &str) {
-    let api: Api<Namespace> = Api::all(client.clone());
-    let ns = Namespace {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    match api.create(&PostParams::default(), &ns).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => panic!("cannot create namespace {name}: {e}"),
-    }
 }
 
 fn pod(name: &str, gates: &[&str]) -> Pod {
@@ -363,7 +347,9 @@ async fn kill_and_revive_show_in_deployment_lease_and_owner_pod() {
     let gate = "quota.example.com";
     let sim = start_sim(Mechanism::SchedulingGates, &[], Duration::from_secs(30)).await;
     let admin = sim.client(ADMIN);
-    create_namespace(&admin, "quota-system").await;
+    sim.ensure_namespace(ADMIN, "quota-system")
+        .await
+        .expect("namespace quota-system");
     let mut opts = owner(gate, Mechanism::SchedulingGates);
     opts.namespace = "quota-system".to_string();
     opts.deployment = Some("quota-controller".to_string());
@@ -481,12 +467,12 @@ mod scenarios {
     use std::time::{Duration, Instant};
 
     use initguard::config::Mechanism;
-    use initguard::sim::controllers::pile_report;
-    use initguard::sim::scenario::{Action, Scenario, ScenarioError, run_scenario};
-    use initguard::sim::{Sim, SimOptions};
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::ListParams;
     use kube::{Api, Client};
+    use kube_sim::controllers::pile_report;
+    use kube_sim::scenario::{Action, Scenario, ScenarioError, run_scenario};
+    use kube_sim::{Sim, SimOptions};
     use tokio_util::sync::CancellationToken;
 
     fn problems(text: &str) -> Vec<String> {

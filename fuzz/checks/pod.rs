@@ -9,11 +9,11 @@
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime};
 
-use initguard::config::names::validate_initializer_name;
-use initguard::config::{Config, Mechanism};
-use initguard::mechanism::{
+use initguard::bypass::{
     BYPASSED_ANNOTATION, BypassTarget, bypass_patch, parse_records, pending_pointer,
 };
+use initguard::config::names::validate_initializer_name;
+use initguard::config::{Config, Mechanism};
 use initguard::pod::SlimPod;
 use initguard::policy::{self, ControllerRef, Environment, OwnerState};
 use initguard::tracker::Tracker;

@@ -7,7 +7,9 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 
-use super::{Mechanism, PileupAction, UnlistedPolicy};
+use kube_common::Mechanism;
+
+use super::types::{PileupAction, UnlistedPolicy};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(

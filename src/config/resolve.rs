@@ -7,17 +7,19 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::locate::Layout;
-use super::names::{
+use super::error::LocatedError;
+use super::raw::{Count, HumanDuration, RawConfig, RawHttp, RawInitializer, RawOwner};
+use super::types::{
+    Config, Defaults, InitializerConfig, LeaderElection, ObjectRef, OptIn, OwnerSpec, Pileup,
+    PileupAction, UnlistedPolicy,
+};
+use kube_common::Mechanism;
+use kube_common::names::{
     validate_dns1123_label, validate_dns1123_subdomain, validate_initializer_name,
     validate_qualified_name,
 };
-use super::raw::{Count, HumanDuration, RawConfig, RawHttp, RawInitializer, RawOwner};
-use super::selector::LabelSelector;
-use super::{
-    Config, Defaults, InitializerConfig, LeaderElection, LocatedError, Mechanism, ObjectRef, OptIn,
-    OwnerSpec, Pileup, PileupAction, UnlistedPolicy,
-};
+use kube_common::selector::LabelSelector;
+use kube_common::yaml::Layout;
 
 /// Default opt-in label key.
 pub const DEFAULT_OPT_IN_LABEL: &str = "initguard.io/bypass";
@@ -76,7 +78,7 @@ impl<'a> Problems<'a> {
         self.push(pos, path, message);
     }
 
-    fn push(&mut self, pos: Option<super::locate::Pos>, path: &str, message: impl Display) {
+    fn push(&mut self, pos: Option<kube_common::yaml::Pos>, path: &str, message: impl Display) {
         // Without a position (the two parsers disagreed) the path alone must locate it.
         let (line, column) = pos.map_or((0, 0), |p| (p.line, p.column));
         self.list.push(LocatedError {

@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use initguard::config::Mechanism;
-use initguard::run::Guard;
-use initguard::sim::controllers::dns_name;
-use initguard::sim::{PolicyRule, Rbac};
+use initguard::guard::Guard;
+use kube_sim::controllers::dns_name;
+use kube_sim::{PolicyRule, Rbac};
 use serde_json::Value;
 
 use crate::harness::*;
@@ -169,7 +169,7 @@ async fn status_lists_waiting_pods_with_plans() {
     c.finish(guard).await;
 }
 
-/// `/metrics` serves every metric DESIGN.md names once each has something to report.
+/// `/metrics` serves every metric README "Observe" names once each has something to report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_have_the_documented_names() {
     let c = Cluster::start(Mechanism::SchedulingGates).await;

@@ -5,12 +5,12 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use initguard::bypass::{BYPASSED_ANNOTATION, parse_records};
 use initguard::config::{Config, Mechanism};
-use initguard::mechanism::{BYPASSED_ANNOTATION, parse_records};
+use initguard::guard::Guard;
 use initguard::policy::OwnerState;
-use initguard::run::Guard;
-use initguard::sim::controllers::{GateOwner, GateOwnerHandle, GateOwnerOptions, dns_name};
-use initguard::sim::{ChangeType, KubeVersion, Rbac, RequestRecord, Sim, SimOptions};
+use kube_sim::controllers::{GateOwner, GateOwnerHandle, GateOwnerOptions, dns_name};
+use kube_sim::{ChangeType, KubeVersion, Rbac, RequestRecord, Sim, SimOptions};
 use serde_json::{Value, json};
 
 /// The guard's user, bound by `deploy/rbac.yaml`.
@@ -33,7 +33,7 @@ macro_rules! both_mechanisms {
     ($($scenario:ident),* $(,)?) => {$(
         mod $scenario {
             use initguard::config::Mechanism;
-            use initguard::sim::KubeVersion;
+            use kube_sim::KubeVersion;
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn scheduling_gates() {
@@ -67,7 +67,7 @@ pub(crate) use both_mechanisms;
 macro_rules! legacy_versions {
     ($($scenario:ident),* $(,)?) => {$(
         mod $scenario {
-            use initguard::sim::KubeVersion;
+            use kube_sim::KubeVersion;
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn v1_8() {
@@ -313,7 +313,7 @@ impl Cluster {
             client,
             config.clone(),
             identity.to_owned(),
-            initguard::run::STALL_AFTER,
+            initguard::guard::STALL_AFTER,
         )
         .await
         .unwrap();
@@ -360,7 +360,7 @@ impl Cluster {
             self.guard_client(),
             config.clone(),
             identity.to_owned(),
-            initguard::run::STALL_AFTER,
+            initguard::guard::STALL_AFTER,
         )
         .await
         .unwrap();
@@ -470,7 +470,7 @@ impl Cluster {
     pub fn pending(&self, namespace: &str, name: &str) -> Vec<String> {
         self.sim
             .get_object("pods", Some(namespace), name)
-            .map(|pod| initguard::mechanism::pending_names(self.mechanism, &pod))
+            .map(|pod| initguard::bypass::pending_names(self.mechanism, &pod))
             .unwrap_or_default()
     }
 

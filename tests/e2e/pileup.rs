@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use initguard::config::Mechanism;
-use initguard::sim::controllers::{
+use kube_sim::controllers::{
     Creator, CreatorHandle, CreatorKind, CreatorOptions, pending_names, pile_report,
 };
 

@@ -4,8 +4,8 @@
 use std::time::{Duration, SystemTime};
 
 use initguard::config::Mechanism;
-use initguard::run::Guard;
-use initguard::sim::RequestRecord;
+use initguard::guard::Guard;
+use kube_sim::RequestRecord;
 
 use crate::harness::*;
 

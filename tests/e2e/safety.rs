@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use initguard::config::Mechanism;
-use initguard::sim::{PolicyRule, Rbac};
+use kube_sim::{PolicyRule, Rbac};
 
 use crate::harness::*;
 

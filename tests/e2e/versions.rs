@@ -3,9 +3,9 @@
 //! `initialize` verb and 500 answers are what the simulator serves.
 
 use initguard::config::Mechanism;
-use initguard::leader::{LEADER_ANNOTATION, LeaderRecord};
-use initguard::run::Guard;
-use initguard::sim::KubeVersion;
+use initguard::guard::Guard;
+use initguard::guard::leader::{LEADER_ANNOTATION, LeaderRecord};
+use kube_sim::KubeVersion;
 use serde_json::{Value, json};
 
 use crate::harness::*;

@@ -4,10 +4,10 @@
 
 use std::time::Duration;
 
+use initguard::bypass::BYPASSED_ANNOTATION;
 use initguard::config::Mechanism;
-use initguard::mechanism::BYPASSED_ANNOTATION;
-use initguard::run::Guard;
-use initguard::sim::{PolicyRule, Rbac, RequestRecord};
+use initguard::guard::Guard;
+use kube_sim::{PolicyRule, Rbac, RequestRecord};
 use serde_json::json;
 
 use crate::harness::*;

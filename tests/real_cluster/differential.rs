@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use http::{Method, Request};
 use http_body_util::BodyExt;
-use initguard::sim::{Sim, SimOptions};
 use kube::client::Body;
+use kube_sim::{Sim, SimOptions};
 use serde_json::{Value, json};
 
 use crate::testbed::*;

@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
+use initguard::bypass::{BYPASSED_ANNOTATION, parse_records, pending_names};
 use initguard::config::Mechanism;
-use initguard::mechanism::{BYPASSED_ANNOTATION, parse_records, pending_names};
-use initguard::sim::{ChangeType, Sim, SimOptions};
+use kube_sim::{ChangeType, Sim, SimOptions};
 use serde_json::{Value, json};
 
 use crate::fake_api::FakeApi;
@@ -711,7 +711,7 @@ fn record_of_an_odd_name() {
         .collect();
     assert_eq!(decided, ["plain.example.com"]);
     for d in outcome.decisions {
-        let target = initguard::mechanism::BypassTarget {
+        let target = initguard::bypass::BypassTarget {
             uid: "u",
             resource_version: "1",
             index: d.index,
@@ -721,7 +721,7 @@ fn record_of_an_odd_name() {
             opt_in_label: Some((OPT_IN, "")),
         };
         let patch =
-            initguard::mechanism::bypass_patch(Mechanism::SchedulingGates, &target, d.reason, now);
+            initguard::bypass::bypass_patch(Mechanism::SchedulingGates, &target, d.reason, now);
         let mut patched = doc.clone();
         json_patch::patch(&mut patched, &patch).unwrap();
         let record = patched["metadata"]["annotations"][BYPASSED_ANNOTATION]

@@ -14,8 +14,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use initguard::config::Mechanism;
-use initguard::sim::controllers::{GateOwner, GateOwnerOptions, dns_name};
-use initguard::sim::{Sim, SimOptions};
+use kube_sim::controllers::{GateOwner, GateOwnerOptions, dns_name};
+use kube_sim::{Sim, SimOptions};
 use rand::Rng;
 use serde_json::json;
 
@@ -95,7 +95,7 @@ async fn shipped_rbac_allows_every_call() {
     opted_in_pod(&sim, "while-up", &[SIDECAR, QUOTA, AUDIT]).await;
     let pending = |name: &str| {
         sim.get_object("pods", Some(NS), name)
-            .map(|p| initguard::mechanism::pending_names(Mechanism::SchedulingGates, &p))
+            .map(|p| initguard::bypass::pending_names(Mechanism::SchedulingGates, &p))
             .unwrap_or_default()
     };
     until("owners to clear their gates", || {

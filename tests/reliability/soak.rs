@@ -33,14 +33,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
+use initguard::bypass::{BYPASSED_ANNOTATION, BypassRecord, parse_records, pending_names};
 use initguard::config::Mechanism;
-use initguard::mechanism::{BYPASSED_ANNOTATION, BypassRecord, parse_records, pending_names};
 use initguard::pod::SlimPod;
-use initguard::sim::controllers::{
+use kube::api::{Api, DeleteParams, ListParams};
+use kube_sim::controllers::{
     Creator, CreatorHandle, CreatorOptions, GateOwner, GateOwnerHandle, GateOwnerOptions, dns_name,
 };
-use initguard::sim::{ChangeType, ObjectChange, RequestRecord, Sim, SimOptions};
-use kube::api::{Api, DeleteParams, ListParams};
+use kube_sim::{ChangeType, ObjectChange, RequestRecord, Sim, SimOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::Value;

@@ -8,7 +8,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use initguard::config::Mechanism;
-use initguard::sim::{Rbac, Sim};
+use kube_sim::{Rbac, Sim};
 use serde_json::{Value, json};
 
 /// The released binary under test.
@@ -240,7 +240,7 @@ pub use crate::wait::until;
 
 #[test]
 fn started_addr_reads_text_and_json_lines() {
-    let text = "2026-11-21T10:00:00Z  INFO initguard::run: initguard started addr=127.0.0.1:41234 \
+    let text = "2026-11-21T10:00:00Z  INFO initguard::guard: initguard started addr=127.0.0.1:41234 \
                 mechanism=\"schedulingGates\" dry_run=false";
     assert_eq!(started_addr(text), Some("127.0.0.1:41234".parse().unwrap()));
     let json = r#"{"timestamp":"x","level":"INFO","message":"initguard started","addr":"127.0.0.1:9","dry_run":false}"#;

@@ -2,13 +2,13 @@
 
 use std::time::Duration;
 
-use initguard::sim::SimOptions;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
+use kube_sim::SimOptions;
 use serde_json::json;
 
 use crate::common::{

@@ -2,10 +2,10 @@
 
 use std::collections::BTreeMap;
 
-use initguard::sim::{Sim, SimOptions};
 use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSchedulingGate, PodSpec};
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
+use kube_sim::{Sim, SimOptions};
 
 /// The identity most tests act as.
 pub const ADMIN: &str = "system:admin";

@@ -15,7 +15,7 @@ use crate::common::{ADMIN, namespace, pod, sim};
 const KUBECTL: &str = "/usr/bin/kubectl";
 
 /// A kubeconfig for `sim` in a temporary directory, or None when kubectl is missing.
-fn setup(sim: &initguard::sim::Sim) -> Option<tempfile::TempDir> {
+fn setup(sim: &kube_sim::Sim) -> Option<tempfile::TempDir> {
     if !Path::new(KUBECTL).exists() {
         initguard_test_support::tools::missing(
             "sim::kubectl",

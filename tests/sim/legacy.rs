@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use initguard::config::Mechanism;
-use initguard::sim::{Sim, SimOptions};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::{Api, Client, ResourceExt};
+use kube_sim::{Sim, SimOptions};
 use serde_json::json;
 
 use crate::common::{ADMIN, api_error, namespace, pod, raw_client, sim_with};

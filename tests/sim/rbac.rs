@@ -6,7 +6,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use initguard::sim::{PolicyRule, Rbac};
+use kube_sim::{PolicyRule, Rbac};
 
 use crate::common::{ADMIN, api_error, namespace, pod, sim};
 

@@ -5,11 +5,11 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
-use initguard::sim::SimOptions;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kube::{Api, ResourceExt};
+use kube_sim::SimOptions;
 use serde_json::json;
 
 use crate::common::{ADMIN, eventually_async, namespace, pod, sim, sim_with};

@@ -1,0 +1,107 @@
+//! What an API server serves, read from discovery (`/apis`) instead of assumed: Kubernetes
+//! 1.7-1.13 (legacy initializers) and current versions serve different group versions of the
+//! same kinds.
+//!
+//! * Deployments: `apps/v1` from 1.9; 1.8 serves `apps/v1beta2`; 1.7 `apps/v1beta1`; 1.7-1.15
+//!   also `extensions/v1beta1` ("Workloads API changes in versions 1.8 and 1.9",
+//!   kubernetes.io/docs/reference/workloads-18-19).
+//! * Leases: `coordination.k8s.io/v1` from 1.14, `coordination.k8s.io/v1beta1` 1.12-1.21
+//!   (KEP-0009 node heartbeats); older servers have none.
+
+use std::collections::BTreeMap;
+
+use kube::core::{ApiResource, GroupVersionKind};
+
+/// Deployment group versions, most preferred first.
+pub const DEPLOYMENT_GROUP_VERSIONS: [(&str, &str); 4] = [
+    ("apps", "v1"),
+    ("apps", "v1beta2"),
+    ("apps", "v1beta1"),
+    ("extensions", "v1beta1"),
+];
+
+/// The group versions a server serves (the core group `""`/`v1` is always served).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ApiSurface {
+    /// Group → versions served.
+    groups: BTreeMap<String, Vec<String>>,
+}
+
+impl ApiSurface {
+    /// Read `/apis` (one request).
+    pub async fn read(client: &kube::Client) -> Result<ApiSurface, kube::Error> {
+        let list = client.list_api_groups().await?;
+        Ok(ApiSurface::from_group_versions(
+            list.groups.iter().flat_map(|g| {
+                g.versions
+                    .iter()
+                    .map(move |v| (g.name.clone(), v.version.clone()))
+            }),
+        ))
+    }
+
+    /// A surface serving exactly these (group, version) pairs besides core/v1.
+    pub fn from_group_versions(
+        pairs: impl IntoIterator<Item = (impl Into<String>, impl Into<String>)>,
+    ) -> ApiSurface {
+        let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (g, v) in pairs {
+            groups.entry(g.into()).or_default().push(v.into());
+        }
+        ApiSurface { groups }
+    }
+
+    /// Whether `group/version` is served (`""`/`v1` always is).
+    pub fn serves(&self, group: &str, version: &str) -> bool {
+        (group.is_empty() && version == "v1")
+            || self
+                .groups
+                .get(group)
+                .is_some_and(|vs| vs.iter().any(|v| v == version))
+    }
+
+    /// The most preferred Deployment group version served, if any.
+    pub fn deployments(&self) -> Option<ApiResource> {
+        DEPLOYMENT_GROUP_VERSIONS
+            .iter()
+            .find(|(g, v)| self.serves(g, v))
+            .map(|(g, v)| {
+                ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk(g, v, "Deployment"),
+                    "deployments",
+                )
+            })
+    }
+}
+
+/// `DEPLOYMENT_GROUP_VERSIONS` in words, for error messages.
+pub fn deployment_group_versions() -> String {
+    DEPLOYMENT_GROUP_VERSIONS
+        .iter()
+        .map(|(g, v)| format!("{g}/{v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deployments_come_from_the_most_preferred_group_served() {
+        let v18 = ApiSurface::from_group_versions([
+            ("apps", "v1beta2"),
+            ("apps", "v1beta1"),
+            ("extensions", "v1beta1"),
+        ]);
+        let d = v18.deployments().unwrap();
+        assert_eq!((d.group.as_str(), d.version.as_str()), ("apps", "v1beta2"));
+        assert_eq!(d.plural, "deployments");
+        assert_eq!(d.api_version, "apps/v1beta2");
+        let v17 = ApiSurface::from_group_versions([("extensions", "v1beta1")]);
+        assert_eq!(v17.deployments().unwrap().api_version, "extensions/v1beta1");
+        let current = ApiSurface::from_group_versions([("apps", "v1")]);
+        assert_eq!(current.deployments().unwrap().api_version, "apps/v1");
+        assert!(ApiSurface::default().deployments().is_none());
+    }
+}

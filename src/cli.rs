@@ -1,0 +1,115 @@
+//! The command line: every subcommand and flag of `initguard` (README "Commands"). Parsing
+//! only; `main.rs` wires each command to the library.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+/// Where the static pod and the Deployment mount the configuration.
+pub const DEFAULT_CONFIG: &str = "/etc/initguard/config.yaml";
+
+#[derive(Parser)]
+#[command(
+    name = "initguard",
+    version,
+    about = "Keeps pods from waiting forever on a failed initializer or scheduling gate"
+)]
+/// `initguard` and its subcommand.
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run the guard: watch, decide, bypass; serve /metrics, /healthz, /readyz, /status.
+    Run {
+        #[arg(long, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        /// Kubeconfig file; default $KUBECONFIG or ~/.kube/config, then in-cluster.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Log and count decisions without writing (overrides the config).
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
+    },
+    /// One-shot, read-only report: waiting pods, waits, owner states, planned actions.
+    Status {
+        #[arg(long, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = StatusOutput::Table)]
+        output: StatusOutput,
+    },
+    /// Validate a configuration file: exit 0 with a summary, or 2 with located errors.
+    CheckConfig {
+        /// Path of the YAML configuration.
+        path: PathBuf,
+        #[arg(long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+        /// Also report listed owners that do not exist in this cluster (warnings; exit 0).
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+    },
+    /// The simulated API server alone (plain HTTP); writes a kubeconfig for any client.
+    #[cfg(feature = "sim")]
+    Sim(kube_sim::cli::SimArgs),
+    /// Embedded simulated cluster and guard, narrated: one owner outage without, then with the
+    /// guard, and a side-by-side table. No cluster needed.
+    #[cfg(feature = "sim")]
+    Demo {
+        /// Pending-initializer mechanism of the simulated cluster.
+        #[arg(long, value_enum, default_value_t = DemoMechanism::SchedulingGates)]
+        mechanism: DemoMechanism,
+        /// Afterwards keep the simulated cluster and the guard running until Ctrl-C, with a
+        /// kubeconfig for kubectl.
+        #[arg(long)]
+        serve: bool,
+    },
+}
+
+#[cfg(feature = "sim")]
+/// `initguard demo --mechanism`.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum DemoMechanism {
+    #[value(name = "schedulingGates", alias = "scheduling-gates")]
+    SchedulingGates,
+    #[value(name = "initializers", alias = "legacy")]
+    Initializers,
+}
+
+/// `initguard check-config --output`.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum Output {
+    Text,
+    Json,
+}
+
+/// `initguard status --output`.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum StatusOutput {
+    Table,
+    Json,
+}
+
+/// `initguard run --log-format`.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[cfg(feature = "sim")]
+impl From<DemoMechanism> for crate::config::Mechanism {
+    fn from(m: DemoMechanism) -> Self {
+        use crate::config::Mechanism;
+        match m {
+            DemoMechanism::SchedulingGates => Mechanism::SchedulingGates,
+            DemoMechanism::Initializers => Mechanism::Initializers,
+        }
+    }
+}

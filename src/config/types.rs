@@ -1,0 +1,210 @@
+//! The validated configuration: every key resolved, every default filled in. Plain data; what
+//! builds it is `resolve`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kube_common::Mechanism;
+use serde::{Deserialize, Serialize};
+
+/// The validated configuration with every default filled in.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Config {
+    pub mechanism: Mechanism,
+    pub opt_in: OptIn,
+    pub defaults: Defaults,
+    /// Listed initializers; each has its deadline resolved (own or default).
+    pub initializers: Vec<InitializerConfig>,
+    pub unlisted_initializers: UnlistedPolicy,
+    pub pileup: Pileup,
+    pub leader_election: LeaderElection,
+    pub listen: SocketAddr,
+    pub dry_run: bool,
+    /// Most bypass patches in flight at once (default 16).
+    pub max_in_flight: usize,
+}
+
+/// Which pods may be modified.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OptIn {
+    /// Presence of this label key opts a pod in; the value is ignored.
+    pub label: String,
+    /// Every pod in these namespaces is opted in.
+    pub namespaces: Vec<String>,
+}
+
+/// Defaults for initializers that do not set their own values.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Defaults {
+    #[serde(with = "humantime_serde")]
+    pub deadline: Duration,
+    #[serde(with = "humantime_serde")]
+    pub owner_down_grace: Duration,
+    #[serde(with = "humantime_serde")]
+    pub probe_interval: Duration,
+}
+
+/// One listed initializer (legacy initializer or scheduling gate name).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitializerConfig {
+    pub name: String,
+    /// Resolved: the initializer's own deadline or `defaults.deadline`.
+    #[serde(with = "humantime_serde")]
+    pub deadline: Duration,
+    /// Resolved: own value or `defaults.ownerDownGrace`.
+    #[serde(with = "humantime_serde")]
+    pub owner_down_grace: Duration,
+    /// Resolved: own value or `defaults.probeInterval` (used by http owners).
+    #[serde(with = "humantime_serde")]
+    pub probe_interval: Duration,
+    /// None: deadline only.
+    pub owner: Option<OwnerSpec>,
+}
+
+/// How to tell whether an initializer's controller is alive.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum OwnerSpec {
+    /// Up while `status.availableReplicas >= 1`.
+    Deployment(ObjectRef),
+    /// Up while `renewTime + leaseDurationSeconds` is in the future.
+    Lease(ObjectRef),
+    /// Up while at least one matching pod is Ready.
+    Pods { namespace: String, selector: String },
+    /// Up while GET answers 2xx within 1 s. For https, the server certificate is verified
+    /// against `ca_file` when given (else the platform's roots), and `cert_file`/`key_file`
+    /// (both or neither) are presented as the client certificate.
+    Http {
+        url: String,
+        /// PEM CA bundle (`caFile`).
+        #[serde(rename = "caFile", skip_serializing_if = "Option::is_none")]
+        ca_file: Option<PathBuf>,
+        /// PEM client certificate chain (`certFile`).
+        #[serde(rename = "certFile", skip_serializing_if = "Option::is_none")]
+        cert_file: Option<PathBuf>,
+        /// PEM private key of the client certificate (`keyFile`).
+        #[serde(rename = "keyFile", skip_serializing_if = "Option::is_none")]
+        key_file: Option<PathBuf>,
+    },
+}
+
+impl OwnerSpec {
+    /// Value of the `owner_kind` metric label.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            OwnerSpec::Deployment(_) => "deployment",
+            OwnerSpec::Lease(_) => "lease",
+            OwnerSpec::Pods { .. } => "pods",
+            OwnerSpec::Http { .. } => "http",
+        }
+    }
+}
+
+/// `namespace/name`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+pub struct ObjectRef {
+    pub namespace: String,
+    pub name: String,
+}
+
+/// What to do with initializers not listed in the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum UnlistedPolicy {
+    Ignore,
+    Deadline,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Pileup {
+    pub threshold: u32,
+    pub action: PileupAction,
+    /// A pod counts toward a pile only once it has itself waited this long (README "What it guarantees": never early):
+    /// a healthy owner's fresh batch is not a pile.
+    #[serde(with = "humantime_serde")]
+    pub min_wait: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum PileupAction {
+    Alert,
+    Bypass,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaderElection {
+    pub enabled: bool,
+    pub namespace: String,
+    pub name: String,
+    #[serde(with = "humantime_serde")]
+    pub lease_duration: Duration,
+}
+
+impl Config {
+    /// The listed initializer with this name.
+    pub fn initializer(&self, name: &str) -> Option<&InitializerConfig> {
+        self.initializers.iter().find(|i| i.name == name)
+    }
+
+    /// Deadline for `name`, or None when the guard must never act on it
+    /// (unlisted and `unlistedInitializers: ignore`).
+    pub fn deadline_for(&self, name: &str) -> Option<Duration> {
+        match self.initializer(name) {
+            Some(i) => Some(i.deadline),
+            None => match self.unlisted_initializers {
+                UnlistedPolicy::Ignore => None,
+                UnlistedPolicy::Deadline => Some(self.defaults.deadline),
+            },
+        }
+    }
+
+    /// Whether a pod with these labels in this namespace opted in.
+    pub fn is_opted_in(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
+        labels.contains_key(&self.opt_in.label)
+            || self.opt_in.namespaces.iter().any(|n| n == namespace)
+    }
+}
+
+impl fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// `deployment kube-system/sidecar-injector`, `pods quota-system app=quota`, ...
+impl fmt::Display for OwnerSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OwnerSpec::Deployment(r) | OwnerSpec::Lease(r) => write!(f, "{} {r}", self.kind()),
+            OwnerSpec::Pods {
+                namespace,
+                selector,
+            } => write!(f, "pods {namespace} {selector}"),
+            OwnerSpec::Http {
+                url,
+                ca_file,
+                cert_file,
+                ..
+            } => {
+                write!(f, "http {url}")?;
+                if let Some(ca) = ca_file {
+                    write!(f, " (caFile {})", ca.display())?;
+                }
+                if let Some(cert) = cert_file {
+                    write!(f, " (certFile {})", cert.display())?;
+                }
+                Ok(())
+            }
+        }
+    }
+}

@@ -1,0 +1,532 @@
+//! The control loop: it owns every decision. It re-decides a pod on its own events, on owner
+//! state changes, on leadership changes and at the pod's next wake-up (a timer keyed by the
+//! policy's answer, not a fixed tick). Only one bypass per pod is in flight at a time, and a
+//! bypass stays "expected" until the pod watch shows it, so a stale event can never trigger a
+//! second write.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::actuator::{Actuator, BypassJob, Report};
+use crate::config::Config;
+use crate::jobs::cron_job_of;
+use crate::pod::SlimPod;
+use crate::policy::{self};
+use crate::supervise::{self};
+use crate::tracker::PodKey;
+
+use super::shared::Shared;
+use super::wakes::Wakes;
+use crate::environment::Env;
+
+/// How often the loop proves it is alive even when nothing happens.
+const HEARTBEAT: Duration = Duration::from_secs(2);
+/// An expected bypass not seen in the pod watch by then is forgotten (the watch may be down);
+/// the pod is re-decided and any new patch still tests the pod's current state.
+const EXPECTATION_TTL: Duration = Duration::from_secs(30);
+/// After a bypass failed for good, try that pod again after this long.
+const RETRY_FAILED_AFTER: Duration = Duration::from_secs(15);
+/// After a write that found no pod, or that the API server rejected although the pod had not
+/// changed, decide again only after this pause: at once would repeat it in a tight loop.
+const RETRY_STALE_AFTER: Duration = Duration::from_secs(2);
+
+/// A bypass handed to the actuator and not yet seen done in the pod watch.
+struct InFlight {
+    uid: String,
+    initializer: String,
+    /// Count of `initializer` on the pod before the patch.
+    count_before: usize,
+    /// Set once the actuator reports success; the watch must then show it.
+    written_at: Option<Instant>,
+}
+
+pub(super) struct ControlLoop {
+    shared: Arc<Shared>,
+    actuator: Actuator,
+    wakes: Wakes,
+    in_flight: HashMap<PodKey, InFlight>,
+    /// (uid, initializer) already logged and counted in dry-run.
+    dry_run_done: HashSet<(String, String)>,
+    /// Waiting pods seen since the watch (re)started listing; None outside a relist.
+    init_seen: Option<HashSet<PodKey>>,
+    /// Jobs seen since the Jobs watch (re)started listing; None outside a relist.
+    jobs_seen: Option<HashSet<String>>,
+    /// Pods whose bypass did not fit the actuator queue, oldest first.
+    backlog: VecDeque<PodKey>,
+    backlog_set: HashSet<PodKey>,
+}
+
+impl ControlLoop {
+    pub(super) fn new(shared: Arc<Shared>, actuator: Actuator) -> ControlLoop {
+        ControlLoop {
+            shared,
+            actuator,
+            wakes: Wakes::default(),
+            in_flight: HashMap::new(),
+            dry_run_done: HashSet::new(),
+            init_seen: None,
+            jobs_seen: None,
+            backlog: VecDeque::new(),
+            backlog_set: HashSet::new(),
+        }
+    }
+
+    pub(super) async fn run(
+        mut self,
+        client: kube::Client,
+        mut reports: mpsc::UnboundedReceiver<Report>,
+        mut leader: watch::Receiver<bool>,
+        cancel: CancellationToken,
+    ) {
+        // Only informs the log; stops with the loop.
+        let check = crate::jobs::check_cron_job_api(client.clone());
+        let check_cancel = cancel.clone();
+        supervise::spawn(&self.shared.failures, "cron job api check", async move {
+            tokio::select! {
+                _ = check => {}
+                _ = check_cancel.cancelled() => {}
+            }
+        });
+        let client_for_jobs = client.clone();
+        let mut jobs = crate::jobs::watch_jobs(client.clone(), true);
+        let api: Api<SlimPod> = Api::all(client);
+        let mut pods = pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
+        let mut owner_changes = self.shared.owners.subscribe();
+        // Beat well within the stall window, or an idle loop would look stalled.
+        let beat = HEARTBEAT
+            .min(self.shared.stall_after / 4)
+            .max(Duration::from_millis(10));
+        let mut heartbeat = tokio::time::interval(beat);
+        loop {
+            self.shared.progress();
+            while self.shared.wedged.load(Ordering::Acquire) && !cancel.is_cancelled() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            let sleep = tokio::time::sleep_until(instant_of(self.wakes.next()));
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => break,
+                Some(report) = reports.recv() => self.on_report(report),
+                event = pods.next() => match event {
+                    Some(Ok(event)) => self.on_pod_event(event),
+                    Some(Err(e)) => {
+                        self.shared.metrics.watch_restarted("pods");
+                        warn!(error = %e, "pod watch failed; retrying with backoff");
+                    }
+                    None => {
+                        warn!("pod watch ended");
+                        break;
+                    }
+                },
+                Some(event) = jobs.next() => match event {
+                    Ok(event) => self.on_job_event(event),
+                    Err(e) if crate::jobs::is_not_acceptable(&e) => {
+                        info!("the server does not serve Job metadata alone; watching whole Jobs");
+                        jobs = crate::jobs::watch_jobs(client_for_jobs.clone(), false);
+                    }
+                    Err(e) => {
+                        self.shared.metrics.watch_restarted("jobs");
+                        warn!(error = %e, "Job watch failed (pods of Jobs are grouped by their Job meanwhile); retrying with backoff");
+                    }
+                },
+                Ok(()) = owner_changes.changed() => self.decide_all(),
+                Ok(()) = leader.changed() => {
+                    if *leader.borrow_and_update() {
+                        self.decide_all();
+                    }
+                }
+                _ = sleep => {
+                    let due = self.wakes.pop_due(SystemTime::now());
+                    for key in due {
+                        self.decide(&key);
+                    }
+                }
+                _ = heartbeat.tick() => self.expire_expectations(),
+            }
+        }
+    }
+
+    fn on_pod_event(&mut self, event: Event<SlimPod>) {
+        let now = SystemTime::now();
+        match event {
+            Event::Init => self.init_seen = Some(HashSet::new()),
+            Event::InitApply(pod) => {
+                let key = pod.key();
+                // Decided once at InitDone: deciding each pile as it grows is quadratic.
+                self.record(&pod, now);
+                if let Some(seen) = &mut self.init_seen {
+                    seen.insert(key);
+                }
+            }
+            Event::InitDone => {
+                if let Some(seen) = self.init_seen.take() {
+                    let gone: Vec<PodKey> = {
+                        let tracker = self.shared.tracker();
+                        tracker
+                            .pods()
+                            .map(|(k, _)| k.clone())
+                            .filter(|k| !seen.contains(k))
+                            .collect()
+                    };
+                    for key in gone {
+                        self.delete(&key, now);
+                    }
+                }
+                // Every pod once, with the whole list known.
+                self.shared.tracker().take_moved_earlier();
+                self.decide_all();
+                if !self.shared.pods_synced.swap(true, Ordering::AcqRel) {
+                    info!(
+                        waiting = self.shared.tracker().len(),
+                        "initial pod list complete"
+                    );
+                }
+            }
+            Event::Apply(pod) => self.apply(&pod, now),
+            Event::Delete(pod) => self.delete(&pod.key(), now),
+        }
+    }
+
+    /// Take in which CronJob controls each Job. Pods that change pile are re-decided, and so
+    /// are the other pods of a pile that became ready earlier; during a relist only once at its
+    /// end, as for pods.
+    fn on_job_event(&mut self, event: Event<ObjectMeta>) {
+        match event {
+            Event::Init => self.jobs_seen = Some(HashSet::new()),
+            Event::InitApply(job) => {
+                if let Some(uid) = job.uid.clone() {
+                    self.shared.tracker().set_job_owner(&uid, cron_job_of(&job));
+                    if let Some(seen) = &mut self.jobs_seen {
+                        seen.insert(uid);
+                    }
+                }
+            }
+            Event::InitDone => {
+                if let Some(seen) = self.jobs_seen.take() {
+                    let mut tracker = self.shared.tracker();
+                    for uid in tracker.known_jobs() {
+                        if !seen.contains(&uid) {
+                            tracker.forget_job(&uid);
+                        }
+                    }
+                }
+                self.shared.tracker().take_moved_earlier();
+                if self.shared.pods_synced.load(Ordering::Acquire) {
+                    self.decide_all();
+                }
+            }
+            Event::Apply(job) => {
+                let Some(uid) = job.uid.as_deref() else {
+                    return;
+                };
+                let moved = self.shared.tracker().set_job_owner(uid, cron_job_of(&job));
+                for key in &moved {
+                    self.decide(key);
+                }
+                self.decide_moved_earlier(&moved);
+            }
+            Event::Delete(job) => {
+                if let Some(uid) = job.uid.as_deref() {
+                    self.shared.tracker().forget_job(uid);
+                }
+            }
+        }
+    }
+
+    /// Re-decide the pods of every controller whose pile became ready earlier, except `done`.
+    fn decide_moved_earlier(&mut self, done: &[PodKey]) {
+        let moved = self.shared.tracker().take_moved_earlier();
+        if self.shared.config.pileup.action != crate::config::PileupAction::Bypass {
+            return;
+        }
+        let done: HashSet<&PodKey> = done.iter().collect();
+        for controller in moved {
+            let siblings = self.shared.tracker().pods_of_controller(&controller);
+            for sibling in siblings.iter().filter(|s| !done.contains(s)) {
+                self.decide(sibling);
+            }
+        }
+    }
+
+    /// Take in a pod's state without deciding anything.
+    fn record(&mut self, pod: &SlimPod, now: SystemTime) {
+        let finished = self.shared.tracker().apply(pod, now);
+        for f in finished {
+            self.shared
+                .metrics
+                .observe_wait(&f.initializer, f.outcome, f.waited);
+        }
+        self.check_expectation(&pod.key(), pod);
+    }
+
+    /// Take in a pod's state and re-decide it. Its siblings are re-decided only when one of
+    /// their piles became ready earlier: a later instant only makes their planned wake-ups
+    /// early, and an early wake-up re-decides and re-plans, which is safe. So a growing pile
+    /// costs O(1) decisions per event, not O(pile).
+    fn apply(&mut self, pod: &SlimPod, now: SystemTime) {
+        let key = pod.key();
+        self.record(pod, now);
+        self.decide(&key);
+        self.decide_moved_earlier(&[key]);
+    }
+
+    fn delete(&mut self, key: &str, now: SystemTime) {
+        let finished = self.shared.tracker().delete(key, now);
+        for f in finished {
+            self.shared
+                .metrics
+                .observe_wait(&f.initializer, f.outcome, f.waited);
+        }
+        self.in_flight.remove(key);
+        self.wakes.set(key, None);
+    }
+
+    /// Drop the expectation once the watch shows the bypassed initializer gone (or the pod
+    /// replaced).
+    fn check_expectation(&mut self, key: &str, pod: &SlimPod) {
+        let Some(f) = self.in_flight.get(key) else {
+            return;
+        };
+        if f.written_at.is_none() {
+            return;
+        }
+        let pending = pod.pending(self.shared.config.mechanism);
+        let count = pending.iter().filter(|n| **n == f.initializer).count();
+        if pod.metadata.uid.as_deref() != Some(f.uid.as_str()) || count < f.count_before {
+            self.in_flight.remove(key);
+        }
+    }
+
+    /// Whether the tracked pod already shows the in-flight bypass of `key` done (or is gone).
+    fn removal_seen(&self, key: &str) -> bool {
+        let Some(f) = self.in_flight.get(key) else {
+            return false;
+        };
+        let tracker = self.shared.tracker();
+        match tracker.get(key) {
+            Some(pod) => {
+                let count = pod.pending.iter().filter(|n| **n == f.initializer).count();
+                pod.uid != f.uid || count < f.count_before
+            }
+            None => true,
+        }
+    }
+
+    fn expire_expectations(&mut self) {
+        let expired: Vec<PodKey> = self
+            .in_flight
+            .iter()
+            .filter(|(_, f)| f.written_at.is_some_and(|t| t.elapsed() > EXPECTATION_TTL))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in expired {
+            warn!(pod = %key, "bypass not seen in the pod watch in time; re-deciding");
+            self.in_flight.remove(&key);
+            self.decide(&key);
+        }
+    }
+
+    fn decide_all(&mut self) {
+        let keys: Vec<PodKey> = self
+            .shared
+            .tracker()
+            .pods()
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            self.decide(&key);
+        }
+    }
+
+    /// Re-decide one pod: schedule its next wake-up and hand at most one bypass to the actuator.
+    fn decide(&mut self, key: &str) {
+        let now = SystemTime::now();
+        let shared = self.shared.clone();
+        let tracker = shared.tracker();
+        let Some(pod) = tracker.get(key) else {
+            self.wakes.set(key, None);
+            return;
+        };
+        let env = Env {
+            tracker: &tracker,
+            owners: &shared.owners,
+            now,
+        };
+        let outcome = policy::decide(&tracker.view(pod, now), &env, &shared.config, now);
+        self.wakes.set(key, outcome.next_wake);
+        if !shared.is_leader() || self.in_flight.contains_key(key) {
+            return;
+        }
+        let decision = outcome.decisions.into_iter().find(|d| {
+            !self
+                .dry_run_done
+                .contains(&(pod.uid.clone(), d.initializer.clone()))
+        });
+        let Some(d) = decision else { return };
+        let owner = super::shared::describe_owner(&shared, &d.initializer, now);
+        let job = BypassJob {
+            key: key.to_owned(),
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+            resource_version: pod.resource_version.clone(),
+            index: d.index,
+            initializer: d.initializer.clone(),
+            reason: d.reason,
+            waited: d.waited,
+            annotations_present: pod.annotations_present,
+            previous_record: pod.bypassed_record.clone(),
+            opt_in_label: opt_in_label(&shared.config, pod),
+            owner,
+        };
+        let count_before = pod.pending.iter().filter(|n| **n == d.initializer).count();
+        let uid = pod.uid.clone();
+        drop(tracker);
+        match self.actuator.try_submit(job) {
+            Ok(()) => {
+                self.in_flight.insert(
+                    key.to_owned(),
+                    InFlight {
+                        uid,
+                        initializer: d.initializer,
+                        count_before,
+                        written_at: None,
+                    },
+                );
+            }
+            Err(_) => {
+                // Decided again as soon as the actuator reports progress (the next report frees
+                // a queue slot), with a timer as a safety net.
+                if self.backlog.is_empty() {
+                    warn!(pod = %key, "actuator queue full; holding further bypasses until it drains");
+                }
+                if self.backlog_set.insert(key.to_owned()) {
+                    self.backlog.push_back(key.to_owned());
+                }
+                self.wakes.at_most(key, now + Duration::from_secs(1));
+            }
+        }
+    }
+
+    /// Re-decide pods held back by a full actuator queue, in arrival order, while it takes them.
+    fn drain_backlog(&mut self, slots: usize) {
+        for _ in 0..slots {
+            let Some(key) = self.backlog.pop_front() else {
+                break;
+            };
+            self.backlog_set.remove(&key);
+            self.decide(&key);
+            if self.backlog_set.contains(&key) {
+                // Still full: it went back to the end of the line; stop for now.
+                break;
+            }
+        }
+    }
+
+    fn on_report(&mut self, report: Report) {
+        let key = report.job().key.clone();
+        // Every report means one job left the queue.
+        self.drain_backlog(1);
+        match report {
+            Report::Bypassed { .. } => {
+                if let Some(f) = self.in_flight.get_mut(&key) {
+                    f.written_at = Some(Instant::now());
+                }
+                // The watch may have shown the removal before this report came (the Event is
+                // published first); then no later event would clear the expectation.
+                if self.removal_seen(&key) {
+                    self.in_flight.remove(&key);
+                    self.decide(&key);
+                }
+            }
+            Report::DryRun { job } => {
+                self.dry_run_done.insert((job.uid, job.initializer));
+                self.in_flight.remove(&key);
+                self.decide(&key);
+            }
+            Report::Stale { job, pod } => {
+                self.in_flight.remove(&key);
+                match pod {
+                    // The pod changed under us: decide again on its new state.
+                    Some(pod)
+                        if pod.metadata.resource_version.as_deref()
+                            != Some(job.resource_version.as_str()) =>
+                    {
+                        self.apply(&pod, SystemTime::now())
+                    }
+                    // Unchanged (the server rejects the write itself, e.g. annotations over
+                    // their size limit) or not re-read.
+                    _ => self
+                        .wakes
+                        .at_most(&key, SystemTime::now() + RETRY_STALE_AFTER),
+                }
+            }
+            Report::Gone { job } => {
+                // No pod of that name exists; the watch may lag or be down. Only this pod: a
+                // new one of the same name (another uid) that the watch already shows stays.
+                let same = self
+                    .shared
+                    .tracker()
+                    .get(&key)
+                    .is_some_and(|p| p.uid == job.uid);
+                if same {
+                    self.delete(&key, SystemTime::now());
+                } else {
+                    self.in_flight.remove(&key);
+                    self.decide(&key);
+                }
+            }
+            Report::Failed { .. } => {
+                self.in_flight.remove(&key);
+                self.wakes
+                    .at_most(&key, SystemTime::now() + RETRY_FAILED_AFTER);
+            }
+            Report::Skipped { .. } => {
+                self.in_flight.remove(&key);
+                self.decide(&key);
+            }
+        }
+        // Dry-run memory is only needed for pods still waiting.
+        if self.dry_run_done.len() > 4 * self.shared.tracker().len() + 1024 {
+            let tracker = self.shared.tracker();
+            let live: HashSet<&str> = tracker.pods().map(|(_, p)| p.uid.as_str()).collect();
+            self.dry_run_done
+                .retain(|(uid, _)| live.contains(uid.as_str()));
+        }
+    }
+}
+
+/// The opt-in label a bypass of `pod` relies on, as observed; None when its namespace opts it
+/// in whatever its labels say.
+fn opt_in_label(config: &Config, pod: &crate::tracker::TrackedPod) -> Option<(String, String)> {
+    if config.opt_in.namespaces.contains(&pod.namespace) {
+        return None;
+    }
+    let key = &config.opt_in.label;
+    pod.labels.get(key).map(|v| (key.clone(), v.clone()))
+}
+
+/// The tokio instant for a wall-clock wake-up (far future when there is none).
+fn instant_of(at: Option<SystemTime>) -> Instant {
+    match at {
+        Some(at) => {
+            let delay = at.duration_since(SystemTime::now()).unwrap_or_default();
+            // A millisecond of slack so the policy sees the deadline as reached.
+            Instant::now() + delay + Duration::from_millis(1)
+        }
+        None => Instant::now() + Duration::from_secs(3600),
+    }
+}

@@ -1,0 +1,111 @@
+//! The state the control loop and the HTTP endpoints share.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use crate::config::Config;
+use crate::discovery::Problems;
+use crate::metrics::Metrics;
+use crate::owners::{Owners, owner_target};
+use crate::policy::OwnerState;
+use crate::supervise::Failures;
+use crate::tracker::Tracker;
+
+/// State shared between the control loop and the HTTP endpoints.
+pub struct Shared {
+    pub config: Arc<Config>,
+    pub metrics: Arc<Metrics>,
+    pub owners: Owners,
+    pub identity: String,
+    pub(super) leader: watch::Receiver<bool>,
+    /// Why this replica cannot take part in the leader election, if it cannot.
+    pub(super) problems: Problems,
+    pub(super) tracker: Mutex<Tracker>,
+    pub(super) pods_synced: AtomicBool,
+    pub(super) last_progress: Mutex<Instant>,
+    pub(super) wedged: AtomicBool,
+    pub(super) stall_after: Duration,
+    /// Panics of the guard's tasks: any fails /healthz.
+    pub failures: Failures,
+    /// Serializes scrapes: each resets and refills the gauges before rendering.
+    pub(crate) scrape: Mutex<()>,
+}
+
+impl Shared {
+    /// The waiting pods (held briefly: the control loop needs the same lock).
+    pub fn tracker(&self) -> MutexGuard<'_, Tracker> {
+        self.tracker.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether this replica may write now.
+    pub fn is_leader(&self) -> bool {
+        *self.leader.borrow()
+    }
+
+    /// Whether no task has panicked and the control loop made progress within the stall
+    /// window.
+    pub fn healthy(&self) -> bool {
+        self.failures.list().is_empty()
+            && self
+                .last_progress
+                .lock()
+                .map(|t| t.elapsed() < self.stall_after)
+                .unwrap_or(false)
+    }
+
+    /// What initial lists are still missing (empty when ready). Owners never count: an owner
+    /// not observed (yet) is unknown, which is safe (never `owner_down`); `/readyz` lists them.
+    pub fn not_ready(&self) -> Vec<String> {
+        let mut missing = Vec::new();
+        if !self.pods_synced.load(Ordering::Acquire) {
+            missing.push("pods: initial list not complete".to_owned());
+        }
+        // Owners not observed yet are unknown, not missing (never owner_down); /readyz lists
+        // them in its 200 body. A Deployment API the server does not serve is missing.
+        missing.extend(
+            self.owners
+                .problems()
+                .into_iter()
+                .map(|p| format!("owner {p}")),
+        );
+        missing.extend(self.problems.list());
+        missing
+    }
+
+    /// Test hook: freeze (true) or release (false) the control loop, to exercise /healthz.
+    pub fn set_wedged(&self, wedged: bool) {
+        self.wedged.store(wedged, Ordering::Release);
+    }
+
+    pub(super) fn progress(&self) {
+        if let Ok(mut t) = self.last_progress.lock() {
+            *t = Instant::now();
+        }
+    }
+}
+
+/// The owner's state in words for Events and logs, e.g. "deployment kube-system/x down for 7s".
+pub fn describe_owner(shared: &Shared, initializer: &str, now: SystemTime) -> String {
+    let Some(spec) = shared
+        .config
+        .initializer(initializer)
+        .and_then(|i| i.owner.as_ref())
+    else {
+        return "none configured".to_owned();
+    };
+    let what = format!("{} {}", spec.kind(), owner_target(spec));
+    let for_ = |since: SystemTime| {
+        humantime::format_duration(Duration::from_secs(
+            now.duration_since(since).unwrap_or_default().as_secs(),
+        ))
+    };
+    match shared.owners.state(initializer) {
+        OwnerState::Unknown => format!("{what} unknown"),
+        OwnerState::Up { since } => format!("{what} up for {}", for_(since)),
+        OwnerState::Down { since } => format!("{what} down for {}", for_(since)),
+    }
+}

@@ -1,0 +1,620 @@
+//! How observations become an owner's state: a small model per owner kind folds watch events
+//! into a summary (never whole objects) and says up, down or unknown, and when that changes
+//! without any event (a lease expiring). No I/O; instants come in as arguments.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::DynamicObject;
+use kube::runtime::watcher::Event;
+use tracing::warn;
+
+/// What a watcher or prober concluded from one observation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Observed {
+    Up,
+    /// The object was read and reports failure, or was deleted after it was seen.
+    Down,
+    /// Nothing was read: the object does not exist and never did while we watched.
+    Unknown,
+}
+
+impl Observed {
+    /// Value of the `state` label of `initguard_owner_state`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Observed::Up => "up",
+            Observed::Down => "down",
+            Observed::Unknown => "unknown",
+        }
+    }
+}
+
+/// A Deployment's owner is up while at least one replica is available.
+pub fn deployment_up(deployment: &Deployment) -> bool {
+    deployment
+        .status
+        .as_ref()
+        .and_then(|s| s.available_replicas)
+        .is_some_and(|n| n >= 1)
+}
+
+/// What a Lease says: who holds it, when the holder last renewed it (by the holder's clock, so
+/// only ever compared for change, never with ours) and how long a renewal counts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseRecord {
+    /// None when absent or empty.
+    pub holder: Option<String>,
+    pub renew_time: Option<SystemTime>,
+    /// None when absent, zero or negative (such a lease is never up).
+    pub duration: Option<Duration>,
+}
+
+impl LeaseRecord {
+    /// The fields of `lease` that judge its liveness.
+    pub fn of(lease: &Lease) -> LeaseRecord {
+        let spec = lease.spec.as_ref();
+        LeaseRecord {
+            holder: spec
+                .and_then(|s| s.holder_identity.clone())
+                .filter(|h| !h.is_empty()),
+            renew_time: spec
+                .and_then(|s| s.renew_time.as_ref())
+                .map(|t| SystemTime::from(t.0)),
+            duration: spec
+                .and_then(|s| s.lease_duration_seconds)
+                .and_then(|n| u64::try_from(n).ok())
+                .filter(|n| *n > 0)
+                .map(Duration::from_secs),
+        }
+    }
+
+    /// Whether the holder renewed (or a new holder took over) between `self` and `next`.
+    fn renewed_in(&self, next: &LeaseRecord) -> bool {
+        self.holder != next.holder || self.renew_time != next.renew_time
+    }
+}
+
+/// A pod counts for its owner while it has condition `Ready=True` and is not being deleted.
+pub fn pod_ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// What a watcher remembers about the watched objects (a summary, never whole objects).
+pub(super) trait Model<K>: Default {
+    /// Fold in an object as listed or watched at `now` (this process's monotonic clock).
+    fn apply(&mut self, object: K, now: Instant);
+    fn delete(&mut self, object: K);
+    /// Carry over from the model a relist replaces what must survive it (when a lease was
+    /// last seen renewed): a relist is not a renewal.
+    fn inherit(&mut self, _previous: &Self) {}
+    /// What the objects held say at `now`, and the next instant the answer changes without
+    /// any event.
+    fn evaluate(&self, now: Instant) -> Evaluation;
+}
+
+pub(super) struct Evaluation {
+    /// Up or Down when an object is held; Unknown when there is none.
+    pub(super) verdict: Observed,
+    pub(super) detail: String,
+    pub(super) next_change: Option<Instant>,
+}
+
+impl Evaluation {
+    pub(super) fn new(verdict: Observed, detail: impl Into<String>) -> Evaluation {
+        Evaluation {
+            verdict,
+            detail: detail.into(),
+            next_change: None,
+        }
+    }
+}
+
+/// The owner's state from a model's evaluation and whether an object was ever seen: no object
+/// is unknown while none was ever read (a typo must not bypass anything), down once one was
+/// (it was deleted). `seen` is updated.
+pub(super) fn judge(evaluation: Evaluation, seen: &mut bool, what: &str) -> (Observed, String) {
+    match evaluation.verdict {
+        Observed::Unknown if *seen => (
+            Observed::Down,
+            format!("{what} deleted after it was seen ({})", evaluation.detail),
+        ),
+        Observed::Unknown => (Observed::Unknown, evaluation.detail),
+        verdict => {
+            *seen = true;
+            (verdict, evaluation.detail)
+        }
+    }
+}
+
+/// The one Deployment, None when it does not exist.
+#[derive(Default)]
+pub(super) struct DeploymentModel(Option<DeploymentSummary>);
+
+pub(super) struct DeploymentSummary {
+    up: bool,
+    available: i32,
+}
+
+impl Model<Deployment> for DeploymentModel {
+    fn apply(&mut self, object: Deployment, _: Instant) {
+        self.0 = Some(DeploymentSummary {
+            up: deployment_up(&object),
+            available: object
+                .status
+                .and_then(|s| s.available_replicas)
+                .unwrap_or(0),
+        });
+    }
+
+    fn delete(&mut self, _: Deployment) {
+        self.0 = None;
+    }
+
+    fn evaluate(&self, _: Instant) -> Evaluation {
+        match &self.0 {
+            None => Evaluation::new(Observed::Unknown, "deployment not found"),
+            Some(d) => Evaluation::new(
+                if d.up { Observed::Up } else { Observed::Down },
+                format!("{} available replicas", d.available),
+            ),
+        }
+    }
+}
+
+/// The one Lease, None when it does not exist.
+///
+/// Judged as client-go's leader election judges a lock it does not hold: the holder's
+/// `renewTime` is never compared with our clock (the clocks may disagree by minutes); what
+/// counts is when *this process* saw the record change — a new `renewTime` or a new holder —
+/// on its own monotonic clock. A lease is up until `leaseDurationSeconds` after that; on first
+/// sight (after a restart) it gets the benefit of one full duration, as in client-go
+/// (k8s.io/client-go/tools/leaderelection/leaderelection.go: `observedTime` is set whenever the
+/// observed record differs, and a lock is expired once `observedTime + LeaseDuration` passed).
+#[derive(Default)]
+pub(super) struct LeaseModel(Option<LeaseSummary>);
+
+pub(super) struct LeaseSummary {
+    record: LeaseRecord,
+    /// When we last saw `record` renewed (or first saw it).
+    observed: Instant,
+}
+
+impl Model<Lease> for LeaseModel {
+    fn apply(&mut self, object: Lease, now: Instant) {
+        let record = LeaseRecord::of(&object);
+        let observed = match &self.0 {
+            Some(known) if !known.record.renewed_in(&record) => known.observed,
+            _ => now,
+        };
+        self.0 = Some(LeaseSummary { record, observed });
+    }
+
+    fn delete(&mut self, _: Lease) {
+        self.0 = None;
+    }
+
+    fn inherit(&mut self, previous: &Self) {
+        if let (Some(lease), Some(known)) = (&mut self.0, &previous.0)
+            && !known.record.renewed_in(&lease.record)
+        {
+            lease.observed = known.observed;
+        }
+    }
+
+    fn evaluate(&self, now: Instant) -> Evaluation {
+        let Some(lease) = &self.0 else {
+            return Evaluation::new(Observed::Unknown, "lease not found");
+        };
+        let record = &lease.record;
+        let Some(holder) = &record.holder else {
+            return Evaluation::new(Observed::Down, "lease has no holder");
+        };
+        let (Some(_), Some(duration)) = (record.renew_time, record.duration) else {
+            return Evaluation::new(
+                Observed::Down,
+                format!("lease held by {holder:?} lacks renewTime or leaseDurationSeconds"),
+            );
+        };
+        let since = round_ms(now.saturating_duration_since(lease.observed));
+        match lease.observed.checked_add(duration) {
+            Some(expiry) if expiry > now => Evaluation {
+                verdict: Observed::Up,
+                detail: format!(
+                    "lease held by {holder:?}, renewal seen {} ago, duration {}",
+                    humantime::format_duration(since),
+                    humantime::format_duration(duration)
+                ),
+                next_change: Some(expiry),
+            },
+            _ => Evaluation::new(
+                Observed::Down,
+                format!(
+                    "lease held by {holder:?} not renewed for {} (duration {})",
+                    humantime::format_duration(since),
+                    humantime::format_duration(duration)
+                ),
+            ),
+        }
+    }
+}
+
+/// Matching pods by name: whether each is Ready.
+#[derive(Default)]
+pub(super) struct PodsModel(HashMap<String, bool>);
+
+impl Model<Pod> for PodsModel {
+    fn apply(&mut self, object: Pod, _: Instant) {
+        let ready = pod_ready(&object);
+        if let Some(name) = object.metadata.name {
+            self.0.insert(name, ready);
+        }
+    }
+
+    fn delete(&mut self, object: Pod) {
+        if let Some(name) = &object.metadata.name {
+            self.0.remove(name);
+        }
+    }
+
+    fn evaluate(&self, _: Instant) -> Evaluation {
+        if self.0.is_empty() {
+            return Evaluation::new(Observed::Unknown, "no matching pod");
+        }
+        let ready = self.0.values().filter(|r| **r).count();
+        Evaluation::new(
+            if ready >= 1 {
+                Observed::Up
+            } else {
+                Observed::Down
+            },
+            format!("{ready} of {} matching pods Ready", self.0.len()),
+        )
+    }
+}
+
+/// A Deployment of whichever group version the server serves, judged as apps/v1: the field
+/// read (`status.availableReplicas`) is the same in apps/v1beta1, apps/v1beta2 and
+/// extensions/v1beta1.
+#[derive(Default)]
+pub(super) struct ServedDeploymentModel(DeploymentModel);
+
+/// `object` decoded as an apps/v1 Deployment (None when it is not one).
+pub(super) fn as_apps_v1(object: DynamicObject) -> Option<Deployment> {
+    let mut value = serde_json::to_value(object).ok()?;
+    value["apiVersion"] = serde_json::json!("apps/v1");
+    value["kind"] = serde_json::json!("Deployment");
+    serde_json::from_value(value).ok()
+}
+
+impl Model<DynamicObject> for ServedDeploymentModel {
+    fn apply(&mut self, object: DynamicObject, now: Instant) {
+        let name = object.metadata.name.clone().unwrap_or_default();
+        match as_apps_v1(object) {
+            Some(d) => self.0.apply(d, now),
+            None => {
+                warn!(deployment = %name, "cannot decode the owner deployment; ignoring this version of it")
+            }
+        }
+    }
+
+    fn delete(&mut self, object: DynamicObject) {
+        self.0.delete(as_apps_v1(object).unwrap_or_default());
+    }
+
+    fn evaluate(&self, now: Instant) -> Evaluation {
+        self.0.evaluate(now)
+    }
+}
+
+/// Fold one watcher event, received at `now`, into the model; true when `live` changed. Before
+/// the first complete list `live` is None and stays so until `InitDone`; a relist is collected
+/// in `relist` and replaces `live` at once, so objects gone meanwhile disappear with it.
+pub(super) fn apply_event<K, M: Model<K>>(
+    event: Event<K>,
+    live: &mut Option<M>,
+    relist: &mut Option<M>,
+    now: Instant,
+) -> bool {
+    match event {
+        Event::Init => {
+            *relist = Some(M::default());
+            false
+        }
+        Event::InitApply(object) => {
+            relist.get_or_insert_default().apply(object, now);
+            false
+        }
+        Event::InitDone => {
+            let mut fresh = relist.take().unwrap_or_default();
+            if let Some(previous) = live {
+                fresh.inherit(previous);
+            }
+            *live = Some(fresh);
+            true
+        }
+        Event::Apply(object) => live.as_mut().map(|m| m.apply(object, now)).is_some(),
+        Event::Delete(object) => live.as_mut().map(|m| m.delete(object)).is_some(),
+    }
+}
+
+/// Drop sub-millisecond noise from durations shown to people.
+pub(super) fn round_ms(d: Duration) -> Duration {
+    Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn deployment(status: serde_json::Value) -> Deployment {
+        serde_json::from_value(json!({
+            "metadata": {"name": "d", "namespace": "ns"},
+            "status": status,
+        }))
+        .unwrap()
+    }
+
+    fn lease(spec: serde_json::Value) -> Lease {
+        serde_json::from_value(json!({"metadata": {"name": "l", "namespace": "ns"}, "spec": spec}))
+            .unwrap()
+    }
+
+    fn pod(name: &str, ready: &str, deleting: bool) -> Pod {
+        let mut value = json!({
+            "metadata": {"name": name, "namespace": "ns"},
+            "status": {"conditions": [
+                {"type": "PodScheduled", "status": "True"},
+                {"type": "Ready", "status": ready},
+            ]},
+        });
+        if deleting {
+            value["metadata"]["deletionTimestamp"] = json!("2024-05-01T10:00:00Z");
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn at(rfc3339: &str) -> SystemTime {
+        humantime::parse_rfc3339(rfc3339).unwrap()
+    }
+
+    fn secs(n: u64) -> Duration {
+        Duration::from_secs(n)
+    }
+
+    fn held(holder: &str, renew: &str, duration: i64) -> Lease {
+        lease(json!({
+            "holderIdentity": holder,
+            "renewTime": renew,
+            "leaseDurationSeconds": duration,
+        }))
+    }
+
+    #[test]
+    fn lease_record_reads_holder_renewal_and_duration() {
+        let full = LeaseRecord::of(&held("a", "2024-05-01T10:00:00.250000Z", 15));
+        assert_eq!(full.holder.as_deref(), Some("a"));
+        assert_eq!(full.renew_time, Some(at("2024-05-01T10:00:00.25Z")));
+        assert_eq!(full.duration, Some(secs(15)));
+        let no_renew = LeaseRecord::of(&lease(
+            json!({"holderIdentity": "a", "leaseDurationSeconds": 15}),
+        ));
+        assert_eq!(no_renew.renew_time, None);
+        assert_eq!(
+            LeaseRecord::of(&held("", "2024-05-01T10:00:00Z", 15)).holder,
+            None
+        );
+        assert_eq!(
+            LeaseRecord::of(&held("a", "2024-05-01T10:00:00Z", -1)).duration,
+            None
+        );
+        assert_eq!(
+            LeaseRecord::of(&held("a", "2024-05-01T10:00:00Z", 0)).duration,
+            None
+        );
+        let empty = LeaseRecord::of(&lease(json!(null)));
+        assert_eq!(
+            (empty.holder, empty.renew_time, empty.duration),
+            (None, None, None)
+        );
+    }
+
+    #[test]
+    fn pod_counts_when_ready_and_not_deleting() {
+        assert!(pod_ready(&pod("a", "True", false)));
+        assert!(!pod_ready(&pod("a", "False", false)));
+        assert!(!pod_ready(&pod("a", "Unknown", false)));
+        assert!(!pod_ready(&pod("a", "True", true)));
+        let pending: Pod =
+            serde_json::from_value(json!({"metadata": {"name": "p"}, "status": {}})).unwrap();
+        assert!(!pod_ready(&pending));
+    }
+
+    /// Judged on our clock: the holder's renewTime may be an hour off either way; only its
+    /// changes count, and first sight gets one full duration.
+    #[test]
+    fn lease_model_judges_renewals_on_our_clock() {
+        let t0 = Instant::now();
+        let mut model = LeaseModel::default();
+        let missing = model.evaluate(t0);
+        assert_eq!(missing.verdict, Observed::Unknown);
+        assert_eq!(missing.next_change, None);
+
+        // renewTime far in the past by our wall clock: still up for a duration from now.
+        model.apply(held("a", "2001-01-01T00:00:00.000000Z", 10), t0);
+        let live = model.evaluate(t0 + secs(9));
+        assert_eq!(live.verdict, Observed::Up, "{}", live.detail);
+        assert_eq!(live.next_change, Some(t0 + secs(10)));
+        // The same record again (a resync, another field changing) is not a renewal.
+        model.apply(held("a", "2001-01-01T00:00:00.000000Z", 10), t0 + secs(5));
+        let expired = model.evaluate(t0 + secs(10));
+        assert_eq!(
+            expired.verdict,
+            Observed::Down,
+            "expiry instant itself is down"
+        );
+        assert_eq!(expired.next_change, None);
+
+        // A renewal seen at t0+12, even to a time far in the future, restarts the duration.
+        model.apply(held("a", "2099-01-01T00:00:00.000000Z", 10), t0 + secs(12));
+        assert_eq!(model.evaluate(t0 + secs(21)).verdict, Observed::Up);
+        assert_eq!(model.evaluate(t0 + secs(22)).verdict, Observed::Down);
+        // So does a new holder with the same renewTime.
+        model.apply(held("b", "2099-01-01T00:00:00.000000Z", 10), t0 + secs(30));
+        assert_eq!(model.evaluate(t0 + secs(39)).verdict, Observed::Up);
+
+        model.apply(lease(json!({"holderIdentity": "a"})), t0 + secs(31));
+        assert_eq!(model.evaluate(t0 + secs(31)).verdict, Observed::Down);
+        model.apply(held("", "2099-01-01T00:00:01.000000Z", 10), t0 + secs(32));
+        assert_eq!(
+            model.evaluate(t0 + secs(32)).verdict,
+            Observed::Down,
+            "no holder"
+        );
+        model.apply(held("a", "2099-01-01T00:00:02.000000Z", 10), t0 + secs(33));
+        assert_eq!(model.evaluate(t0 + secs(33)).verdict, Observed::Up);
+        model.delete(lease(json!(null)));
+        assert_eq!(model.evaluate(t0 + secs(33)).verdict, Observed::Unknown);
+    }
+
+    /// A relist is not a renewal: an unchanged lease keeps the instant it was last seen renewed.
+    #[test]
+    fn lease_relist_keeps_when_the_renewal_was_seen() {
+        let t0 = Instant::now();
+        let record = || held("a", "2024-05-01T10:00:00.000000Z", 10);
+        let mut live: Option<LeaseModel> = None;
+        let mut relist = None;
+        apply_event(Event::Init, &mut live, &mut relist, t0);
+        apply_event(Event::InitApply(record()), &mut live, &mut relist, t0);
+        apply_event(Event::InitDone, &mut live, &mut relist, t0);
+        for event in [Event::Init, Event::InitApply(record()), Event::InitDone] {
+            apply_event(event, &mut live, &mut relist, t0 + secs(8));
+        }
+        let model = live.as_ref().unwrap();
+        assert_eq!(model.evaluate(t0 + secs(10)).verdict, Observed::Down);
+        // A relist that shows a renewal restarts it.
+        let renewed = held("a", "2024-05-01T10:00:09.000000Z", 10);
+        for event in [Event::Init, Event::InitApply(renewed), Event::InitDone] {
+            apply_event(event, &mut live, &mut relist, t0 + secs(11));
+        }
+        assert_eq!(
+            live.as_ref().unwrap().evaluate(t0 + secs(20)).verdict,
+            Observed::Up
+        );
+    }
+
+    #[test]
+    fn pods_model_is_up_while_any_pod_is_ready() {
+        let now = Instant::now();
+        let mut model = PodsModel::default();
+        assert_eq!(model.evaluate(now).verdict, Observed::Unknown, "no pod");
+        model.apply(pod("a", "False", false), now);
+        assert_eq!(model.evaluate(now).verdict, Observed::Down);
+        model.apply(pod("b", "True", false), now);
+        assert_eq!(model.evaluate(now).verdict, Observed::Up);
+        model.apply(pod("b", "True", true), now);
+        assert_eq!(
+            model.evaluate(now).verdict,
+            Observed::Down,
+            "a terminating pod does not count"
+        );
+        model.apply(pod("a", "True", false), now);
+        assert_eq!(model.evaluate(now).verdict, Observed::Up);
+        model.delete(pod("a", "True", false));
+        assert_eq!(model.evaluate(now).verdict, Observed::Down);
+        assert_eq!(model.0.len(), 1);
+    }
+
+    #[test]
+    fn a_relist_replaces_what_was_known_at_once() {
+        let now = Instant::now();
+        let up = |live: &Option<PodsModel>| live.as_ref().unwrap().evaluate(now).verdict;
+        let mut live: Option<PodsModel> = None;
+        let mut relist = None;
+        assert!(!apply_event(Event::Init, &mut live, &mut relist, now));
+        assert!(!apply_event(
+            Event::InitApply(pod("a", "True", false)),
+            &mut live,
+            &mut relist,
+            now
+        ));
+        assert!(live.is_none(), "nothing is known before the list completes");
+        assert!(apply_event(Event::InitDone, &mut live, &mut relist, now));
+        assert_eq!(up(&live), Observed::Up);
+
+        // A relist in which pod a is gone: the old view holds until the relist is complete.
+        assert!(!apply_event(Event::Init, &mut live, &mut relist, now));
+        assert!(!apply_event(
+            Event::InitApply(pod("b", "False", false)),
+            &mut live,
+            &mut relist,
+            now
+        ));
+        assert_eq!(up(&live), Observed::Up);
+        assert!(apply_event(Event::InitDone, &mut live, &mut relist, now));
+        assert_eq!(up(&live), Observed::Down);
+        assert_eq!(live.as_ref().unwrap().0.keys().collect::<Vec<_>>(), ["b"]);
+
+        assert!(apply_event(
+            Event::Apply(pod("b", "True", false)),
+            &mut live,
+            &mut relist,
+            now
+        ));
+        assert_eq!(up(&live), Observed::Up);
+        assert!(apply_event(
+            Event::Delete(pod("b", "True", false)),
+            &mut live,
+            &mut relist,
+            now
+        ));
+        assert_eq!(up(&live), Observed::Unknown, "the model holds no pod");
+    }
+
+    #[test]
+    fn deployment_model_holds_the_one_deployment() {
+        let now = Instant::now();
+        let mut model = DeploymentModel::default();
+        assert_eq!(model.evaluate(now).verdict, Observed::Unknown);
+        model.apply(deployment(json!({"availableReplicas": 2})), now);
+        assert_eq!(model.evaluate(now).verdict, Observed::Up);
+        model.apply(deployment(json!({"availableReplicas": 0})), now);
+        assert_eq!(model.evaluate(now).verdict, Observed::Down);
+        model.apply(deployment(json!({"availableReplicas": 1})), now);
+        model.delete(deployment(json!(null)));
+        assert_eq!(model.evaluate(now).verdict, Observed::Unknown);
+    }
+
+    /// Nothing held: unknown until something was seen, down (deleted) after.
+    #[test]
+    fn absence_is_unknown_until_seen_and_down_after() {
+        let eval = |verdict| Evaluation::new(verdict, "x");
+        let mut seen = false;
+        assert_eq!(
+            judge(eval(Observed::Unknown), &mut seen, "lease").0,
+            Observed::Unknown
+        );
+        assert!(!seen);
+        assert_eq!(
+            judge(eval(Observed::Down), &mut seen, "lease").0,
+            Observed::Down
+        );
+        assert!(seen, "an object reporting failure was read");
+        let (state, detail) = judge(eval(Observed::Unknown), &mut seen, "lease");
+        assert_eq!(state, Observed::Down);
+        assert!(detail.contains("deleted"), "{detail}");
+        assert_eq!(
+            judge(eval(Observed::Up), &mut seen, "lease").0,
+            Observed::Up
+        );
+    }
+}

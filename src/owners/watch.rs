@@ -1,0 +1,469 @@
+//! The watchers and probers behind [`Owners`](super::Owners): one task per distinct owner, a
+//! kube-rs watcher for deployments, leases and pods, a GET loop for http owners. Each feeds
+//! what it observes to its owner's `Handle`.
+
+use std::error::Error as StdError;
+use std::fmt::Write as _;
+use std::future::pending;
+use std::path::PathBuf;
+use std::pin::pin;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{Request, StatusCode, Uri, header};
+use http_body_util::Empty;
+use hyper_util::client::legacy::Client as HttpClient;
+use hyper_util::client::legacy::connect::Connect;
+use hyper_util::rt::TokioExecutor;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::DynamicObject;
+use kube::client::ConfigExt as _;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self};
+use kube::{Api, Resource};
+use rustls::pki_types::CertificateDer;
+use rustls::pki_types::pem::PemObject as _;
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::config::{Config, ObjectRef, OwnerSpec};
+use kube_common::{ApiSurface, deployment_group_versions};
+
+use crate::supervise::{self, Failures};
+
+use super::model::{
+    LeaseModel, Model, Observed, PodsModel, ServedDeploymentModel, apply_event, judge,
+};
+use super::state::{Handle, owner_target};
+
+/// An http owner is down unless it answers 2xx within this time (connect included).
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Floor for `probeInterval`, so a zero or tiny value cannot turn the prober into a busy loop.
+const MIN_PROBE_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Start the watcher or prober of `spec` as a supervised task.
+pub(super) fn start(task: Task, client: &kube::Client, spec: &OwnerSpec, failures: &Failures) {
+    match spec {
+        OwnerSpec::Deployment(r) => {
+            supervise::spawn(
+                failures,
+                "owner watch",
+                task.watch_deployment(client.clone(), r.clone()),
+            );
+        }
+        OwnerSpec::Lease(r) => {
+            supervise::spawn(
+                failures,
+                "owner watch",
+                task.watch::<Lease, LeaseModel>(named_api(client, r), name_selector(r), "leases"),
+            );
+        }
+        OwnerSpec::Pods {
+            namespace,
+            selector,
+        } => {
+            supervise::spawn(
+                failures,
+                "owner watch",
+                task.watch::<Pod, PodsModel>(
+                    Api::namespaced(client.clone(), namespace),
+                    watcher::Config::default().labels(selector),
+                    "pods",
+                ),
+            );
+        }
+        OwnerSpec::Http {
+            url,
+            ca_file,
+            cert_file,
+            key_file,
+        } => {
+            let tls = ProbeTls {
+                ca_file: ca_file.clone(),
+                cert_file: cert_file.clone(),
+                key_file: key_file.clone(),
+            };
+            supervise::spawn(failures, "owner probe", task.probe(url.clone(), tls));
+        }
+    }
+}
+
+/// For `initguard check-config --kubeconfig`: one line per listed owner that does not exist
+/// (a Deployment or Lease not found, a pods selector matching no pod) or that could not be
+/// checked (e.g. forbidden), config order, each owner once. http owners are not checked: the
+/// guard probes them from where it runs, which the machine running check-config may not reach.
+pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    let mut lines = Vec::new();
+    for init in &config.initializers {
+        let Some(spec) = &init.owner else { continue };
+        if !seen.insert(spec) {
+            continue;
+        }
+        let what = format!("{} {}", spec.kind(), owner_target(spec));
+        let found = match spec {
+            // In whichever group the server serves, as the guard will watch it.
+            OwnerSpec::Deployment(r) => match ApiSurface::read(client).await {
+                Ok(surface) => match surface.deployments() {
+                    Some(resource) => Api::<DynamicObject>::namespaced_with(
+                        client.clone(),
+                        &r.namespace,
+                        &resource,
+                    )
+                    .get_opt(&r.name)
+                    .await
+                    .map(|d| d.is_some()),
+                    None => {
+                        lines.push(format!(
+                            "owner {what} (of {}) cannot be watched: the API server serves no \
+                             Deployment API ({})",
+                            init.name,
+                            deployment_group_versions()
+                        ));
+                        continue;
+                    }
+                },
+                Err(e) => Err(e),
+            },
+            OwnerSpec::Lease(r) => named_api::<Lease>(client, r)
+                .get_opt(&r.name)
+                .await
+                .map(|l| l.is_some()),
+            OwnerSpec::Pods {
+                namespace,
+                selector,
+            } => Api::<Pod>::namespaced(client.clone(), namespace)
+                .list_metadata(&kube::api::ListParams::default().labels(selector).limit(1))
+                .await
+                .map(|pods| !pods.items.is_empty()),
+            OwnerSpec::Http { .. } => continue,
+        };
+        let used_by = &init.name;
+        match found {
+            Ok(true) => {}
+            Ok(false) if matches!(spec, OwnerSpec::Pods { .. }) => lines.push(format!(
+                "owner {what} (of {used_by}): no pod matches the selector; the owner stays \
+                 unknown until one appears"
+            )),
+            Ok(false) => lines.push(format!(
+                "owner {what} (of {used_by}) does not exist; it stays unknown (never \
+                 owner_down) until it appears: check the name"
+            )),
+            Err(e) => lines.push(format!(
+                "owner {what} (of {used_by}) could not be checked: {}",
+                error_chain(&e)
+            )),
+        }
+    }
+    lines
+}
+
+fn named_api<K>(client: &kube::Client, r: &ObjectRef) -> Api<K>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    K::DynamicType: Default,
+{
+    Api::namespaced(client.clone(), &r.namespace)
+}
+
+/// Watch exactly one object by name.
+fn name_selector(r: &ObjectRef) -> watcher::Config {
+    watcher::Config::default().fields(&format!("metadata.name={}", r.name))
+}
+
+/// TLS settings of an https owner (`caFile`, `certFile`, `keyFile`).
+pub(super) struct ProbeTls {
+    ca_file: Option<PathBuf>,
+    cert_file: Option<PathBuf>,
+    key_file: Option<PathBuf>,
+}
+
+impl ProbeTls {
+    /// kube's rustls setup: verification against `caFile` (re-read about once a minute, for CA
+    /// rotation) when given, else the platform's roots; the client certificate when given.
+    /// `accept_invalid_certs` stays false: no certificate is ever accepted unchecked.
+    fn kube_config(&self, uri: &Uri) -> Result<kube::Config, String> {
+        let mut config = kube::Config::new(uri.clone());
+        if let Some(ca) = &self.ca_file {
+            let pem =
+                std::fs::read(ca).map_err(|e| format!("reading caFile {}: {e}", ca.display()))?;
+            let mut roots = Vec::new();
+            for cert in CertificateDer::pem_slice_iter(&pem) {
+                let cert = cert.map_err(|e| format!("caFile {}: {e}", ca.display()))?;
+                roots.push(cert.to_vec());
+            }
+            if roots.is_empty() {
+                return Err(format!("caFile {}: no PEM certificate", ca.display()));
+            }
+            config.root_cert = Some(roots);
+            config.root_cert_file = Some(ca.clone());
+        }
+        config.auth_info.client_certificate =
+            self.cert_file.as_ref().map(|p| p.display().to_string());
+        config.auth_info.client_key = self.key_file.as_ref().map(|p| p.display().to_string());
+        config.accept_invalid_certs = false;
+        Ok(config)
+    }
+}
+
+/// How long to wait before reading discovery again after it failed.
+const DISCOVERY_RETRY: Duration = Duration::from_secs(2);
+
+/// One owner's watcher or prober.
+pub(super) struct Task {
+    pub(super) handle: Handle,
+    pub(super) cancel: CancellationToken,
+}
+
+impl Task {
+    /// Read discovery (retrying while the API server cannot answer), then watch the Deployment
+    /// `r` in the most preferred group version served. Without any, log an error, list the
+    /// problem for `/readyz` and leave the owner unobserved.
+    async fn watch_deployment(self, client: kube::Client, r: ObjectRef) {
+        let surface = loop {
+            let attempt = tokio::select! {
+                () = self.cancel.cancelled() => return,
+                a = ApiSurface::read(&client) => a,
+            };
+            match attempt {
+                Ok(surface) => break surface,
+                Err(e) => {
+                    // The watch cannot start without it: counted like a failed watch.
+                    self.handle.inner.metrics.watch_restarted("deployments");
+                    warn!(owner = %self.handle.owner().target, error = %error_chain(&e),
+                        "cannot read API discovery for the owner deployment; retrying");
+                    tokio::select! {
+                        () = self.cancel.cancelled() => return,
+                        () = tokio::time::sleep(DISCOVERY_RETRY) => {}
+                    }
+                }
+            }
+        };
+        let owner = self.handle.owner();
+        let Some(resource) = surface.deployments() else {
+            let problem = format!(
+                "the API server serves no Deployment API ({}), so this owner cannot be watched",
+                deployment_group_versions()
+            );
+            error!(initializers = %owner.initializer_list, owner = %owner.target, %problem,
+                "owner deployment cannot be watched");
+            self.handle.inner.problems.set(
+                &format!("{} {}", owner.spec.kind(), owner.target),
+                Some(problem),
+            );
+            return;
+        };
+        info!(owner = %owner.target, api_version = %resource.api_version, "watching owner deployment");
+        let api = Api::namespaced_with(client, &r.namespace, &resource);
+        self.watch::<DynamicObject, ServedDeploymentModel>(api, name_selector(&r), "deployments")
+            .await
+    }
+
+    /// Follow the objects of `api` selected by `config` and judge them with `M`.
+    async fn watch<K, M>(self, api: Api<K>, config: watcher::Config, resource: &'static str)
+    where
+        K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+        M: Model<K>,
+    {
+        let mut events = pin!(watcher::watcher(api, config).default_backoff());
+        // None until the first initial list is complete: before that nothing is known.
+        let mut live: Option<M> = None;
+        // Objects of a (re)list in progress; replaces `live` atomically when it completes.
+        let mut relist: Option<M> = None;
+        // Whether an object was ever read: from then on its absence means it was deleted.
+        let mut seen = false;
+        let what = self.handle.owner().spec.kind();
+        let mut wake: Option<Instant> = None;
+        loop {
+            let timer = async {
+                match wake {
+                    Some(at) => tokio::time::sleep_until(at.into()).await,
+                    None => pending().await,
+                }
+            };
+            let changed = tokio::select! {
+                () = self.cancel.cancelled() => return,
+                () = timer => true,
+                event = events.next() => match event {
+                    Some(Ok(event)) => apply_event(event, &mut live, &mut relist, Instant::now()),
+                    Some(Err(err)) => {
+                        self.handle.inner.metrics.watch_restarted(resource);
+                        let owner = self.handle.owner();
+                        let error = error_chain(&err);
+                        warn!(
+                            initializers = %owner.initializer_list,
+                            owner_kind = owner.spec.kind(),
+                            owner = %owner.target,
+                            error = %error,
+                            "owner watch failed; keeping the last known state and retrying"
+                        );
+                        self.handle.unknown_because(format!("watch failing: {error}"));
+                        false
+                    }
+                    None => {
+                        // The watcher retries forever; an end means the runtime is going away.
+                        error!(owner = %self.handle.owner().target, "owner watch ended");
+                        return;
+                    }
+                },
+            };
+            if changed && let Some(model) = &live {
+                let evaluation = model.evaluate(Instant::now());
+                wake = evaluation.next_change;
+                let (observed, detail) = judge(evaluation, &mut seen, what);
+                self.handle.observe(observed, detail);
+            }
+        }
+    }
+
+    /// Probe `url` every `probeInterval` until cancelled.
+    async fn probe(self, url: String, tls: ProbeTls) {
+        let uri = match parse_probe_url(&url) {
+            Ok(uri) => uri,
+            Err(reason) => return self.cannot_probe(&url, &reason),
+        };
+        let builder = HttpClient::builder(TokioExecutor::new());
+        if uri.scheme_str() == Some("https") {
+            let connector = tls
+                .kube_config(&uri)
+                .and_then(|c| c.rustls_https_connector().map_err(|e| error_chain(&e)));
+            match connector {
+                Ok(connector) => self.probe_loop(builder.build(connector), uri).await,
+                Err(reason) => self.cannot_probe(&url, &reason),
+            }
+        } else {
+            self.probe_loop(builder.build_http(), uri).await;
+        }
+    }
+
+    /// Config validation should have refused such a URL; never judge an owner we cannot ask.
+    fn cannot_probe(&self, url: &str, reason: &str) {
+        error!(
+            initializers = %self.handle.owner().initializer_list,
+            url,
+            reason,
+            "http owner cannot be probed; its state stays unknown"
+        );
+    }
+
+    async fn probe_loop<C>(self, client: HttpClient<C, Empty<Bytes>>, uri: Uri)
+    where
+        C: Connect + Clone + Send + Sync + 'static,
+    {
+        let interval = self.handle.owner().probe_interval.max(MIN_PROBE_INTERVAL);
+        let mut ticks = tokio::time::interval(interval);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let result = tokio::select! {
+                () = self.cancel.cancelled() => return,
+                _ = ticks.tick() => tokio::select! {
+                    () = self.cancel.cancelled() => return,
+                    result = probe_once(&client, &uri) => result,
+                },
+            };
+            match result {
+                Ok(status) if status.is_success() => {
+                    self.handle.observe(Observed::Up, format!("HTTP {status}"))
+                }
+                Ok(status) => self
+                    .handle
+                    .observe(Observed::Down, format!("HTTP {status}")),
+                Err(reason) => self.handle.observe(Observed::Down, reason),
+            }
+        }
+    }
+}
+
+/// An `http://` or `https://` URL with a host.
+fn parse_probe_url(url: &str) -> Result<Uri, String> {
+    let uri: Uri = url.parse().map_err(|e| format!("invalid URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http" | "https") if uri.host().is_some_and(|h| !h.is_empty()) => Ok(uri),
+        Some("http" | "https") => Err("URL has no host".to_owned()),
+        _ => Err("only http:// and https:// URLs can be probed".to_owned()),
+    }
+}
+
+/// One GET; the status if it answered within [`PROBE_TIMEOUT`], else why not.
+async fn probe_once<C>(
+    client: &HttpClient<C, Empty<Bytes>>,
+    uri: &Uri,
+) -> Result<StatusCode, String>
+where
+    C: Connect + Clone + Send + Sync + 'static,
+{
+    let request = Request::get(uri.clone())
+        .header(
+            header::USER_AGENT,
+            concat!("initguard/", env!("CARGO_PKG_VERSION")),
+        )
+        .body(Empty::new())
+        .map_err(|e| format!("building request: {e}"))?;
+    match tokio::time::timeout(PROBE_TIMEOUT, client.request(request)).await {
+        // The body is not needed; dropping it closes the connection.
+        Ok(Ok(response)) => Ok(response.status()),
+        Ok(Err(err)) => Err(match rejected_certificate(&err) {
+            Some(why) => format!(
+                "the server's TLS certificate was rejected ({why}); check the owner's caFile"
+            ),
+            None => error_chain(&err),
+        }),
+        Err(_) => Err(format!(
+            "no answer within {}",
+            humantime::format_duration(PROBE_TIMEOUT)
+        )),
+    }
+}
+
+/// Why the server's certificate was refused, when that is what failed. rustls's error sits
+/// inside an `io::Error` (possibly wrapped in another), whose `source()` skips what it wraps,
+/// so wrapped errors are looked into as well as sources.
+fn rejected_certificate(err: &(dyn StdError + 'static)) -> Option<String> {
+    let mut pending: Vec<&(dyn StdError + 'static)> = vec![err];
+    // Bounded: error chains are short; never loop on a pathological one.
+    for _ in 0..32 {
+        let e = pending.pop()?;
+        if let Some(rustls::Error::InvalidCertificate(why)) = e.downcast_ref::<rustls::Error>() {
+            return Some(format!("{why:?}"));
+        }
+        if let Some(inner) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+        {
+            pending.push(inner);
+        }
+        if let Some(source) = e.source() {
+            pending.push(source);
+        }
+    }
+    None
+}
+
+/// An error and its sources, `outer: inner: root`.
+fn error_chain(err: &dyn StdError) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let _ = write!(text, ": {cause}");
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_urls_need_a_scheme_we_speak_and_a_host() {
+        assert!(parse_probe_url("http://10.0.0.5:8080/healthz").is_ok());
+        assert!(parse_probe_url("https://example.com/healthz").is_ok());
+        assert!(parse_probe_url("ftp://example.com/").is_err());
+        assert!(parse_probe_url("/healthz").is_err());
+        assert!(parse_probe_url("not a url").is_err());
+    }
+}

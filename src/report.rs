@@ -1,0 +1,81 @@
+//! The status report: every waiting pod with what the guard plans for each initializer. One
+//! shape for `/status` (served by a running guard) and `initguard status` (a one-shot read), so
+//! neither depends on the other.
+
+use std::time::{Duration, SystemTime};
+
+use serde::Serialize;
+
+use crate::config::Config;
+use crate::environment::Env;
+use crate::owners::OwnerReport;
+use crate::policy::{self, ControllerRef, InitializerPlan};
+use crate::tracker::Tracker;
+
+/// `/status` body.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusReport {
+    pub identity: String,
+    pub leader: bool,
+    pub dry_run: bool,
+    pub mechanism: &'static str,
+    pub ready: bool,
+    pub not_ready: Vec<String>,
+    pub owners: Vec<OwnerReport>,
+    pub waiting_pods_total: usize,
+    pub waiting_pods: Vec<PodStatus>,
+}
+
+/// One waiting pod in `/status` and `initguard status`.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PodStatus {
+    pub namespace: String,
+    pub name: String,
+    pub opted_in: bool,
+    /// The pile's controller: the controlling owner, or the CronJob of the controlling Job.
+    pub controller: Option<ControllerRef>,
+    /// The Job between the pod and `controller` when `controller` is its CronJob.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub via: Option<ControllerRef>,
+    #[serde(with = "humantime_serde")]
+    pub created: SystemTime,
+    pub initializers: Vec<InitializerPlan>,
+}
+
+/// The `limit` longest-waiting pods (oldest first) with what the guard plans for each.
+pub fn pod_statuses(
+    tracker: &Tracker,
+    env: &Env<'_>,
+    config: &Config,
+    now: SystemTime,
+    limit: usize,
+) -> Vec<PodStatus> {
+    let mut pods: Vec<_> = tracker.pods().map(|(_, p)| p).collect();
+    pods.sort_by(|a, b| {
+        (a.created, &a.namespace, &a.name).cmp(&(b.created, &b.namespace, &b.name))
+    });
+    pods.iter()
+        .take(limit)
+        .map(|p| PodStatus {
+            namespace: p.namespace.clone(),
+            name: p.name.clone(),
+            opted_in: p.opted_in,
+            controller: p.controller.clone(),
+            via: p.via.clone(),
+            created: p.created,
+            initializers: rounded(policy::decide(&tracker.view(p, now), env, config, now).plans),
+        })
+        .collect()
+}
+
+/// Waits to the millisecond: nanoseconds are noise to a reader.
+pub fn rounded(mut plans: Vec<InitializerPlan>) -> Vec<InitializerPlan> {
+    for plan in &mut plans {
+        plan.waited = plan
+            .waited
+            .map(|w| Duration::from_millis(w.as_millis() as u64));
+    }
+    plans
+}

@@ -1,0 +1,384 @@
+//! The layout ARCHITECTURE.md promises, checked from the source text (no tool of the code
+//! under test): no import cycle between the modules of any crate of the workspace, the
+//! simulator never depends on the guard, and the guard's product code reaches the simulator
+//! only behind the `sim` feature.
+//!
+//! A module's edges are the modules its `use`s and paths name: `crate::a::b::Item` is an edge
+//! to `a::b`, `super::x` to the sibling module `x` (or to the parent when `x` is an item of
+//! it), `child::Item` to a declared child module. Unit-test modules at the end of a file are
+//! left out: a test importing its parent is not a layering.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// One crate's modules: module path (`""` for the root, `guard::control`) → source text.
+struct Crate {
+    name: &'static str,
+    modules: BTreeMap<String, String>,
+}
+
+fn load(name: &'static str, src: &Path) -> Crate {
+    let mut modules = BTreeMap::new();
+    let mut stack = vec![src.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let entries = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("cannot list {}: {e}", dir.display()));
+        for entry in entries {
+            let path = entry.expect("directory entry").path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                let rel = path.strip_prefix(src).expect("under src");
+                let Some(module) = module_path(rel) else {
+                    continue;
+                };
+                let text = std::fs::read_to_string(&path)
+                    .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+                modules.insert(module, without_tests_and_comments(&text));
+            }
+        }
+    }
+    Crate { name, modules }
+}
+
+/// `lib.rs` → `""`, `a.rs` and `a/mod.rs` → `a`, `a/b.rs` → `a::b`; binaries (`main.rs`,
+/// `bin/`) are not modules of the library.
+fn module_path(rel: &Path) -> Option<String> {
+    let parts: Vec<String> = rel
+        .with_extension("")
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    match parts.as_slice() {
+        [only] if only == "lib" => Some(String::new()),
+        [only] if only == "main" => None,
+        [first, ..] if first == "bin" => None,
+        [init @ .., last] if last == "mod" => Some(init.join("::")),
+        all => Some(all.join("::")),
+    }
+}
+
+/// The text without `//` comments (doc links name modules too) and without the trailing
+/// `#[cfg(test)] mod tests { … }`.
+fn without_tests_and_comments(text: &str) -> String {
+    let code = match text.find("#[cfg(test)]\nmod tests {") {
+        Some(i) => &text[..i],
+        None => text,
+    };
+    code.lines()
+        .map(|line| match line.find("//") {
+            // A `//` inside a string literal (URLs) is kept: it names no module.
+            Some(i) if !line[..i].contains('"') => &line[..i],
+            _ => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// Every `prefix::a::b…` path in `text`, as its segments after `prefix` (group imports such as
+/// `prefix::{a::X, b}` yield `a::X` and `b`).
+fn paths_after(text: &str, prefix: &str) -> Vec<Vec<String>> {
+    let mut out = Vec::new();
+    let needle = format!("{prefix}::");
+    let mut from = 0;
+    while let Some(found) = text[from..].find(&needle) {
+        let start = from + found;
+        from = start + needle.len();
+        if start > 0 && text[..start].ends_with(|c: char| is_ident(c) || c == ':') {
+            continue;
+        }
+        let rest = &text[from..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let end = group.find('}').unwrap_or(group.len());
+            for member in group[..end].split(',') {
+                out.push(segments(member.trim()));
+            }
+        } else {
+            out.push(segments(rest));
+        }
+    }
+    out
+}
+
+fn segments(text: &str) -> Vec<String> {
+    let mut segs = Vec::new();
+    let mut rest = text;
+    loop {
+        let end = rest.find(|c: char| !is_ident(c)).unwrap_or(rest.len());
+        if end == 0 {
+            break;
+        }
+        segs.push(rest[..end].to_owned());
+        match rest[end..].strip_prefix("::") {
+            Some(next) if next.starts_with(|c: char| is_ident(c)) => rest = next,
+            _ => break,
+        }
+    }
+    segs
+}
+
+fn join(base: &str, segs: &[String]) -> String {
+    let mut all: Vec<&str> = base.split("::").filter(|s| !s.is_empty()).collect();
+    all.extend(segs.iter().map(String::as_str));
+    all.join("::")
+}
+
+fn parent(module: &str) -> String {
+    module
+        .rsplit_once("::")
+        .map_or(String::new(), |(p, _)| p.to_owned())
+}
+
+impl Crate {
+    /// The deepest known module that `base::segs` names.
+    fn resolve(&self, base: &str, segs: &[String]) -> Option<String> {
+        (0..=segs.len())
+            .rev()
+            .map(|n| join(base, &segs[..n]))
+            .find(|m| self.modules.contains_key(m))
+    }
+
+    /// Module → the modules it uses (itself and its ancestors through plain nesting excluded).
+    fn edges(&self) -> BTreeMap<String, BTreeSet<String>> {
+        let mut edges = BTreeMap::new();
+        for (module, text) in &self.modules {
+            let mut to = BTreeSet::new();
+            for segs in paths_after(text, "crate") {
+                to.extend(self.resolve("", &segs));
+            }
+            for segs in paths_after(text, "super") {
+                to.extend(self.resolve(&parent(module), &segs));
+            }
+            for segs in paths_after(text, "self") {
+                to.extend(self.resolve(module, &segs));
+            }
+            // `child::Item` and `use child::Item;` in the parent.
+            for child in self
+                .modules
+                .keys()
+                .filter(|m| parent(m) == *module && !m.is_empty())
+            {
+                let name = child.rsplit("::").next().unwrap_or(child);
+                if paths_after(text, name).iter().any(|s| !s.is_empty()) {
+                    to.insert(child.clone());
+                }
+            }
+            to.remove(module);
+            edges.insert(module.clone(), to);
+        }
+        edges
+    }
+}
+
+/// The cycles of a graph, each as the modules of one strongly connected component.
+fn cycles(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    // Kosaraju: order by finish time, then collect components on the reversed graph.
+    fn visit(
+        node: &str,
+        edges: &BTreeMap<String, BTreeSet<String>>,
+        seen: &mut BTreeSet<String>,
+        out: &mut Vec<String>,
+    ) {
+        if !seen.insert(node.to_owned()) {
+            return;
+        }
+        for next in edges.get(node).into_iter().flatten() {
+            visit(next, edges, seen, out);
+        }
+        out.push(node.to_owned());
+    }
+    let mut order = Vec::new();
+    let mut seen = BTreeSet::new();
+    for node in edges.keys() {
+        visit(node, edges, &mut seen, &mut order);
+    }
+    let mut reversed: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (from, tos) in edges {
+        for to in tos {
+            reversed.entry(to.clone()).or_default().insert(from.clone());
+        }
+    }
+    let mut assigned = BTreeSet::new();
+    let mut found = Vec::new();
+    for node in order.iter().rev() {
+        let mut component = Vec::new();
+        visit(node, &reversed, &mut assigned, &mut component);
+        if component.len() > 1 {
+            component.sort();
+            found.push(component);
+        }
+    }
+    found
+}
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn crates() -> Vec<Crate> {
+    let root = root();
+    vec![
+        load("initguard", &root.join("src")),
+        load("kube-common", &root.join("crates/kube-common/src")),
+        load("kube-sim", &root.join("crates/kube-sim/src")),
+        load(
+            "initguard-test-support",
+            &root.join("crates/test-support/src"),
+        ),
+    ]
+}
+
+#[test]
+fn no_module_imports_a_module_that_imports_it_back() {
+    let mut problems = Vec::new();
+    for krate in crates() {
+        assert!(
+            krate.modules.len() > 3,
+            "{}: too few modules found; is the layout walker broken?",
+            krate.name
+        );
+        for cycle in cycles(&krate.edges()) {
+            problems.push(format!("{}: {}", krate.name, cycle.join(" <-> ")));
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "import cycles:\n{}",
+        problems.join("\n")
+    );
+}
+
+#[test]
+fn the_cycle_finder_sees_a_cycle_through_a_parent() {
+    // A parent that uses its child, whose code uses an item of the parent: the shape the
+    // owners module had before its state moved out of mod.rs.
+    let krate = Crate {
+        name: "example",
+        modules: BTreeMap::from([
+            (String::new(), "pub mod owners;".to_owned()),
+            (
+                "owners".to_owned(),
+                "mod watch;\npub struct Handle;\nuse watch::Task;".to_owned(),
+            ),
+            ("owners::watch".to_owned(), "use super::Handle;".to_owned()),
+            ("policy".to_owned(), "use crate::owners::Handle;".to_owned()),
+        ]),
+    };
+    assert_eq!(
+        cycles(&krate.edges()),
+        [vec!["owners".to_owned(), "owners::watch".to_owned()]]
+    );
+}
+
+#[test]
+fn the_simulator_and_the_shared_crate_never_depend_on_the_guard() {
+    for krate in crates() {
+        if krate.name == "initguard" {
+            continue;
+        }
+        for (module, text) in &krate.modules {
+            assert!(
+                !text.contains("initguard::"),
+                "{} module {module:?} uses the guard crate",
+                krate.name
+            );
+        }
+    }
+    let manifest = |p: &str| std::fs::read_to_string(root().join(p)).expect("manifest");
+    for path in [
+        "crates/kube-sim/Cargo.toml",
+        "crates/kube-common/Cargo.toml",
+    ] {
+        let text = manifest(path);
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.trim_start().starts_with("initguard")),
+            "{path} depends on the guard"
+        );
+    }
+}
+
+#[test]
+fn the_product_reaches_the_simulator_only_behind_the_sim_feature() {
+    let src = root().join("src");
+    let mut stack = vec![src.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).expect("src") {
+            let path = entry.expect("entry").path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let text = std::fs::read_to_string(&path).expect("source");
+            let rel = path
+                .strip_prefix(&src)
+                .expect("under src")
+                .display()
+                .to_string();
+            // demo.rs is compiled only with the feature (lib.rs gates `mod demo`).
+            if rel == "demo.rs" {
+                continue;
+            }
+            let lines: Vec<&str> = text.lines().collect();
+            for (i, line) in lines.iter().enumerate() {
+                if !line.contains("kube_sim") || line.trim_start().starts_with("//") {
+                    continue;
+                }
+                let gated = (i.saturating_sub(3)..i)
+                    .any(|j| lines[j].contains("#[cfg(feature = \"sim\")]"));
+                assert!(
+                    gated,
+                    "{rel}:{}: uses the simulator outside `#[cfg(feature = \"sim\")]`",
+                    i + 1
+                );
+            }
+        }
+    }
+    let lib = std::fs::read_to_string(src.join("lib.rs")).expect("lib.rs");
+    assert!(
+        lib.contains("#[cfg(feature = \"sim\")]\npub mod demo;"),
+        "lib.rs must gate the demo behind the sim feature"
+    );
+}
+
+#[test]
+fn the_build_without_the_sim_feature_has_no_simulator_in_its_dependency_tree() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let tree = |features: &[&str]| {
+        let out = std::process::Command::new(&cargo)
+            .current_dir(root())
+            .args([
+                "tree",
+                "--offline",
+                "--locked",
+                "-p",
+                "initguard",
+                "-e",
+                "normal",
+            ])
+            .args(["--prefix", "none", "--format", "{p}"])
+            .args(features)
+            .output()
+            .expect("cargo tree runs");
+        assert!(
+            out.status.success(),
+            "cargo tree failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let has_sim = |tree: &str| tree.lines().any(|l| l.starts_with("kube-sim "));
+    assert!(
+        has_sim(&tree(&[])),
+        "the default build should include the simulator (demo, sim); is the check blind?"
+    );
+    assert!(
+        !has_sim(&tree(&["--no-default-features"])),
+        "the product build pulls in kube-sim"
+    );
+}
