@@ -23,11 +23,11 @@ use crate::bypass::{BYPASSED_ANNOTATION, parse_records};
 use crate::config::{Config, ConfigError, DEFAULT_OPT_IN_LABEL, Mechanism};
 use crate::guard::{Guard, RunError};
 use crate::policy::{OwnerState, Reason};
-use kube_sim::controllers::{
-    ControllerError, Creator, CreatorHandle, CreatorKind, CreatorOptions, GateOwner,
-    GateOwnerHandle, GateOwnerOptions, dns_name, pile_report,
+use kube_sim::controllers::{ControllerError, GateOwnerOptions, dns_name, pile_report};
+use kube_sim::scenario::{
+    Action, CreatorEntry, CreatorKindName, Scenario, ScenarioControllers, ScenarioError, Step,
+    owner_user,
 };
-use kube_sim::scenario::{creator_user, owner_user};
 use kube_sim::{ChangeType, Sim, SimError, SimOptions};
 
 /// The initializer whose owner dies during the demo.
@@ -47,12 +47,12 @@ pub const KUBECONFIG_USER: &str = "admin";
 /// Namespace of the owners' Deployments and Leases.
 const OWNER_NAMESPACE: &str = "kube-system";
 
-// The scripted timeline, in seconds from the start of a run (multiplied by the time scale).
-const KILL_AT: f64 = 5.0;
-const REVIVE_AT: f64 = 14.0;
+/// The scenarios the demo runs (`kube_sim::scenario` files; `initguard sim --scenario` runs
+/// them alone). Their timeline: workloads arriving, the sidecar owner dead from 5 s to 14 s.
+const GATES_SCENARIO: &str = include_str!("../config/scenarios/demo-gates.yaml");
+const INITIALIZERS_SCENARIO: &str = include_str!("../config/scenarios/demo-initializers.yaml");
+/// How long each run is narrated, in seconds (multiplied by the time scale).
 const RUN_LENGTH: f64 = 20.0;
-/// A real API server gives up on a blocked pod CREATE after ~30 s; compressed for the demo.
-const CREATE_TIMEOUT: f64 = 2.0;
 /// Longer than the sidecar deadline, so the first pods of the outage are released by their
 /// deadline and later ones by the owner's liveness.
 const OWNER_DOWN_GRACE: f64 = 3.0;
@@ -95,14 +95,12 @@ pub enum DemoError {
     Sim(#[from] SimError),
     #[error(transparent)]
     Controller(#[from] ControllerError),
+    #[error("the embedded demo scenario is invalid:\n{0}")]
+    Scenario(#[from] ScenarioError),
+    #[error("scenario step failed: {0}")]
+    Step(String),
     #[error("cannot build the guard's client for the simulated cluster: {0}")]
     Client(#[source] kube::Error),
-    #[error("cannot create namespace {name} in the simulated cluster: {source}")]
-    Namespace {
-        name: String,
-        #[source]
-        source: kube::Error,
-    },
     #[error("the embedded demo configuration is invalid:\n{0}")]
     Config(#[from] ConfigError),
     #[error("cannot start the guard: {0}")]
@@ -205,11 +203,12 @@ pub async fn run_with_output(
     let (reservation, listen) = reserve_listen_port();
     let config_text = config_yaml(opts.mechanism, listen, clock);
     let config = Config::from_yaml_str(&config_text, "<embedded demo config>")?;
-    intro(&mut n, opts.mechanism, clock, &config_text, listen);
+    let scenario = scenario(opts.mechanism, clock)?;
+    intro(&mut n, &scenario, clock, &config_text, listen);
 
     n.line("");
     n.line("── Run 1 of 2: without the guard ──────────────────────────────────────────");
-    let (without_guard, cluster) = run_once(&mut n, opts.mechanism, clock, None).await?;
+    let (without_guard, cluster) = run_once(&mut n, &scenario, clock, None).await?;
     cluster.stop().await;
 
     n.line("");
@@ -218,7 +217,7 @@ pub async fn run_with_output(
         config,
         reservation,
     };
-    let (with_guard, cluster) = run_once(&mut n, opts.mechanism, clock, Some(guard_setup)).await?;
+    let (with_guard, cluster) = run_once(&mut n, &scenario, clock, Some(guard_setup)).await?;
     let guard_url = cluster
         .guard
         .as_ref()
@@ -234,7 +233,7 @@ pub async fn run_with_output(
     n.line("");
     n.line("── Result ─────────────────────────────────────────────────────────────────");
     n.line(render_table(&summary));
-    n.line(conclusion(&summary, clock));
+    n.line(conclusion(&summary, revived_at(&scenario, SIDECAR)));
 
     let broken = broken_promises(&summary.with_guard);
     if !broken.is_empty() {
@@ -336,127 +335,67 @@ fn config_yaml(mechanism: Mechanism, listen: SocketAddr, clock: Clock) -> String
     )
 }
 
-/// A pod creator started at some point of the timeline.
-#[derive(Debug, Clone, Copy)]
-struct Workload {
-    at: f64,
-    kind: WorkloadKind,
-    name: &'static str,
-    opted_in: bool,
+/// The demo's scenario for `mechanism`, every duration multiplied by the time scale.
+fn scenario(mechanism: Mechanism, clock: Clock) -> Result<Scenario, DemoError> {
+    let (text, file) = match mechanism {
+        Mechanism::SchedulingGates => (GATES_SCENARIO, "config/scenarios/demo-gates.yaml"),
+        Mechanism::Initializers => (
+            INITIALIZERS_SCENARIO,
+            "config/scenarios/demo-initializers.yaml",
+        ),
+    };
+    Ok(Scenario::from_yaml_str(text, file)?.scaled(clock.scale))
 }
 
-#[derive(Debug, Clone, Copy)]
-enum WorkloadKind {
-    Job { parallelism: u32 },
-    CronJob { period: f64 },
-    ReplicaSet { replicas: u32 },
+/// The scenario's create timeout (legacy initializers), as the server applies it.
+fn create_timeout(scenario: &Scenario) -> Duration {
+    scenario.sim_options(SimOptions::default()).create_timeout
 }
 
-const WORKLOADS: [Workload; 5] = [
-    Workload {
-        at: 0.0,
-        kind: WorkloadKind::Job { parallelism: 2 },
-        name: "job-a",
-        opted_in: true,
-    },
-    Workload {
-        at: 0.2,
-        kind: WorkloadKind::CronJob { period: 1.0 },
-        name: "report",
-        opted_in: true,
-    },
-    Workload {
-        at: 7.0,
-        kind: WorkloadKind::Job { parallelism: 3 },
-        name: "job-b",
-        opted_in: true,
-    },
-    Workload {
-        at: 8.0,
-        kind: WorkloadKind::ReplicaSet { replicas: 2 },
-        name: "web",
-        opted_in: false,
-    },
-    Workload {
-        at: 10.0,
-        kind: WorkloadKind::Job { parallelism: 3 },
-        name: "job-c",
-        opted_in: true,
-    },
-];
+/// When the scenario revives `target`, if it does.
+fn revived_at(scenario: &Scenario, target: &str) -> Option<Duration> {
+    scenario.steps().into_iter().find_map(|(at, step)| {
+        matches!(&step, Step::Action(Action::Revive(t)) if t == target).then_some(at)
+    })
+}
 
-impl Workload {
-    fn kind_name(&self) -> &'static str {
-        match self.kind {
-            WorkloadKind::Job { .. } => "Job",
-            WorkloadKind::CronJob { .. } => "CronJob",
-            WorkloadKind::ReplicaSet { .. } => "ReplicaSet",
-        }
-    }
+/// One creator in words, e.g. `Job demo/job-a runs 2 pods (labeled …: opted in)`.
+fn describe_creator(c: &CreatorEntry) -> String {
+    let replicas = c.replicas.unwrap_or(1);
+    let (kind, what) = match c.kind {
+        CreatorKindName::Job => ("Job", format!("runs {replicas} pods")),
+        CreatorKindName::Cronjob => (
+            "CronJob",
+            format!(
+                "starts one pod every {}",
+                seconds(c.period.unwrap_or_default())
+            ),
+        ),
+        CreatorKindName::Replicaset => ("ReplicaSet", format!("wants {replicas} pods")),
+    };
+    let label = if c.opt_in {
+        format!("labeled {DEFAULT_OPT_IN_LABEL}: opted in")
+    } else {
+        "no opt-in label: the guard must never touch them".to_string()
+    };
+    format!("{kind} {}/{} {what} ({label})", c.namespace, c.name)
+}
 
-    fn options(&self, mechanism: Mechanism, clock: Clock) -> CreatorOptions {
-        let mut opts = match self.kind {
-            WorkloadKind::Job { parallelism } => {
-                let mut o = CreatorOptions::job(NAMESPACE, self.name, parallelism);
-                if let CreatorKind::Job { retry_backoff, .. } = &mut o.kind {
-                    *retry_backoff = clock.d(0.5);
-                }
-                o
-            }
-            WorkloadKind::CronJob { period } => {
-                CreatorOptions::cron_job(NAMESPACE, self.name, clock.d(period))
-            }
-            WorkloadKind::ReplicaSet { replicas } => {
-                CreatorOptions::replica_set(NAMESPACE, self.name, replicas)
-            }
-        };
-        opts.sync_period = clock.d(0.25);
-        if mechanism == Mechanism::SchedulingGates {
-            opts.gates = vec![SIDECAR.to_string(), QUOTA.to_string()];
-        }
-        opts.opt_in_label = self.opted_in.then(|| DEFAULT_OPT_IN_LABEL.to_string());
-        opts
-    }
-
-    fn describe(&self, clock: Clock) -> String {
-        let what = match self.kind {
-            WorkloadKind::Job { parallelism } => format!("runs {parallelism} pods"),
-            WorkloadKind::CronJob { period } => {
-                format!("starts one pod every {}", clock.text(period))
-            }
-            WorkloadKind::ReplicaSet { replicas } => format!("wants {replicas} pods"),
-        };
-        let label = if self.opted_in {
-            format!("labeled {DEFAULT_OPT_IN_LABEL}: opted in")
-        } else {
-            "no opt-in label: the guard must never touch them".to_string()
-        };
-        format!(
-            "{} {NAMESPACE}/{} {what} ({label})",
-            self.kind_name(),
-            self.name
-        )
+/// A step as the intro lists it.
+fn step_summary(scenario: &Scenario, step: &Step) -> String {
+    match step {
+        Step::StartCreator(i) => scenario
+            .creators
+            .get(*i)
+            .map_or_else(String::new, describe_creator),
+        Step::Action(Action::Kill(t)) => format!("the {t} owner dies"),
+        Step::Action(Action::Revive(t)) => format!("the {t} owner comes back"),
+        Step::Action(other) => format!("{other:?}"),
     }
 }
 
-/// One thing the timeline does.
-#[derive(Debug, Clone, Copy)]
-enum Step {
-    Start(Workload),
-    Kill,
-    Revive,
-}
-
-/// The whole timeline in scenario seconds, in order.
-fn timeline() -> Vec<(f64, Step)> {
-    let mut steps: Vec<(f64, Step)> = WORKLOADS.iter().map(|w| (w.at, Step::Start(*w))).collect();
-    steps.push((KILL_AT, Step::Kill));
-    steps.push((REVIVE_AT, Step::Revive));
-    steps.sort_by(|a, b| a.0.total_cmp(&b.0));
-    steps
-}
-
-fn intro(n: &mut Narrator, mechanism: Mechanism, clock: Clock, config: &str, listen: SocketAddr) {
+fn intro(n: &mut Narrator, scenario: &Scenario, clock: Clock, config: &str, listen: SocketAddr) {
+    let mechanism = scenario.mechanism;
     let how = match mechanism {
         Mechanism::SchedulingGates => "scheduling gates (Kubernetes >= 1.27)",
         Mechanism::Initializers => "legacy pod initializers (Kubernetes 1.7-1.13)",
@@ -475,7 +414,7 @@ fn intro(n: &mut Narrator, mechanism: Mechanism, clock: Clock, config: &str, lis
         n.line(format_args!(
             "The API server appends both to every new pod and blocks its CREATE until they are \
              removed or {} pass (then 504, pod kept).",
-            clock.text(CREATE_TIMEOUT)
+            seconds(create_timeout(scenario))
         ));
         n.line(
             "  A real API server waits ~30s; the demo compresses it to fit in a minute, and its \
@@ -488,13 +427,9 @@ fn intro(n: &mut Narrator, mechanism: Mechanism, clock: Clock, config: &str, lis
     }
     n.line("");
     n.line("The same timeline runs twice, first without the guard, then with it:");
-    for (at, step) in timeline() {
-        let what = match step {
-            Step::Start(w) => w.describe(clock),
-            Step::Kill => format!("the {SIDECAR} owner dies"),
-            Step::Revive => format!("the {SIDECAR} owner comes back"),
-        };
-        n.line(format_args!("  t={:<6} {what}", clock.text(at)));
+    for (at, step) in scenario.steps() {
+        let what = step_summary(scenario, &step);
+        n.line(format_args!("  t={:<6} {what}", seconds(at)));
     }
     n.line(format_args!(
         "  t={:<6} end of the run; {QUOTA}'s owner stays healthy throughout",
@@ -529,9 +464,8 @@ struct GuardSetup {
 /// Everything one run started.
 struct Cluster {
     sim: Sim,
-    sidecar: GateOwnerHandle,
-    quota: GateOwnerHandle,
-    creators: Vec<(Workload, CreatorHandle)>,
+    scenario: Scenario,
+    controllers: ScenarioControllers,
     guard: Option<Guard>,
 }
 
@@ -541,11 +475,7 @@ impl Cluster {
         if let Some(guard) = self.guard {
             guard.shutdown().await;
         }
-        for (_, creator) in self.creators {
-            creator.stop().await;
-        }
-        self.sidecar.stop().await;
-        self.quota.stop().await;
+        self.controllers.stop().await;
         self.sim.shutdown().await;
     }
 }
@@ -566,33 +496,23 @@ fn reserve_listen_port() -> (Option<TcpListener>, SocketAddr) {
 
 async fn run_once(
     n: &mut Narrator,
-    mechanism: Mechanism,
+    scenario: &Scenario,
     clock: Clock,
     guard: Option<GuardSetup>,
 ) -> Result<(RunStats, Cluster), DemoError> {
-    let legacy = match mechanism {
-        Mechanism::Initializers => vec![SIDECAR.to_string(), QUOTA.to_string()],
-        Mechanism::SchedulingGates => Vec::new(),
+    let sim = Sim::start(scenario.sim_options(SimOptions::default())).await?;
+    let controllers = match ScenarioControllers::start(&sim, scenario).await {
+        Ok(c) => c,
+        Err(e) => {
+            sim.shutdown().await;
+            return Err(e.into());
+        }
     };
-    let sim = Sim::start(SimOptions {
-        mechanism,
-        legacy_initializers: legacy,
-        create_timeout: clock.d(CREATE_TIMEOUT),
-        ..SimOptions::default()
-    })
-    .await?;
-    create_namespaces(&sim).await?;
-    let owner = |initializer: &str| {
-        let opts = GateOwnerOptions::new(initializer, mechanism);
-        GateOwner::start(sim.kube_config(&owner_user(&opts)), opts)
-    };
-    let sidecar = owner(SIDECAR)?;
-    let quota = owner(QUOTA)?;
+    let mechanism = scenario.mechanism;
     let mut cluster = Cluster {
         sim,
-        sidecar,
-        quota,
-        creators: Vec::new(),
+        scenario: scenario.clone(),
+        controllers,
         guard: None,
     };
     let result = async {
@@ -611,18 +531,6 @@ async fn run_once(
             Err(e)
         }
     }
-}
-
-async fn create_namespaces(sim: &Sim) -> Result<(), DemoError> {
-    for name in [OWNER_NAMESPACE, NAMESPACE] {
-        sim.ensure_namespace(KUBECONFIG_USER, name)
-            .await
-            .map_err(|source| DemoError::Namespace {
-                name: name.to_string(),
-                source,
-            })?;
-    }
-    Ok(())
 }
 
 /// Waits until both owners have published their Deployment status and Lease, so the guard
@@ -729,7 +637,7 @@ async fn drive(
     .await;
     let wall_start = SystemTime::now();
     let start = Instant::now();
-    let steps = timeline();
+    let steps = cluster.scenario.steps();
     let mut next_step = 0;
     let mut observer = Observer::new(mechanism, wall_start, clock);
     let mut next_sample = clock.d(SAMPLE_EVERY);
@@ -741,10 +649,10 @@ async fn drive(
         let elapsed = start.elapsed();
         let mut lines: Vec<(Duration, String)> = Vec::new();
         while let Some((at, step)) = steps.get(next_step)
-            && clock.d(*at) <= elapsed
+            && *at <= elapsed
         {
             next_step += 1;
-            let line = apply(cluster, *step, mechanism, clock, &mut observer)?;
+            let line = apply(cluster, step, mechanism, &mut observer).await?;
             // Stamped on the wall clock, like the simulator's changes it is sorted with.
             lines.push((observer.since_start(SystemTime::now()), line));
         }
@@ -752,7 +660,7 @@ async fn drive(
         if let Some(guard) = &cluster.guard {
             lines.extend(observer.guard_view(guard));
         }
-        lines.extend(observer.creator_timeouts(&cluster.creators));
+        lines.extend(observer.creator_timeouts(&cluster.scenario, &cluster.controllers));
         let pile = pile_report(&cluster.sim, mechanism);
         observer.sample_pile(&pile);
         if elapsed >= next_sample {
@@ -773,9 +681,10 @@ async fn drive(
         n.at(t, line);
     }
     let timeouts = cluster
+        .controllers
         .creators
-        .iter()
-        .map(|(_, c)| c.stats().create_timeouts())
+        .values()
+        .map(|c| c.stats().create_timeouts())
         .sum();
     let stats = observer.stats(cluster.guard.is_some(), timeouts, SystemTime::now());
     n.at(
@@ -789,24 +698,20 @@ async fn drive(
     Ok(stats)
 }
 
-/// Carries out one timeline step; returns its narration.
-fn apply(
+/// Carries out one step of the scenario; returns its narration.
+async fn apply(
     cluster: &mut Cluster,
-    step: Step,
+    step: &Step,
     mechanism: Mechanism,
-    clock: Clock,
     observer: &mut Observer,
 ) -> Result<String, DemoError> {
+    cluster
+        .controllers
+        .step(&cluster.sim, &cluster.scenario, step)
+        .await
+        .map_err(DemoError::Step)?;
     Ok(match step {
-        Step::Start(workload) => {
-            let opts = workload.options(mechanism, clock);
-            let user = creator_user(&opts);
-            let handle = Creator::start(cluster.sim.kube_config(&user), opts)?;
-            cluster.creators.push((workload, handle));
-            workload.describe(clock)
-        }
-        Step::Kill => {
-            cluster.sidecar.kill();
+        Step::Action(Action::Kill(target)) if target == SIDECAR => {
             let consequence = match mechanism {
                 Mechanism::SchedulingGates => {
                     "new pods keep its gate and stay Pending (SchedulingGated)"
@@ -822,13 +727,13 @@ fn apply(
                 dns_name(SIDECAR)
             )
         }
-        Step::Revive => {
-            cluster.sidecar.revive();
+        Step::Action(Action::Revive(target)) if target == SIDECAR => {
             observer.revived = true;
             format!(
                 "{SIDECAR} owner revived: it lists every pod again and works through its backlog"
             )
         }
+        other => step_summary(&cluster.scenario, other),
     })
 }
 
@@ -1081,31 +986,42 @@ impl Observer {
     /// Narrates each creator's first CREATE timeout (legacy initializers).
     fn creator_timeouts(
         &mut self,
-        creators: &[(Workload, CreatorHandle)],
+        scenario: &Scenario,
+        controllers: &ScenarioControllers,
     ) -> Vec<(Duration, String)> {
         let now = self.since_start(SystemTime::now());
         let mut lines = Vec::new();
-        for (workload, handle) in creators {
+        for creator in &scenario.creators {
+            let key = scenario.creator_options(creator).controller_key();
+            let Some(handle) = controllers.creators.get(&key) else {
+                continue;
+            };
             if handle.stats().create_timeouts() == 0
                 || !self.timeouts_reported.insert(handle.name().to_string())
             {
                 continue;
             }
-            let next = match workload.kind {
-                WorkloadKind::Job { .. } => "the Job controller cannot see it and creates another",
-                WorkloadKind::CronJob { .. } => "the next scheduled run adds one more anyway",
-                WorkloadKind::ReplicaSet { .. } => {
-                    "the ReplicaSet waits on its expectations before creating again"
+            let (kind, next) = match creator.kind {
+                CreatorKindName::Job => (
+                    "Job",
+                    "the Job controller cannot see it and creates another",
+                ),
+                CreatorKindName::Cronjob => {
+                    ("CronJob", "the next scheduled run adds one more anyway")
                 }
+                CreatorKindName::Replicaset => (
+                    "ReplicaSet",
+                    "the ReplicaSet waits on its expectations before creating again",
+                ),
             };
             lines.push((
                 now,
                 format!(
-                    "API server: CREATE of a {} {NAMESPACE}/{} pod timed out after {} (504)\nthe \
+                    "API server: CREATE of a {kind} {}/{} pod timed out after {} (504)\nthe \
                      pod stays stored, uninitialized and hidden; {next}",
-                    workload.kind_name(),
-                    workload.name,
-                    self.clock.text(CREATE_TIMEOUT)
+                    creator.namespace,
+                    creator.name,
+                    seconds(create_timeout(scenario))
                 ),
             ));
         }
@@ -1309,7 +1225,7 @@ pub fn render_table(summary: &DemoSummary) -> String {
 }
 
 /// Three lines saying what the table shows.
-fn conclusion(summary: &DemoSummary, clock: Clock) -> String {
+fn conclusion(summary: &DemoSummary, revived_at: Option<Duration>) -> String {
     let (a, b) = (&summary.without_guard, &summary.with_guard);
     let held = |s: &RunStats| {
         s.largest_pile_controller
@@ -1322,7 +1238,7 @@ fn conclusion(summary: &DemoSummary, clock: Clock) -> String {
         count(a.largest_pile, "pod"),
         held(a),
         seconds(a.longest_wait_opted_in),
-        clock.text(REVIVE_AT)
+        revived_at.map_or_else(|| "?".to_string(), seconds)
     );
     if summary.mechanism == Mechanism::Initializers {
         let _ = write!(
@@ -1496,7 +1412,8 @@ mod tests {
                 assert!(sidecar.deadline < grace, "{text}");
                 if mechanism == Mechanism::Initializers {
                     for i in &config.initializers {
-                        assert!(i.deadline < clock.d(CREATE_TIMEOUT), "{text}");
+                        let timeout = create_timeout(&scenario(mechanism, clock).unwrap());
+                        assert!(i.deadline < timeout, "{text}");
                     }
                 }
             }
@@ -1549,22 +1466,30 @@ mod tests {
     }
 
     #[test]
-    fn timeline_is_ordered_with_the_outage_inside_the_run() {
-        let steps = timeline();
-        assert!(steps.windows(2).all(|w| w[0].0 <= w[1].0));
-        let at = |want: fn(&Step) -> bool| steps.iter().find(|(_, s)| want(s)).unwrap().0;
-        let (kill, revive) = (
-            at(|s| matches!(s, Step::Kill)),
-            at(|s| matches!(s, Step::Revive)),
-        );
-        assert!(0.0 < kill && kill < revive && revive < RUN_LENGTH);
-        // Some opted-in and some unlabeled work starts while the owner is dead.
-        let during = |opted_in: bool| {
-            WORKLOADS
+    fn the_scenarios_put_the_outage_inside_the_run() {
+        for mechanism in [Mechanism::SchedulingGates, Mechanism::Initializers] {
+            let scenario = scenario(mechanism, Clock { scale: 1.0 }).unwrap();
+            assert_eq!(scenario.mechanism, mechanism);
+            let steps = scenario.steps();
+            let kill = steps
                 .iter()
-                .any(|w| w.opted_in == opted_in && kill < w.at && w.at < revive)
-        };
-        assert!(during(true) && during(false));
+                .find_map(|(at, s)| {
+                    matches!(s, Step::Action(Action::Kill(t)) if t == SIDECAR).then_some(*at)
+                })
+                .unwrap();
+            let revive = revived_at(&scenario, SIDECAR).unwrap();
+            let run = Duration::from_secs_f64(RUN_LENGTH);
+            assert!(Duration::ZERO < kill && kill < revive && revive < run);
+            // Some opted-in and some unlabeled work starts while the owner is dead.
+            let during = |opted_in: bool| {
+                scenario.creators.iter().any(|c| {
+                    c.opt_in == opted_in && c.start_at.is_some_and(|at| kill < at && at < revive)
+                })
+            };
+            assert!(during(true) && during(false));
+            // Every creator starts on the narrated timeline, none before it.
+            assert!(scenario.creators.iter().all(|c| c.start_at.is_some()));
+        }
     }
 
     #[test]

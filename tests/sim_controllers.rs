@@ -471,7 +471,7 @@ mod scenarios {
     use kube::api::ListParams;
     use kube::{Api, Client};
     use kube_sim::controllers::pile_report;
-    use kube_sim::scenario::{Action, Scenario, ScenarioError, run_scenario};
+    use kube_sim::scenario::{Action, Scenario, ScenarioError, Step, run_scenario};
     use kube_sim::{Sim, SimOptions};
     use tokio_util::sync::CancellationToken;
 
@@ -566,6 +566,82 @@ timeline:
         assert!(
             all.iter()
                 .all(|p| p["metadata"]["labels"]["initguard.io/bypass"] == "true")
+        );
+        cancel.cancel();
+        run.await.unwrap().unwrap();
+        sim.shutdown().await;
+    }
+
+    /// Creators with `startAt` are steps of the timeline, ordered with its actions, and
+    /// `scaled` multiplies every offset and period.
+    #[test]
+    fn delayed_creators_are_steps_and_scaling_multiplies_durations() {
+        let text = "
+mechanism: schedulingGates
+owners: [{ initializer: gate.example.com }]
+creators:
+  - { kind: job, name: now, replicas: 1 }
+  - { kind: cronjob, name: later, period: 1s, startAt: 3s, syncPeriod: 100ms }
+timeline:
+  - { at: 2s, kill: gate.example.com }
+  - { at: 4s, revive: gate.example.com }
+";
+        let scenario = Scenario::from_yaml_str(text, "t.yaml").unwrap();
+        let steps = scenario.steps();
+        let at: Vec<u128> = steps.iter().map(|(at, _)| at.as_millis()).collect();
+        assert_eq!(at, [2000, 3000, 4000]);
+        assert_eq!(steps[1].1, Step::StartCreator(1));
+        assert!(matches!(&steps[0].1, Step::Action(Action::Kill(t)) if t == "gate.example.com"));
+        let half = scenario.scaled(0.5);
+        let at: Vec<u128> = half.steps().iter().map(|(at, _)| at.as_millis()).collect();
+        assert_eq!(at, [1000, 1500, 2000]);
+        assert_eq!(half.creators[1].period, Some(Duration::from_millis(500)));
+        assert_eq!(
+            half.creator_options(&half.creators[1]).sync_period,
+            Duration::from_millis(50)
+        );
+    }
+
+    /// A creator with `startAt` writes nothing before it, by the server's record.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_delayed_creator_creates_nothing_before_its_start() {
+        let text = "
+mechanism: schedulingGates
+namespaces: [batch]
+owners: [{ initializer: gate.example.com }]
+creators:
+  - { kind: job, namespace: batch, name: early, replicas: 1 }
+  - { kind: job, namespace: batch, name: late, replicas: 1, startAt: 1s }
+";
+        let scenario = Scenario::from_yaml_str(text, "t.yaml").unwrap();
+        let sim = Sim::start(scenario.sim_options(SimOptions::default()))
+            .await
+            .unwrap();
+        let cancel = CancellationToken::new();
+        let started = std::time::SystemTime::now();
+        let run = tokio::spawn({
+            let sim = sim.clone();
+            let cancel = cancel.clone();
+            async move { run_scenario(&sim, &scenario, cancel).await }
+        });
+        let created_by = |prefix: &str| {
+            sim.object_history()
+                .into_iter()
+                .filter(|c| {
+                    c.resource == "pods" && c.before.is_none() && c.name.starts_with(prefix)
+                })
+                .map(|c| c.time)
+                .min()
+        };
+        crate::wait::until("both jobs to create a pod", || {
+            created_by("early-").is_some() && created_by("late-").is_some()
+        })
+        .await;
+        let late = created_by("late-").unwrap();
+        assert!(
+            late.duration_since(started).unwrap_or_default() >= Duration::from_secs(1),
+            "the late job created a pod {:?} after the start",
+            late.duration_since(started)
         );
         cancel.cancel();
         run.await.unwrap().unwrap();

@@ -137,6 +137,13 @@ pub struct CreatorEntry {
     /// Whether it starts alive (default true).
     #[serde(default = "yes")]
     pub alive: bool,
+    /// Started this long after the scenario begins rather than at once (a workload that
+    /// arrives mid-run).
+    #[serde(default, with = "humantime_serde")]
+    pub start_at: Option<Duration>,
+    /// How often it compares what it wants with what it sees (default 250ms).
+    #[serde(default, with = "humantime_serde")]
+    pub sync_period: Option<Duration>,
 }
 
 fn default_namespace() -> String {
@@ -209,6 +216,15 @@ pub enum Action {
     SetLatency { target: String, latency: Duration },
     Faults(FaultsSpec),
     Restart,
+}
+
+/// One step of a running scenario, at its offset from the start.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Step {
+    /// Start `creators[i]` (one with `startAt`).
+    StartCreator(usize),
+    /// A timeline action.
+    Action(Action),
 }
 
 impl TimelineEntry {
@@ -517,6 +533,56 @@ impl Scenario {
         problems
     }
 
+    /// Everything the scenario does after its start, in time order (ties keep file order,
+    /// creator starts first): delayed creator starts and timeline actions.
+    pub fn steps(&self) -> Vec<(Duration, Step)> {
+        let mut steps: Vec<(Duration, Step)> = self
+            .creators
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| c.start_at.map(|at| (at, Step::StartCreator(i))))
+            .collect();
+        steps.extend(
+            self.timeline
+                .iter()
+                .filter_map(|e| e.action().map(|a| (e.at, Step::Action(a)))),
+        );
+        steps.sort_by_key(|(at, _)| *at);
+        steps
+    }
+
+    /// The same scenario with every duration multiplied by `factor` (to run it faster or
+    /// slower), each rounded to a whole millisecond.
+    pub fn scaled(&self, factor: f64) -> Scenario {
+        let d =
+            |d: Duration| Duration::from_millis((d.as_secs_f64() * factor * 1000.0).round() as u64);
+        let o = |x: Option<Duration>| x.map(d);
+        let mut s = self.clone();
+        s.create_timeout = o(s.create_timeout);
+        s.schedule_delay = o(s.schedule_delay);
+        for owner in &mut s.owners {
+            owner.latency = o(owner.latency);
+            owner.lease_duration = o(owner.lease_duration);
+        }
+        for c in &mut s.creators {
+            c.period = o(c.period);
+            c.retry_backoff = o(c.retry_backoff);
+            c.expectation_ttl = o(c.expectation_ttl);
+            c.start_at = o(c.start_at);
+            c.sync_period = o(c.sync_period);
+        }
+        for e in &mut s.timeline {
+            e.at = d(e.at);
+            if let Some(l) = &mut e.set_latency {
+                l.latency = d(l.latency);
+            }
+            if let Some(f) = &mut e.faults {
+                f.latency = o(f.latency);
+            }
+        }
+        s
+    }
+
     /// The server settings this scenario asks for, on top of `base` (listen address etc.).
     pub fn sim_options(&self, base: crate::options::SimOptions) -> crate::options::SimOptions {
         crate::options::SimOptions {
@@ -567,7 +633,8 @@ impl Scenario {
         opts
     }
 
-    fn creator_options(&self, creator: &CreatorEntry) -> CreatorOptions {
+    /// The controller options of `creator`.
+    pub fn creator_options(&self, creator: &CreatorEntry) -> CreatorOptions {
         let replicas = creator.replicas.unwrap_or(1);
         let mut opts = match creator.kind {
             CreatorKindName::Job => {
@@ -604,6 +671,9 @@ impl Scenario {
                 .unwrap_or_else(|| DEFAULT_OPT_IN_LABEL.to_string())
         });
         opts.alive = creator.alive;
+        if let Some(period) = creator.sync_period {
+            opts.sync_period = period;
+        }
         opts
     }
 }
@@ -713,19 +783,58 @@ impl ScenarioControllers {
             users.push(user);
             controllers.owners.insert(owner.initializer.clone(), handle);
         }
-        for creator in &scenario.creators {
-            let opts = scenario.creator_options(creator);
-            let user = creator_user(&opts);
-            let key = opts.controller_key();
-            let handle = Creator::start(sim.kube_config(&user), opts)?;
-            users.push(user);
-            controllers.creators.insert(key, handle);
+        for creator in scenario.creators.iter().filter(|c| c.start_at.is_none()) {
+            users.push(controllers.start_creator(sim, scenario, creator)?);
         }
+        // Delayed creators are exempt from the start, like the others.
+        users.extend(
+            scenario
+                .creators
+                .iter()
+                .filter(|c| c.start_at.is_some())
+                .map(|c| creator_user(&scenario.creator_options(c))),
+        );
         if scenario.exempt_controllers {
             let users: Vec<&str> = users.iter().map(String::as_str).collect();
             sim.faults().exempt_users(&users);
         }
         Ok(controllers)
+    }
+
+    /// Starts `creator` (an entry of `scenario`) and returns the user it acts as.
+    pub fn start_creator(
+        &mut self,
+        sim: &Sim,
+        scenario: &Scenario,
+        creator: &CreatorEntry,
+    ) -> Result<String, ScenarioError> {
+        let opts = scenario.creator_options(creator);
+        let user = creator_user(&opts);
+        let key = opts.controller_key();
+        let handle = Creator::start(sim.kube_config(&user), opts)?;
+        self.creators.insert(key, handle);
+        Ok(user)
+    }
+
+    /// Carries out one step of `scenario`.
+    pub async fn step(
+        &mut self,
+        sim: &Sim,
+        scenario: &Scenario,
+        step: &Step,
+    ) -> Result<(), String> {
+        match step {
+            Step::StartCreator(i) => {
+                let creator = scenario
+                    .creators
+                    .get(*i)
+                    .ok_or_else(|| format!("no creator number {i}"))?;
+                self.start_creator(sim, scenario, creator)
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+            }
+            Step::Action(action) => self.apply(sim, scenario, action).await,
+        }
     }
 
     /// Carries out one action of `scenario` (which resolves target names).
@@ -844,25 +953,17 @@ pub async fn run_scenario(
     scenario: &Scenario,
     cancel: CancellationToken,
 ) -> Result<(), ScenarioError> {
-    let controllers = ScenarioControllers::start(sim, scenario).await?;
+    let mut controllers = ScenarioControllers::start(sim, scenario).await?;
     let start = tokio::time::Instant::now();
-    let mut entries: Vec<&TimelineEntry> = scenario.timeline.iter().collect();
-    entries.sort_by_key(|e| e.at);
     let mut result = Ok(());
-    for entry in entries {
+    for (at, step) in scenario.steps() {
         tokio::select! {
             _ = cancel.cancelled() => break,
-            _ = tokio::time::sleep_until(start + entry.at) => {}
+            _ = tokio::time::sleep_until(start + at) => {}
         }
-        let Some(action) = entry.action() else {
-            continue;
-        };
-        tracing::info!(at = ?entry.at, action = ?action, "scenario action");
-        if let Err(message) = controllers.apply(sim, scenario, &action).await {
-            result = Err(ScenarioError::Action {
-                at: entry.at,
-                message,
-            });
+        tracing::info!(?at, ?step, "scenario step");
+        if let Err(message) = controllers.step(sim, scenario, &step).await {
+            result = Err(ScenarioError::Action { at, message });
             break;
         }
     }
