@@ -16,9 +16,6 @@
 //! It needs `prometheus` and `promtool` (Debian package `prometheus`): without them the test is
 //! skipped with a message, unless `CI` is set, in which case it fails. It takes about 15 s.
 
-#[path = "common/promql.rs"]
-mod promql;
-
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -32,6 +29,7 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use initguard_test_support::promql;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_initguard");

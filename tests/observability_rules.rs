@@ -6,13 +6,11 @@
 //! Without promtool the promtool checks are skipped with a message, unless `CI` is set, in
 //! which case they fail.
 
-#[path = "common/promql.rs"]
-mod promql;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use initguard_test_support::promql;
 use serde_json::Value as Json;
 use serde_yaml::Value as Yaml;
 

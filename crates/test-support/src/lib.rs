@@ -4,6 +4,7 @@
 pub mod cpu;
 pub mod http;
 pub mod metrics;
+pub mod promql;
 pub mod testbed;
 pub mod tools;
 pub mod wait;

@@ -4,10 +4,6 @@
 //! the dashboard's template variables and Grafana's built-in interval variables are replaced
 //! by fixed values ([`substitute`]); [`scan`] finds the vector selectors and range windows of
 //! an expression without a full parser, which is enough to check metric names and filters.
-//! Include with `#[path = "common/promql.rs"] mod promql;`.
-
-// Shared by several test binaries, each using only part of it.
-#![allow(dead_code)]
 
 use serde_json::Value;
 
