@@ -267,7 +267,7 @@ impl Config {
         }
         let raw: raw::RawConfig =
             serde_yaml::from_str(text).map_err(|e| serde_problem(&e, text, file, &layout))?;
-        let mut problems = resolve::Problems::new(file, &layout);
+        let mut problems = resolve::Findings::new(file, &layout);
         let config = resolve::resolve(raw, &mut problems);
         if problems.list.is_empty() {
             Ok(config)

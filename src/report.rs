@@ -12,19 +12,29 @@ use crate::owners::OwnerReport;
 use crate::policy::{self, ControllerRef, InitializerPlan};
 use crate::tracker::Tracker;
 
-/// `/status` body.
+/// Owners and waiting pods with the plan for each: what `initguard status` prints, and what
+/// `/status` serves inside a [`StatusReport`].
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub mechanism: &'static str,
+    pub owners: Vec<OwnerReport>,
+    pub waiting_pods: Vec<PodStatus>,
+}
+
+/// `/status` body: the [`Report`] (its keys inline) and this replica's state.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusReport {
     pub identity: String,
     pub leader: bool,
     pub dry_run: bool,
-    pub mechanism: &'static str,
     pub ready: bool,
     pub not_ready: Vec<String>,
-    pub owners: Vec<OwnerReport>,
+    /// Every waiting pod, however many `waitingPods` lists.
     pub waiting_pods_total: usize,
-    pub waiting_pods: Vec<PodStatus>,
+    #[serde(flatten)]
+    pub report: Report,
 }
 
 /// One waiting pod in `/status` and `initguard status`.

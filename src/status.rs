@@ -17,7 +17,7 @@ use crate::metrics::{Metrics, MetricsError};
 use crate::owners::Owners;
 use crate::pod::SlimPod;
 use crate::policy::{OwnerState, Plan};
-use crate::report::{PodStatus, pod_statuses};
+use crate::report::{Report, pod_statuses};
 use crate::supervise::Failures;
 use crate::tracker::Tracker;
 
@@ -71,15 +71,6 @@ pub async fn connect(
         None => kube::Config::infer().await?,
     };
     Ok(crate::client::connect(kube_config, config.mechanism)?)
-}
-
-/// The report: owners and waiting pods with their plans.
-#[derive(Debug, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Report {
-    pub mechanism: &'static str,
-    pub owners: Vec<crate::owners::OwnerReport>,
-    pub waiting_pods: Vec<PodStatus>,
 }
 
 /// Gather the report from the cluster `client` talks to.

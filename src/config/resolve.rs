@@ -51,15 +51,15 @@ pub const MAX_IN_FLIGHT_LIMIT: usize = 1024;
 pub const MAX_DURATION: Duration = Duration::from_secs(31_557_600);
 
 /// Collects located problems.
-pub(super) struct Problems<'a> {
+pub(super) struct Findings<'a> {
     file: &'a str,
     layout: &'a Layout,
     pub list: Vec<LocatedError>,
 }
 
-impl<'a> Problems<'a> {
-    pub fn new(file: &'a str, layout: &'a Layout) -> Problems<'a> {
-        Problems {
+impl<'a> Findings<'a> {
+    pub fn new(file: &'a str, layout: &'a Layout) -> Findings<'a> {
+        Findings {
             file,
             layout,
             list: Vec::new(),
@@ -102,7 +102,7 @@ enum Minimum {
 }
 
 fn duration(
-    problems: &mut Problems<'_>,
+    problems: &mut Findings<'_>,
     path: &str,
     raw: Option<HumanDuration>,
     default: Duration,
@@ -170,7 +170,7 @@ pub fn validate_http_url(text: &str) -> Result<(), String> {
 }
 
 fn count(
-    problems: &mut Problems<'_>,
+    problems: &mut Findings<'_>,
     path: &str,
     raw: Option<Count>,
     default: u64,
@@ -193,7 +193,7 @@ fn count(
     }
 }
 
-fn owner(problems: &mut Problems<'_>, path: &str, raw: RawOwner) -> Option<OwnerSpec> {
+fn owner(problems: &mut Findings<'_>, path: &str, raw: RawOwner) -> Option<OwnerSpec> {
     let mut kinds = Vec::new();
     let mut specs = Vec::new();
     if let Some(text) = raw.deployment {
@@ -298,7 +298,7 @@ fn owner(problems: &mut Problems<'_>, path: &str, raw: RawOwner) -> Option<Owner
 /// `http: URL` or `http: { url, caFile, certFile, keyFile }`. The files are read now, so that
 /// a missing or malformed one is a located error rather than an owner that can never be probed.
 /// Relative paths are relative to the guard's working directory.
-fn http_owner(problems: &mut Problems<'_>, path: &str, raw: RawHttp) -> Option<OwnerSpec> {
+fn http_owner(problems: &mut Findings<'_>, path: &str, raw: RawHttp) -> Option<OwnerSpec> {
     let full = match raw {
         RawHttp::Url(url) => {
             return match validate_http_url(&url) {
@@ -404,7 +404,7 @@ fn check_private_key(pem: &[u8]) -> Result<(), String> {
 }
 
 fn initializer(
-    problems: &mut Problems<'_>,
+    problems: &mut Findings<'_>,
     index: usize,
     raw: RawInitializer,
     defaults: &Defaults,
@@ -456,7 +456,7 @@ fn initializer(
 
 /// Fill in defaults and check every rule. Returns the configuration even when problems were
 /// found; the caller discards it then.
-pub(super) fn resolve(raw: RawConfig, problems: &mut Problems<'_>) -> Config {
+pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
     let opt_in = raw.opt_in.map_or_else(
         || OptIn {
             label: DEFAULT_OPT_IN_LABEL.to_owned(),

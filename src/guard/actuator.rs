@@ -61,7 +61,7 @@ pub struct BypassJob {
 
 /// What became of a job; the control loop learns from every one.
 #[derive(Debug)]
-pub enum Report {
+pub enum JobResult {
     /// The initializer is gone; `pod` is the patched pod as the API returned it.
     Bypassed { job: BypassJob, pod: Box<SlimPod> },
     /// Dry-run: logged and counted, nothing written.
@@ -81,16 +81,16 @@ pub enum Report {
     Skipped { job: BypassJob },
 }
 
-impl Report {
+impl JobResult {
     /// The job this report is about.
     pub fn job(&self) -> &BypassJob {
         match self {
-            Report::Bypassed { job, .. }
-            | Report::DryRun { job }
-            | Report::Stale { job, .. }
-            | Report::Gone { job }
-            | Report::Failed { job, .. }
-            | Report::Skipped { job } => job,
+            JobResult::Bypassed { job, .. }
+            | JobResult::DryRun { job }
+            | JobResult::Stale { job, .. }
+            | JobResult::Gone { job }
+            | JobResult::Failed { job, .. }
+            | JobResult::Skipped { job } => job,
         }
     }
 }
@@ -160,7 +160,7 @@ impl Actuator {
         metrics: Arc<Metrics>,
         fence: Fence,
         identity: String,
-        reports: mpsc::UnboundedSender<Report>,
+        reports: mpsc::UnboundedSender<JobResult>,
         cancel: CancellationToken,
     ) -> (Actuator, impl Future<Output = ()> + Send + 'static) {
         let (tx, rx) = mpsc::channel(QUEUE);
@@ -195,7 +195,7 @@ struct Worker {
     fence: Fence,
     /// This replica's identity, named in each Event it writes.
     identity: Arc<str>,
-    reports: mpsc::UnboundedSender<Report>,
+    reports: mpsc::UnboundedSender<JobResult>,
 }
 
 enum Attempt {
@@ -241,7 +241,7 @@ impl Worker {
                         patches.spawn(async move {
                             let report = worker.execute(job, &cancel).await;
                             let bypassed = match &report {
-                                Report::Bypassed { job, .. } => Some(job.clone()),
+                                JobResult::Bypassed { job, .. } => Some(job.clone()),
                                 _ => None,
                             };
                             worker.report(report);
@@ -255,7 +255,7 @@ impl Worker {
         // Queued but not started: hand back so nothing is lost silently.
         rx.close();
         while let Ok(job) = rx.try_recv() {
-            self.report(Report::Skipped { job });
+            self.report(JobResult::Skipped { job });
         }
         let drained = tokio::time::timeout(DRAIN_TIMEOUT, async {
             while let Some(done) = patches.join_next().await {
@@ -281,7 +281,7 @@ impl Worker {
         }
     }
 
-    fn report(&self, report: Report) {
+    fn report(&self, report: JobResult) {
         // The loop may already be gone at shutdown; nothing to do then.
         let _ = self.reports.send(report);
     }
@@ -314,18 +314,18 @@ impl Worker {
         }
     }
 
-    async fn execute(&self, job: BypassJob, cancel: &CancellationToken) -> Report {
+    async fn execute(&self, job: BypassJob, cancel: &CancellationToken) -> JobResult {
         if self.config.dry_run {
             info!(pod = %job.key, initializer = %job.initializer, reason = job.reason.as_str(),
                 waited = ?job.waited, owner = %job.owner, "dry-run: would bypass initializer");
             self.metrics.bypassed(&job.initializer, job.reason);
-            return Report::DryRun { job };
+            return JobResult::DryRun { job };
         }
         let api: Api<SlimPod> = Api::namespaced(self.client.clone(), &job.namespace);
         let mut attempt = 0;
         loop {
             if (attempt > 0 && cancel.is_cancelled()) || !self.within_fence(cancel).await {
-                return Report::Skipped { job };
+                return JobResult::Skipped { job };
             }
             attempt += 1;
             match self.attempt(&api, &job).await {
@@ -333,41 +333,41 @@ impl Worker {
                     self.metrics.bypassed(&job.initializer, job.reason);
                     info!(pod = %job.key, initializer = %job.initializer, reason = job.reason.as_str(),
                         waited = ?job.waited, owner = %job.owner, "bypassed initializer");
-                    return Report::Bypassed { job, pod };
+                    return JobResult::Bypassed { job, pod };
                 }
                 Attempt::Stale => {
                     debug!(pod = %job.key, initializer = %job.initializer, "pod changed; re-reading");
                     let pod = match api.get_opt(&job.name).await {
                         Ok(Some(pod)) => Some(Box::new(pod)),
-                        Ok(None) => return Report::Gone { job },
+                        Ok(None) => return JobResult::Gone { job },
                         Err(e) => {
                             warn!(pod = %job.key, error = %e, "re-reading pod after a conflict failed");
                             None
                         }
                     };
-                    return Report::Stale { job, pod };
+                    return JobResult::Stale { job, pod };
                 }
                 Attempt::Gone => {
                     debug!(pod = %job.key, "pod not found; forgetting it");
-                    return Report::Gone { job };
+                    return JobResult::Gone { job };
                 }
                 Attempt::Fatal(error) => {
                     self.metrics.bypass_failed(&job.initializer);
                     warn!(pod = %job.key, initializer = %job.initializer, %error, "bypass failed");
-                    return Report::Failed { job, error };
+                    return JobResult::Failed { job, error };
                 }
                 Attempt::Retry(error) if attempt >= MAX_ATTEMPTS => {
                     self.metrics.bypass_failed(&job.initializer);
                     warn!(pod = %job.key, initializer = %job.initializer, attempts = attempt, %error,
                         "bypass failed after retries");
-                    return Report::Failed { job, error };
+                    return JobResult::Failed { job, error };
                 }
                 Attempt::Retry(error) => {
                     let delay = backoff(attempt);
                     debug!(pod = %job.key, %error, ?delay, "bypass patch failed; retrying");
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {}
-                        _ = cancel.cancelled() => return Report::Skipped { job },
+                        _ = cancel.cancelled() => return JobResult::Skipped { job },
                     }
                 }
             }

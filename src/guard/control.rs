@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::actuator::{Actuator, BypassJob, Report};
+use super::actuator::{Actuator, BypassJob, JobResult};
 use crate::config::Config;
 use crate::jobs::cron_job_of;
 use crate::pod::SlimPod;
@@ -87,7 +87,7 @@ impl ControlLoop {
     pub(super) async fn run(
         mut self,
         client: kube::Client,
-        mut reports: mpsc::UnboundedReceiver<Report>,
+        mut reports: mpsc::UnboundedReceiver<JobResult>,
         mut leader: watch::Receiver<bool>,
         cancel: CancellationToken,
     ) {
@@ -436,12 +436,12 @@ impl ControlLoop {
         }
     }
 
-    fn on_report(&mut self, report: Report) {
+    fn on_report(&mut self, report: JobResult) {
         let key = report.job().key.clone();
         // Every report means one job left the queue.
         self.drain_backlog(1);
         match report {
-            Report::Bypassed { .. } => {
+            JobResult::Bypassed { .. } => {
                 if let Some(f) = self.in_flight.get_mut(&key) {
                     f.written_at = Some(Instant::now());
                 }
@@ -452,12 +452,12 @@ impl ControlLoop {
                     self.decide(&key);
                 }
             }
-            Report::DryRun { job } => {
+            JobResult::DryRun { job } => {
                 self.dry_run_done.insert((job.uid, job.initializer));
                 self.in_flight.remove(&key);
                 self.decide(&key);
             }
-            Report::Stale { job, pod } => {
+            JobResult::Stale { job, pod } => {
                 self.in_flight.remove(&key);
                 match pod {
                     // The pod changed under us: decide again on its new state.
@@ -474,7 +474,7 @@ impl ControlLoop {
                         .at_most(&key, SystemTime::now() + RETRY_STALE_AFTER),
                 }
             }
-            Report::Gone { job } => {
+            JobResult::Gone { job } => {
                 // No pod of that name exists; the watch may lag or be down. Only this pod: a
                 // new one of the same name (another uid) that the watch already shows stays.
                 let same = self
@@ -489,12 +489,12 @@ impl ControlLoop {
                     self.decide(&key);
                 }
             }
-            Report::Failed { .. } => {
+            JobResult::Failed { .. } => {
                 self.in_flight.remove(&key);
                 self.wakes
                     .at_most(&key, SystemTime::now() + RETRY_FAILED_AFTER);
             }
-            Report::Skipped { .. } => {
+            JobResult::Skipped { .. } => {
                 self.in_flight.remove(&key);
                 self.decide(&key);
             }

@@ -14,7 +14,7 @@ use tracing::warn;
 
 use super::shared::Shared;
 use crate::environment::Env;
-use crate::report::{StatusReport, pod_statuses};
+use crate::report::{Report, StatusReport, pod_statuses};
 
 /// Most pods listed by /status unless `?limit=` says otherwise.
 const DEFAULT_STATUS_LIMIT: usize = 1000;
@@ -126,12 +126,14 @@ async fn status(
         identity: shared.identity.clone(),
         leader: shared.is_leader(),
         dry_run: shared.config.dry_run,
-        mechanism: shared.config.mechanism.as_str(),
         ready: not_ready.is_empty(),
         not_ready,
-        owners: shared.owners.snapshot(),
         waiting_pods_total: total,
-        waiting_pods,
+        report: Report {
+            mechanism: shared.config.mechanism.as_str(),
+            owners: shared.owners.snapshot(),
+            waiting_pods,
+        },
     })
 }
 
