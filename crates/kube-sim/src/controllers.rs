@@ -244,36 +244,36 @@ fn is_create_timeout(err: &kube::Error) -> bool {
 /// A pod kept as raw JSON, so fields that k8s-openapi no longer models
 /// (`metadata.initializers`) survive a round trip. Only `metadata` is parsed.
 #[derive(Clone, Debug)]
-pub struct RawPod {
+pub struct JsonPod {
     metadata: ObjectMeta,
     raw: Value,
 }
 
-impl RawPod {
+impl JsonPod {
     /// The whole object as the server sent it.
     pub fn raw(&self) -> &Value {
         &self.raw
     }
 }
 
-impl<'de> Deserialize<'de> for RawPod {
+impl<'de> Deserialize<'de> for JsonPod {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let raw = Value::deserialize(d)?;
         let metadata = match raw.get("metadata") {
             Some(m) => ObjectMeta::deserialize(m).map_err(serde::de::Error::custom)?,
             None => ObjectMeta::default(),
         };
-        Ok(RawPod { metadata, raw })
+        Ok(JsonPod { metadata, raw })
     }
 }
 
-impl Serialize for RawPod {
+impl Serialize for JsonPod {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         self.raw.serialize(s)
     }
 }
 
-impl Resource for RawPod {
+impl Resource for JsonPod {
     type DynamicType = ();
     type Scope = k8s_openapi::NamespaceResourceScope;
 
@@ -504,7 +504,7 @@ async fn watch_and_remove(
     life: &Arc<Lifecycle>,
     stats: &Arc<OwnerStats>,
 ) {
-    let pods: Api<RawPod> = Api::all(client.clone());
+    let pods: Api<JsonPod> = Api::all(client.clone());
     let mut events = pin!(watcher(pods, watcher::Config::default()).default_backoff());
     // One removal task per pod UID at a time; the task re-reads the pod before writing.
     let mut in_flight: HashSet<String> = HashSet::new();
@@ -555,7 +555,7 @@ async fn remove_own(
     uid: String,
 ) -> String {
     tokio::time::sleep(life.latency()).await;
-    let pods: Api<RawPod> = Api::namespaced(client, &namespace);
+    let pods: Api<JsonPod> = Api::namespaced(client, &namespace);
     let mut failures = 0u32;
     loop {
         let pod = match pods.get_opt(&name).await {

@@ -18,7 +18,7 @@ use super::store::{Change, Key, Store};
 
 /// What a write did.
 #[derive(Debug)]
-pub struct Outcome {
+pub struct WriteOutcome {
     /// The stored form after the write (for a deletion: the last state before it).
     pub object: Arc<Value>,
     /// Committed changes, in order (empty for a no-op or a dry run).
@@ -156,7 +156,7 @@ pub fn create(
     namespace: Option<&str>,
     body: Value,
     w: Writer<'_>,
-) -> Result<Outcome, ApiError> {
+) -> Result<WriteOutcome, ApiError> {
     let mut obj = check_body(res, body, namespace)?;
     if !meta_str(&obj, "resourceVersion").is_empty() {
         return Err(ApiError::bad_request(
@@ -209,13 +209,13 @@ pub fn create(
     }
     kinds::prepare_create(res, &mut obj, &w.ctx)?;
     if w.dry_run {
-        return Ok(Outcome {
+        return Ok(WriteOutcome {
             object: Arc::new(obj),
             changes: Vec::new(),
         });
     }
     let change = store.put(res.storage, obj, w.user);
-    Ok(Outcome {
+    Ok(WriteOutcome {
         object: change.object.clone(),
         changes: vec![change],
     })
@@ -272,7 +272,7 @@ pub fn update(
     name: &str,
     body: Value,
     w: Writer<'_>,
-) -> Result<Outcome, ApiError> {
+) -> Result<WriteOutcome, ApiError> {
     let new = check_body(res, body, namespace)?;
     let old = existing(store, res, namespace, name)?;
     check_identity(res, name, &old, &new)?;
@@ -290,7 +290,7 @@ pub fn patch(
     patch_type: PatchType,
     body: &[u8],
     w: Writer<'_>,
-) -> Result<Outcome, ApiError> {
+) -> Result<WriteOutcome, ApiError> {
     let old = existing(store, res, namespace, name)?;
     let mut doc = kinds::from_storage(res, &old);
     patch::apply(patch_type, &mut doc, body)?;
@@ -306,7 +306,7 @@ fn finish_update(
     old: Arc<Value>,
     mut new: Value,
     w: Writer<'_>,
-) -> Result<Outcome, ApiError> {
+) -> Result<WriteOutcome, ApiError> {
     for k in [
         "uid",
         "creationTimestamp",
@@ -324,13 +324,13 @@ fn finish_update(
     new["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"].clone();
     kinds::prepare_update(res, subresource, &old, &mut new, &w.ctx)?;
     if new == *old {
-        return Ok(Outcome {
+        return Ok(WriteOutcome {
             object: old,
             changes: Vec::new(),
         });
     }
     if w.dry_run {
-        return Ok(Outcome {
+        return Ok(WriteOutcome {
             object: Arc::new(new),
             changes: Vec::new(),
         });
@@ -350,7 +350,7 @@ fn finish_update(
             changes.push(d);
         }
     }
-    Ok(Outcome {
+    Ok(WriteOutcome {
         object: change.object.clone(),
         changes,
     })
@@ -367,7 +367,7 @@ pub fn delete(
     name: &str,
     options: &Value,
     w: Writer<'_>,
-) -> Result<Outcome, ApiError> {
+) -> Result<WriteOutcome, ApiError> {
     let old = existing(store, res, namespace, name)?;
     let pre = &options["preconditions"];
     if let Some(uid) = pre["uid"].as_str()
@@ -403,7 +403,7 @@ pub fn delete(
         ));
     }
     if w.dry_run {
-        return Ok(Outcome {
+        return Ok(WriteOutcome {
             object: old,
             changes: Vec::new(),
         });
@@ -425,7 +425,7 @@ pub fn delete(
         }
     }
     changes.extend(store.remove(res.storage, namespace.unwrap_or_default(), name, w.user));
-    Ok(Outcome {
+    Ok(WriteOutcome {
         object: old,
         changes,
     })

@@ -27,7 +27,7 @@ use super::rbac::{self, Attributes};
 use super::record::RequestRecord;
 use super::resources::{self, ResourceInfo, Storage};
 use super::selectors::{self, FieldSelector};
-use super::shared::{Repr, RespBody, Shared, go_duration, http_date};
+use super::shared::{Repr, RespBody, ServerState, go_duration, http_date};
 use super::status::{ApiError, success_status};
 use super::store::Key;
 use super::table::{self, IncludeObject};
@@ -46,7 +46,7 @@ pub struct Listener {
 
 impl Listener {
     /// Accept connections on `listener` until stopped.
-    pub fn spawn(listener: TcpListener, shared: Arc<Shared>) -> Listener {
+    pub fn spawn(listener: TcpListener, shared: Arc<ServerState>) -> Listener {
         let token = CancellationToken::new();
         let task = tokio::spawn(accept_loop(listener, shared, token.clone()));
         Listener { token, task }
@@ -64,7 +64,7 @@ impl Listener {
     }
 }
 
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, token: CancellationToken) {
+async fn accept_loop(listener: TcpListener, shared: Arc<ServerState>, token: CancellationToken) {
     loop {
         tokio::select! {
             _ = token.cancelled() => return,
@@ -81,7 +81,7 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, token: Cancella
     }
 }
 
-async fn serve_connection(stream: TcpStream, shared: Arc<Shared>, token: CancellationToken) {
+async fn serve_connection(stream: TcpStream, shared: Arc<ServerState>, token: CancellationToken) {
     let _ = stream.set_nodelay(true);
     let conn_token = token.clone();
     let service = hyper::service::service_fn(move |req| {
@@ -340,7 +340,7 @@ fn decode_continue(token: &str) -> Result<(u64, Key), ApiError> {
 
 /// Everything a handler needs about one request.
 struct Ctx {
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     token: CancellationToken,
     user: String,
     query: HashMap<String, String>,
@@ -399,7 +399,7 @@ impl Ctx {
 }
 
 async fn handle(
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     token: CancellationToken,
     req: Request<Incoming>,
 ) -> Response<RespBody> {
@@ -492,7 +492,7 @@ async fn handle(
     resp
 }
 
-fn non_resource(shared: &Shared, route: Route) -> Response<RespBody> {
+fn non_resource(shared: &ServerState, route: Route) -> Response<RespBody> {
     let kube = shared.options.kube_version;
     let doc = match route {
         Route::Version => Some(discovery::version(shared.options.mechanism, kube)),
@@ -589,7 +589,7 @@ fn verb_of(
 
 #[allow(clippy::too_many_arguments)]
 async fn resource_request(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     token: CancellationToken,
     user: String,
     query: HashMap<String, String>,
@@ -668,7 +668,7 @@ async fn resource_request(
     }
 }
 
-fn authorize(shared: &Shared, user: &str, verb: Verb, rr: &ResourceRoute) -> Option<ApiError> {
+fn authorize(shared: &ServerState, user: &str, verb: Verb, rr: &ResourceRoute) -> Option<ApiError> {
     let map = shared.rbac.read().unwrap_or_else(PoisonError::into_inner);
     let rules = map.get(user)?;
     // Requests on a namespace object are authorized in that namespace, as RequestInfo does.

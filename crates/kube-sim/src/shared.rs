@@ -64,7 +64,7 @@ impl Repr {
 }
 
 /// State shared by all connections, kept across restarts.
-pub struct Shared {
+pub struct ServerState {
     pub options: SimOptions,
     pub addr: SocketAddr,
     store: Mutex<Store>,
@@ -126,14 +126,14 @@ pub fn go_duration(d: Duration) -> String {
     }
 }
 
-impl Shared {
+impl ServerState {
     /// Now on the server's clock, as `metav1.Time` serializes.
     pub fn now_rfc3339(&self) -> String {
         now_rfc3339_skewed(self.options.clock_offset)
     }
 
     /// Fresh state with the default namespaces.
-    pub fn new(options: SimOptions, addr: SocketAddr) -> Shared {
+    pub fn new(options: SimOptions, addr: SocketAddr) -> ServerState {
         let mut store = Store::new(options.history_window, options.change_log_limit);
         let now = now_rfc3339_skewed(options.clock_offset);
         let ns = Storage::Namespaces.canonical();
@@ -151,7 +151,7 @@ impl Shared {
             let _ = ops::create(&mut store, ns, None, json!({"metadata": {"name": name}}), w);
         }
         let rv = store.rv();
-        Shared {
+        ServerState {
             legacy_initializers: RwLock::new(options.legacy_initializers.clone()),
             options,
             addr,

@@ -18,11 +18,11 @@ use crate::rbac::{PolicyRule, Rbac};
 use crate::record::{ObjectChange, RequestRecord};
 use crate::resources;
 use crate::server::Listener;
-use crate::shared::Shared;
+use crate::shared::ServerState;
 use crate::store::ChangeType;
 
 struct Inner {
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     listener: Mutex<Option<Listener>>,
 }
 
@@ -68,7 +68,7 @@ impl Sim {
             addr: options.listen,
             source,
         })?;
-        let shared = Arc::new(Shared::new(options, addr));
+        let shared = Arc::new(ServerState::new(options, addr));
         let listener = Listener::spawn(listener, shared.clone());
         Ok(Sim {
             inner: Arc::new(Inner {
@@ -78,7 +78,7 @@ impl Sim {
         })
     }
 
-    fn shared(&self) -> &Arc<Shared> {
+    fn shared(&self) -> &Arc<ServerState> {
         &self.inner.shared
     }
 

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::ops::Filter;
 use super::resources::ResourceInfo;
-use super::shared::{Repr, RespBody, Shared};
+use super::shared::{Repr, RespBody, ServerState};
 use super::status::ApiError;
 use super::store::{Change, ChangeType};
 use super::table;
@@ -147,7 +147,7 @@ impl WatchRequest {
 
 /// Start streaming: `initial` objects as ADDED, then changes after `start_rv`.
 pub fn spawn(
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     req: WatchRequest,
     initial: Vec<Arc<Value>>,
     start_rv: u64,
@@ -165,7 +165,7 @@ pub fn spawn(
 
 #[allow(clippy::too_many_arguments)]
 async fn run(
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     req: WatchRequest,
     initial: Vec<Arc<Value>>,
     start_rv: u64,
