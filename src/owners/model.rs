@@ -595,6 +595,39 @@ mod tests {
     }
 
     /// Nothing held: unknown until something was seen, down (deleted) after.
+    /// A watched Lease or Deployment deleted after it was seen: the model holds nothing, and
+    /// the owner is judged down (never unknown, which would hide the outage).
+    #[test]
+    fn a_deleted_lease_or_deployment_owner_is_down() {
+        fn follow<K, M: Model<K>>(object: impl Fn() -> K) -> (Observed, String) {
+            let now = Instant::now();
+            let (mut live, mut relist): (Option<M>, Option<M>) = (None, None);
+            let mut seen = false;
+            apply_event(Event::Init, &mut live, &mut relist, now);
+            apply_event(Event::InitApply(object()), &mut live, &mut relist, now);
+            apply_event(Event::InitDone, &mut live, &mut relist, now);
+            let model = live.as_ref().expect("listed");
+            let (first, _) = judge(model.evaluate(now), &mut seen, "owner");
+            assert_eq!(first, Observed::Up);
+            assert!(apply_event(
+                Event::Delete(object()),
+                &mut live,
+                &mut relist,
+                now
+            ));
+            let model = live.as_ref().expect("still listed");
+            judge(model.evaluate(now), &mut seen, "owner")
+        }
+        let lease = || held("a", "2024-05-01T10:00:00.000000Z", 10);
+        let (state, detail) = follow::<Lease, LeaseModel>(lease);
+        assert_eq!(state, Observed::Down, "{detail}");
+        assert!(detail.contains("deleted"), "{detail}");
+        let available = || deployment(json!({"availableReplicas": 1}));
+        let (state, detail) = follow::<Deployment, DeploymentModel>(available);
+        assert_eq!(state, Observed::Down, "{detail}");
+        assert!(detail.contains("deleted"), "{detail}");
+    }
+
     #[test]
     fn absence_is_unknown_until_seen_and_down_after() {
         let eval = |verdict| Evaluation::new(verdict, "x");
