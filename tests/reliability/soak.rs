@@ -33,7 +33,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use initguard::bypass::{BYPASSED_ANNOTATION, BypassRecord, parse_records, pending_names};
 use initguard::config::Mechanism;
 use initguard::pod::SlimPod;
 use kube::api::{Api, DeleteParams, ListParams};
@@ -780,7 +779,7 @@ impl<'a> Judge<'a> {
                 opted_in: has_opt_in(after),
                 head_since: HashMap::new(),
             });
-            if let Some(head) = pending_names(s.mechanism, after).first() {
+            if let Some(head) = pending(s.mechanism, after).first() {
                 info.head_since.entry(head.clone()).or_insert(c.time);
             }
         }
@@ -874,8 +873,8 @@ impl<'a> Judge<'a> {
         if !pod.opted_in {
             violations.push(format!("guard changed a pod that is not opted in: {what}"));
         }
-        let was = pending_names(self.s.mechanism, before);
-        let now = pending_names(self.s.mechanism, after);
+        let was = pending(self.s.mechanism, before);
+        let now = pending(self.s.mechanism, after);
         let removed: Vec<&String> = {
             let mut rest: Vec<&String> = now.iter().collect();
             was.iter()
@@ -1067,7 +1066,7 @@ impl<'a> Judge<'a> {
             let Some(info) = self.pods.get(uid) else {
                 continue;
             };
-            let pending = pending_names(self.s.mechanism, &pod);
+            let pending = pending(self.s.mechanism, &pod);
             for (i, name) in pending.iter().enumerate() {
                 let Some(deadline) = self.s.deadlines.get(name.as_str()) else {
                     continue;
@@ -1095,12 +1094,58 @@ impl<'a> Judge<'a> {
     }
 }
 
-/// The bypass records of a stored pod.
-fn records(pod: &Value) -> Vec<BypassRecord> {
-    pod["metadata"]["annotations"][BYPASSED_ANNOTATION]
-        .as_str()
-        .map(parse_records)
-        .unwrap_or_default()
+/// One `NAME=REASON@TIME` entry of a pod's `initguard.io/bypassed` annotation.
+///
+/// The judge reads records and pending lists with this file's own code, from the format
+/// README documents, never with the guard's parsers: a bug there must not blind both sides.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Record {
+    initializer: String,
+    reason: String,
+    at: String,
+}
+
+/// The bypass records of a stored pod, in order. An entry that is not `NAME=REASON@TIME`
+/// becomes a record whose reason says so, which the judge reports as a violation.
+fn records(pod: &Value) -> Vec<Record> {
+    let Some(text) = pod
+        .pointer("/metadata/annotations/initguard.io~1bypassed")
+        .and_then(Value::as_str)
+    else {
+        return Vec::new();
+    };
+    text.split(',')
+        .map(|entry| {
+            let entry = entry.trim();
+            let parsed = entry.rsplit_once('@').and_then(|(head, at)| {
+                let (name, reason) = head.split_once('=')?;
+                (!name.is_empty() && !reason.is_empty() && !at.is_empty()).then(|| Record {
+                    initializer: name.to_owned(),
+                    reason: reason.to_owned(),
+                    at: at.to_owned(),
+                })
+            });
+            parsed.unwrap_or_else(|| Record {
+                initializer: String::new(),
+                reason: format!("malformed entry {entry:?}"),
+                at: String::new(),
+            })
+        })
+        .collect()
+}
+
+/// The names a stored pod still waits on, in order: `spec.schedulingGates[].name` or
+/// `metadata.initializers.pending[].name`.
+fn pending(mechanism: Mechanism, pod: &Value) -> Vec<String> {
+    let list = match mechanism {
+        Mechanism::SchedulingGates => pod.pointer("/spec/schedulingGates"),
+        Mechanism::Initializers => pod.pointer("/metadata/initializers/pending"),
+    };
+    list.and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["name"].as_str().map(str::to_owned))
+        .collect()
 }
 
 /// This process's resident set size in KiB (0 when unknown).
@@ -1116,4 +1161,36 @@ fn own_rss_kib() -> u64 {
                 .ok()
         })
         .unwrap_or(0)
+}
+
+/// The judge's own readers: records in order, a malformed entry kept (as a violation to
+/// report, never skipped), pending names of either mechanism.
+#[test]
+fn the_judge_reads_records_and_pending_lists_itself() {
+    let pod = serde_json::json!({
+        "metadata": {
+            "annotations": {
+                "initguard.io/bypassed":
+                    "a.example.com=deadline@2026-01-01T00:00:00Z, b.example.com/x=owner_down@2026-01-01T00:00:05Z,junk"
+            },
+            "initializers": { "pending": [{ "name": "c.example.com" }] }
+        },
+        "spec": { "schedulingGates": [{ "name": "g1" }, { "name": "g2" }] }
+    });
+    let r = records(&pod);
+    assert_eq!(r.len(), 3, "{r:?}");
+    assert_eq!(
+        (
+            r[0].initializer.as_str(),
+            r[0].reason.as_str(),
+            r[0].at.as_str()
+        ),
+        ("a.example.com", "deadline", "2026-01-01T00:00:00Z")
+    );
+    assert_eq!(r[1].initializer, "b.example.com/x");
+    assert_eq!(r[1].reason, "owner_down");
+    assert!(r[2].reason.starts_with("malformed"), "{:?}", r[2]);
+    assert!(records(&serde_json::json!({})).is_empty());
+    assert_eq!(pending(Mechanism::SchedulingGates, &pod), ["g1", "g2"]);
+    assert_eq!(pending(Mechanism::Initializers, &pod), ["c.example.com"]);
 }
