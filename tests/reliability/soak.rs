@@ -681,6 +681,61 @@ async fn run(s: Scenario) {
         ));
     }
 
+    // The chaos must have happened, or a quiet run would pass: each count at least what the
+    // schedule implies (one less for the loop's jitter), bypasses of both reasons in the
+    // server's record, and re-watches after the drops in the server's request log.
+    let every = |d: Duration| (s.chaos.as_secs_f64() / d.as_secs_f64()).floor() as u32;
+    let minimums = [
+        (
+            "watch drops",
+            chaos.watch_drops,
+            every(s.drop_every).saturating_sub(1),
+        ),
+        (
+            "API server restarts",
+            chaos.server_restarts,
+            every(s.restart_every).saturating_sub(1),
+        ),
+        (
+            "guard kills",
+            chaos.guard_kills,
+            every(s.kill_every).saturating_sub(1),
+        ),
+        // An owner flips at least every 6 s.
+        (
+            "owner flips",
+            chaos.owner_flips,
+            every(Duration::from_secs(6)).saturating_sub(1),
+        ),
+    ];
+    for (what, happened, least) in minimums {
+        if happened < least {
+            violations.push(format!(
+                "only {happened} {what}, the schedule implies {least}"
+            ));
+        }
+    }
+    let guard_watches = requests
+        .iter()
+        .filter(|r| r.user == GUARD_USER && r.verb == "watch")
+        .count();
+    if chaos.watch_drops > 0 && guard_watches <= guards.spawned {
+        violations.push(format!(
+            "{guard_watches} watch requests by {} guard processes: no re-watch after {} drops",
+            guards.spawned, chaos.watch_drops
+        ));
+    }
+    if s.chaos >= Duration::from_secs(20) {
+        let counts = judge.bypass_counts();
+        for reason in ["deadline", "owner_down"] {
+            if counts.get(reason).copied().unwrap_or(0) == 0 {
+                violations.push(format!(
+                    "no {reason} bypass in the server's record: {counts:?}"
+                ));
+            }
+        }
+    }
+
     // Summary.
     let guard_requests: Vec<&RequestRecord> =
         requests.iter().filter(|r| r.user == GUARD_USER).collect();
