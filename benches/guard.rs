@@ -22,7 +22,7 @@ use futures::{TryStreamExt, stream};
 use initguard::config::{Config, DEFAULT_OPT_IN_LABEL, Mechanism};
 use initguard::guard::Guard;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube_sim::{ChangeType, ObjectChange, Sim, SimOptions};
 use serde_json::{Value, json};
@@ -422,19 +422,9 @@ async fn wait_for(what: &str, timeout: Duration, mut check: impl FnMut() -> bool
 }
 
 async fn create_namespace(sim: &Sim, name: &str) -> Result<()> {
-    let api: Api<Namespace> = Api::all(sim.client(ADMIN));
-    let ns = Namespace {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.to_string()),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    match api.create(&PostParams::default(), &ns).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("creating namespace {name}")),
-    }
+    sim.ensure_namespace(ADMIN, name)
+        .await
+        .with_context(|| format!("creating namespace {name}"))
 }
 
 /// Creates (if needed) a Deployment and sets `status.availableReplicas`: a static owner whose
