@@ -1,6 +1,7 @@
 //! Writes that cannot go wrong: a leader cut off from the API server stops writing before
 //! another may take over, a bypass patch never touches a pod opted out or a record written
-//! since the read, and a pod found gone (404) is forgotten at once.
+//! since the read, a rejected write (409) is never retried blindly, and a pod found gone
+//! (404) is forgotten at once.
 
 use std::time::Duration;
 
@@ -17,6 +18,7 @@ both_mechanisms!(
     a_pod_found_gone_is_forgotten_at_once,
     a_pod_opted_out_since_the_read_is_never_bypassed,
     a_record_written_since_the_read_is_never_overwritten,
+    a_conflict_is_followed_by_a_fresh_read_never_a_blind_retry,
 );
 
 /// Two deadline-only initializers.
@@ -258,6 +260,94 @@ async fn a_pod_opted_out_since_the_read_is_never_bypassed(mechanism: Mechanism) 
     );
     assert_eq!(c.pending("default", "optout"), [SIDECAR]);
     assert!(c.bypasses_of("default/optout").is_empty());
+    guard.shutdown().await;
+}
+
+/// The server answers the guard's bypass 409 Conflict, and the pod changed meanwhile while
+/// the guard's pod watch is down. Judged by the server's request log: after the 409 the
+/// guard reads the pod (GET) before it writes again, and the write that lands tests the
+/// resourceVersion the server held at that moment, which only the fresh read could tell it.
+async fn a_conflict_is_followed_by_a_fresh_read_never_a_blind_retry(mechanism: Mechanism) {
+    let c = Cluster::start(mechanism).await;
+    c.sim.faults().fail_next(GUARD_USER, "patch", "pods", 409);
+    let guard = guard_with_stale_view(&c, "conflict", serde_json::Value::Null).await;
+    c.merge_patch_pod(
+        "default",
+        "conflict",
+        &json!({ "metadata": { "labels": { "team": "batch" } } }),
+    )
+    .await;
+    until("the pod bypassed", || {
+        !c.bypasses_of("default/conflict").is_empty()
+    })
+    .await;
+    let requests: Vec<RequestRecord> = c
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.user == GUARD_USER
+                && r.resource == "pods"
+                && r.name.as_deref() == Some("conflict")
+                && matches!(r.verb.as_str(), "get" | "patch")
+        })
+        .collect();
+    let trace: Vec<(&str, u16)> = requests
+        .iter()
+        .map(|r| (r.verb.as_str(), r.status))
+        .collect();
+    assert_eq!(trace.first(), Some(&("patch", 409)), "{trace:?}");
+    // Every write after a rejected one comes after a successful read of the pod.
+    for (i, r) in requests.iter().enumerate().skip(1) {
+        if r.verb == "patch" {
+            let since_last_patch = requests[..i].iter().rev().take_while(|p| p.verb != "patch");
+            assert!(
+                since_last_patch
+                    .clone()
+                    .any(|p| p.verb == "get" && p.status == 200),
+                "a write without a fresh read after the previous one: {trace:?}"
+            );
+        }
+    }
+    let landed = requests
+        .iter()
+        .find(|r| r.verb == "patch" && r.status == 200)
+        .expect("a successful patch");
+    let body: serde_json::Value =
+        serde_json::from_str(landed.body.as_deref().unwrap_or("[]")).expect("JSON Patch body");
+    let tested = body
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|op| op["op"] == "test" && op["path"] == "/metadata/resourceVersion")
+        .and_then(|op| op["value"].as_str())
+        .expect("the patch tests the resourceVersion")
+        .to_owned();
+    // The resourceVersion the server held when the patch landed: the last change before it.
+    let held = c
+        .sim
+        .object_history()
+        .into_iter()
+        .filter(|ch| ch.resource == "pods" && ch.name == "conflict" && ch.time <= landed.time)
+        .filter_map(|ch| ch.after)
+        .filter_map(|after| {
+            after["metadata"]["resourceVersion"]
+                .as_str()
+                .map(str::to_owned)
+        })
+        .last()
+        .expect("the pod's history");
+    let labelled = c.sim.object_history().into_iter().any(|ch| {
+        ch.name == "conflict"
+            && ch
+                .after
+                .as_ref()
+                .is_some_and(|a| a["metadata"]["labels"]["team"] == "batch")
+            && ch.time <= landed.time
+    });
+    assert!(labelled, "the label change came before the landed write");
+    assert_eq!(tested, held, "{trace:?}");
+    assert_eq!(c.pending("default", "conflict"), Vec::<String>::new());
     guard.shutdown().await;
 }
 

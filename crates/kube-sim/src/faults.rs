@@ -15,6 +15,8 @@ struct FaultState {
     exempt: HashSet<String>,
     hidden_groups: HashSet<String>,
     partitioned: HashSet<String>,
+    /// (user, verb, resource, status): the next matching request gets that status, once each.
+    fail_next: Vec<(String, String, String, u16)>,
 }
 
 /// Faults the simulated API server injects into requests. Exempt users (for example the
@@ -102,6 +104,18 @@ impl Faults {
         self.state().exempt = users.iter().map(|u| u.to_string()).collect();
     }
 
+    /// Answer the next `verb` request on `resource` (e.g. `patch`, `pods`) by `user` with
+    /// `status`, once, without handling it (as an API server's optimistic concurrency check
+    /// answers 409). Several calls queue in order.
+    pub fn fail_next(&self, user: &str, verb: &str, resource: &str, status: u16) {
+        self.state().fail_next.push((
+            user.to_owned(),
+            verb.to_owned(),
+            resource.to_owned(),
+            status,
+        ));
+    }
+
     /// Turn every fault off (exemptions are kept).
     pub fn clear(&self) {
         let mut s = self.state();
@@ -110,6 +124,7 @@ impl Faults {
         s.latency = Duration::ZERO;
         s.gone_next_watch = false;
         s.hidden_groups.clear();
+        s.fail_next.clear();
     }
 
     /// Whether `group` is hidden by [`Faults::hide_groups`].
@@ -135,6 +150,16 @@ impl Faults {
             return None;
         }
         Some(s.error_statuses[rng.random_range(0..s.error_statuses.len())])
+    }
+
+    /// The status a [`Faults::fail_next`] entry gives this request, consuming the entry.
+    pub(crate) fn take_fail_next(&self, user: &str, verb: &str, resource: &str) -> Option<u16> {
+        let mut s = self.state();
+        let i = s
+            .fail_next
+            .iter()
+            .position(|(u, v, r, _)| u == user && v == verb && r == resource)?;
+        Some(s.fail_next.remove(i).3)
     }
 
     /// Whether this watch request by `user` must be answered with 410 (consumes the flag).
@@ -177,6 +202,16 @@ mod tests {
         let rx = f.subscribe_drops();
         f.drop_watches();
         assert!(rx.has_changed().unwrap());
+    }
+
+    #[test]
+    fn fail_next_answers_one_matching_request() {
+        let f = Faults::default();
+        f.fail_next("u", "patch", "pods", 409);
+        assert_eq!(f.take_fail_next("other", "patch", "pods"), None);
+        assert_eq!(f.take_fail_next("u", "get", "pods"), None);
+        assert_eq!(f.take_fail_next("u", "patch", "pods"), Some(409));
+        assert_eq!(f.take_fail_next("u", "patch", "pods"), None, "once");
     }
 
     #[test]

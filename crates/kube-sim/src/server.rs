@@ -618,6 +618,12 @@ async fn resource_request(
     if let Some(code) = shared.faults.injected_error(&user) {
         return error_response(&ApiError::injected(code));
     }
+    if let Some(code) = shared
+        .faults
+        .take_fail_next(&user, verb.as_str(), &record.resource)
+    {
+        return error_response(&ApiError::injected(code));
+    }
     if let Some(e) = authorize(shared, &user, verb, &rr) {
         return error_response(&e);
     }

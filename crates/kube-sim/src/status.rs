@@ -321,6 +321,12 @@ impl ApiError {
     /// A status for an arbitrary injected code.
     pub fn injected(code: u16) -> Self {
         match code {
+            409 => Self::new(
+                409,
+                "Conflict",
+                "Operation cannot be fulfilled: the object has been modified; please apply your \
+                 changes to the latest version and try again (injected fault)",
+            ),
             429 => Self::too_many_requests(1),
             500 => Self::internal("injected fault"),
             503 => Self::unavailable(
