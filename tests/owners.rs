@@ -358,9 +358,29 @@ mod https {
         dir
     }
 
-    /// Log lines written while the returned guard lives (current-thread runtime only).
+    /// Every log line of this test binary, from the global subscriber [`logs`] installs.
     #[derive(Clone, Default)]
     struct Capture(Arc<Mutex<Vec<u8>>>);
+
+    /// The binary-wide log capture. A global subscriber, not a thread-local one: with
+    /// `set_default`, a callsite first reached by another test thread (no subscriber) could
+    /// cache "never interested" between our rebuild and our event, and the line was lost
+    /// about one run in six. Tests tell their lines apart by names only they use.
+    fn logs() -> Capture {
+        static LOGS: std::sync::OnceLock<Capture> = std::sync::OnceLock::new();
+        LOGS.get_or_init(|| {
+            let logs = Capture::default();
+            let writer = logs.clone();
+            let subscriber = tracing_subscriber::fmt()
+                .with_writer(move || writer.clone())
+                .with_ansi(false)
+                .finish();
+            tracing::subscriber::set_global_default(subscriber)
+                .expect("no other global subscriber in this test binary");
+            logs
+        })
+        .clone()
+    }
 
     impl std::io::Write for Capture {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -408,16 +428,7 @@ initializers:
             cert = file("client.pem"),
             key = file("client.key"),
         ));
-        let logs = Capture::default();
-        let writer = logs.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .finish();
-        let _logging = tracing::subscriber::set_default(subscriber);
-        // Other tests of this binary run on other threads without a subscriber; a callsite
-        // they reach first may have cached "never interested" and would skip our events.
-        tracing::callsite::rebuild_interest_cache();
+        let logs = logs();
 
         let metrics = Arc::new(Metrics::new(&config).unwrap());
         let cancel = CancellationToken::new();
