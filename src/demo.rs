@@ -23,11 +23,10 @@ use crate::bypass::{BYPASSED_ANNOTATION, parse_records};
 use crate::config::{Config, ConfigError, DEFAULT_OPT_IN_LABEL, Mechanism};
 use crate::guard::{Guard, RunError};
 use crate::policy::{OwnerState, Reason};
-use kube_sim::controllers::{ControllerError, GateOwnerOptions, dns_name, pile_report};
-use kube_sim::scenario::{
-    Action, CreatorEntry, CreatorKindName, Scenario, ScenarioControllers, ScenarioError, Step,
-    owner_user,
+use kube_sim::controllers::{
+    ControllerError, CreatorKind, CreatorOptions, GateOwnerOptions, dns_name, pile_report,
 };
+use kube_sim::scenario::{Action, Scenario, ScenarioControllers, ScenarioError, Step, owner_user};
 use kube_sim::{ChangeType, Sim, SimError, SimOptions};
 
 /// The initializer whose owner dies during the demo.
@@ -360,34 +359,30 @@ fn revived_at(scenario: &Scenario, target: &str) -> Option<Duration> {
 }
 
 /// One creator in words, e.g. `Job demo/job-a runs 2 pods (labeled …: opted in)`.
-fn describe_creator(c: &CreatorEntry) -> String {
-    let replicas = c.replicas.unwrap_or(1);
-    let (kind, what) = match c.kind {
-        CreatorKindName::Job => ("Job", format!("runs {replicas} pods")),
-        CreatorKindName::Cronjob => (
-            "CronJob",
-            format!(
-                "starts one pod every {}",
-                seconds(c.period.unwrap_or_default())
-            ),
-        ),
-        CreatorKindName::Replicaset => ("ReplicaSet", format!("wants {replicas} pods")),
+fn describe_creator(opts: &CreatorOptions) -> String {
+    let what = match &opts.kind {
+        CreatorKind::Job { parallelism, .. } => format!("runs {parallelism} pods"),
+        CreatorKind::CronJob { period } => format!("starts one pod every {}", seconds(*period)),
+        CreatorKind::ReplicaSet { replicas, .. } => format!("wants {replicas} pods"),
     };
-    let label = if c.opt_in {
-        format!("labeled {DEFAULT_OPT_IN_LABEL}: opted in")
-    } else {
-        "no opt-in label: the guard must never touch them".to_string()
+    let label = match &opts.opt_in_label {
+        Some(key) => format!("labeled {key}: opted in"),
+        None => "no opt-in label: the guard must never touch them".to_string(),
     };
-    format!("{kind} {}/{} {what} ({label})", c.namespace, c.name)
+    format!(
+        "{} {}/{} {what} ({label})",
+        opts.kind.kind(),
+        opts.namespace,
+        opts.name
+    )
 }
 
 /// A step as the intro lists it.
 fn step_summary(scenario: &Scenario, step: &Step) -> String {
     match step {
-        Step::StartCreator(i) => scenario
-            .creators
-            .get(*i)
-            .map_or_else(String::new, describe_creator),
+        Step::StartCreator(i) => scenario.creators.get(*i).map_or_else(String::new, |c| {
+            describe_creator(&scenario.creator_options(c))
+        }),
         Step::Action(Action::Kill(t)) => format!("the {t} owner dies"),
         Step::Action(Action::Revive(t)) => format!("the {t} owner comes back"),
         Step::Action(other) => format!("{other:?}"),
@@ -465,6 +460,10 @@ struct GuardSetup {
 struct Cluster {
     sim: Sim,
     scenario: Scenario,
+    /// Each creator of the scenario with its controller key, resolved once.
+    creators: Vec<(String, CreatorOptions)>,
+    /// The server's create timeout (legacy initializers).
+    create_timeout: Duration,
     controllers: ScenarioControllers,
     guard: Option<Guard>,
 }
@@ -512,6 +511,15 @@ async fn run_once(
     let mut cluster = Cluster {
         sim,
         scenario: scenario.clone(),
+        creators: scenario
+            .creators
+            .iter()
+            .map(|c| {
+                let opts = scenario.creator_options(c);
+                (opts.controller_key(), opts)
+            })
+            .collect(),
+        create_timeout: create_timeout(scenario),
         controllers,
         guard: None,
     };
@@ -660,7 +668,7 @@ async fn drive(
         if let Some(guard) = &cluster.guard {
             lines.extend(observer.guard_view(guard));
         }
-        lines.extend(observer.creator_timeouts(&cluster.scenario, &cluster.controllers));
+        lines.extend(observer.creator_timeouts(cluster));
         let pile = pile_report(&cluster.sim, mechanism);
         observer.sample_pile(&pile);
         if elapsed >= next_sample {
@@ -984,16 +992,11 @@ impl Observer {
     }
 
     /// Narrates each creator's first CREATE timeout (legacy initializers).
-    fn creator_timeouts(
-        &mut self,
-        scenario: &Scenario,
-        controllers: &ScenarioControllers,
-    ) -> Vec<(Duration, String)> {
+    fn creator_timeouts(&mut self, cluster: &Cluster) -> Vec<(Duration, String)> {
         let now = self.since_start(SystemTime::now());
         let mut lines = Vec::new();
-        for creator in &scenario.creators {
-            let key = scenario.creator_options(creator).controller_key();
-            let Some(handle) = controllers.creators.get(&key) else {
+        for (key, opts) in &cluster.creators {
+            let Some(handle) = cluster.controllers.creators.get(key) else {
                 continue;
             };
             if handle.stats().create_timeouts() == 0
@@ -1001,27 +1004,22 @@ impl Observer {
             {
                 continue;
             }
-            let (kind, next) = match creator.kind {
-                CreatorKindName::Job => (
-                    "Job",
-                    "the Job controller cannot see it and creates another",
-                ),
-                CreatorKindName::Cronjob => {
-                    ("CronJob", "the next scheduled run adds one more anyway")
+            let next = match opts.kind {
+                CreatorKind::Job { .. } => "the Job controller cannot see it and creates another",
+                CreatorKind::CronJob { .. } => "the next scheduled run adds one more anyway",
+                CreatorKind::ReplicaSet { .. } => {
+                    "the ReplicaSet waits on its expectations before creating again"
                 }
-                CreatorKindName::Replicaset => (
-                    "ReplicaSet",
-                    "the ReplicaSet waits on its expectations before creating again",
-                ),
             };
             lines.push((
                 now,
                 format!(
-                    "API server: CREATE of a {kind} {}/{} pod timed out after {} (504)\nthe \
+                    "API server: CREATE of a {} {}/{} pod timed out after {} (504)\nthe \
                      pod stays stored, uninitialized and hidden; {next}",
-                    creator.namespace,
-                    creator.name,
-                    seconds(create_timeout(scenario))
+                    opts.kind.kind(),
+                    opts.namespace,
+                    opts.name,
+                    seconds(cluster.create_timeout)
                 ),
             ));
         }
