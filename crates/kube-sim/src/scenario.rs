@@ -783,17 +783,13 @@ impl ScenarioControllers {
             users.push(user);
             controllers.owners.insert(owner.initializer.clone(), handle);
         }
-        for creator in scenario.creators.iter().filter(|c| c.start_at.is_none()) {
-            users.push(controllers.start_creator(sim, scenario, creator)?);
+        for creator in &scenario.creators {
+            // Delayed creators are exempt from the start, like the others.
+            users.push(creator_user(&scenario.creator_options(creator)));
+            if creator.start_at.is_none() {
+                controllers.start_creator(sim, scenario, creator)?;
+            }
         }
-        // Delayed creators are exempt from the start, like the others.
-        users.extend(
-            scenario
-                .creators
-                .iter()
-                .filter(|c| c.start_at.is_some())
-                .map(|c| creator_user(&scenario.creator_options(c))),
-        );
         if scenario.exempt_controllers {
             let users: Vec<&str> = users.iter().map(String::as_str).collect();
             sim.faults().exempt_users(&users);
@@ -801,19 +797,19 @@ impl ScenarioControllers {
         Ok(controllers)
     }
 
-    /// Starts `creator` (an entry of `scenario`) and returns the user it acts as.
+    /// Starts `creator` (an entry of `scenario`).
     pub fn start_creator(
         &mut self,
         sim: &Sim,
         scenario: &Scenario,
         creator: &CreatorEntry,
-    ) -> Result<String, ScenarioError> {
+    ) -> Result<(), ScenarioError> {
         let opts = scenario.creator_options(creator);
         let user = creator_user(&opts);
         let key = opts.controller_key();
         let handle = Creator::start(sim.kube_config(&user), opts)?;
         self.creators.insert(key, handle);
-        Ok(user)
+        Ok(())
     }
 
     /// Carries out one step of `scenario`.
@@ -830,7 +826,6 @@ impl ScenarioControllers {
                     .get(*i)
                     .ok_or_else(|| format!("no creator number {i}"))?;
                 self.start_creator(sim, scenario, creator)
-                    .map(|_| ())
                     .map_err(|e| e.to_string())
             }
             Step::Action(action) => self.apply(sim, scenario, action).await,
