@@ -21,16 +21,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::actuator::{Actuator, BypassJob, JobResult};
-use crate::config::Config;
-use crate::jobs::cron_job_of;
-use crate::pod::SlimPod;
-use crate::policy::{self};
-use crate::supervise::{self};
-use crate::tracker::PodKey;
-
 use super::shared::Shared;
 use super::wakes::Wakes;
+use crate::config::Config;
 use crate::environment::Env;
+use crate::jobs::cron_job_of;
+use crate::pod::SlimPod;
+use crate::policy;
+use crate::supervise;
+use crate::tracker::PodKey;
 
 /// How often the loop proves it is alive even when nothing happens.
 const HEARTBEAT: Duration = Duration::from_secs(2);

@@ -21,8 +21,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::DynamicObject;
 use kube::client::ConfigExt as _;
 use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self};
+use kube::runtime::watcher;
 use kube::{Api, Resource};
+use kube_common::{ApiSurface, deployment_group_versions};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
 use serde::de::DeserializeOwned;
@@ -30,8 +31,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::config::{Config, ObjectRef, OwnerSpec};
-use kube_common::{ApiSurface, deployment_group_versions};
-
 use crate::supervise::{self, Failures};
 
 use super::model::{
