@@ -403,6 +403,8 @@ mod tests {
                 lease_duration: secs(15),
             },
             listen: std::net::SocketAddr::from(([0, 0, 0, 0], 9777)),
+            secure_listen: None,
+            tls: crate::config::ServingCert::SelfSigned,
             dry_run: false,
             max_in_flight: 16,
         }

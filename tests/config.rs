@@ -1167,6 +1167,27 @@ mod corpus {
             "75-initializer-overrides-out-of-range.yaml",
             "initializers[0].probeInterval",
         ),
+        (
+            "76-secure-listen-port-only.yaml",
+            "secureListen: expected an IP address and port",
+        ),
+        (
+            "77-secure-listen-same-as-listen.yaml",
+            ":2:15: secureListen: must differ from listen",
+        ),
+        (
+            "78-tls-without-secure-listen.yaml",
+            "secureListen, which is not set",
+        ),
+        (
+            "79-tls-cert-without-key.yaml",
+            "expected both certFile and keyFile",
+        ),
+        (
+            "80-tls-missing-files.yaml",
+            ":3:13: tls.certFile: cannot read \"/nonexistent/tls.crt\"",
+        ),
+        ("81-tls-unknown-key.yaml", "tls: unknown field `cert`"),
     ];
 
     fn corpus_dir() -> PathBuf {

@@ -26,6 +26,8 @@ mod jobs;
 mod privilege;
 #[path = "real_cluster/replicas.rs"]
 mod replicas;
+#[path = "real_cluster/secure.rs"]
+mod secure;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -72,6 +74,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("controllers::cron_job_pile_is_bypassed_as_one", |tb| {
         Box::pin(controllers::cron_job_pile_is_bypassed_as_one(tb))
     }),
+    (
+        "secure::secure_endpoints_authenticate_and_authorize",
+        |tb| Box::pin(secure::secure_endpoints_authenticate_and_authorize(tb)),
+    ),
     ("differential::sim_answers_as_the_real_server", |tb| {
         Box::pin(differential::sim_answers_as_the_real_server(tb))
     }),

@@ -26,6 +26,8 @@ pub(super) struct RawConfig {
     pub pileup: Option<RawPileup>,
     pub leader_election: Option<RawLeaderElection>,
     pub listen: Option<String>,
+    pub secure_listen: Option<String>,
+    pub tls: Option<RawTls>,
     pub dry_run: Option<bool>,
     pub max_in_flight: Option<Count>,
 }
@@ -80,6 +82,18 @@ pub(super) struct RawOwner {
     pub lease: Option<String>,
     pub pods: Option<RawPods>,
     pub http: Option<RawHttp>,
+}
+
+/// `tls: { certFile, keyFile }` of the HTTPS listener; both empty or absent: self-signed.
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    expecting = "a mapping with keys certFile and keyFile"
+)]
+pub(super) struct RawTls {
+    pub cert_file: Option<String>,
+    pub key_file: Option<String>,
 }
 
 /// `http: "URL"`, or `http: { url, caFile, certFile, keyFile }` for https with a private CA

@@ -8,10 +8,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::error::LocatedError;
-use super::raw::{Count, HumanDuration, RawConfig, RawHttp, RawInitializer, RawOwner};
+use super::raw::{Count, HumanDuration, RawConfig, RawHttp, RawInitializer, RawOwner, RawTls};
 use super::types::{
     Config, Defaults, InitializerConfig, LeaderElection, ObjectRef, OptIn, OwnerSpec, Pileup,
-    PileupAction, UnlistedPolicy,
+    PileupAction, ServingCert, UnlistedPolicy,
 };
 use kube_common::Mechanism;
 use kube_common::names::{
@@ -379,6 +379,62 @@ fn http_owner(problems: &mut Findings<'_>, path: &str, raw: RawHttp) -> Option<O
     })
 }
 
+/// `tls`: both files or neither (empty strings count as absent: self-signed). The files are
+/// read and checked here, so a bad one fails `check-config`, not the running guard.
+fn serving_cert(
+    problems: &mut Findings<'_>,
+    raw: Option<RawTls>,
+    has_secure_listen: bool,
+) -> ServingCert {
+    let Some(raw) = raw else {
+        return ServingCert::SelfSigned;
+    };
+    let given = |v: Option<String>| v.filter(|s| !s.trim().is_empty());
+    let (cert, key) = (given(raw.cert_file), given(raw.key_file));
+    if (cert.is_some() || key.is_some()) && !has_secure_listen {
+        problems.key(
+            "tls",
+            "tls is the certificate of secureListen, which is not set: set secureListen or \
+             remove tls",
+        );
+        return ServingCert::SelfSigned;
+    }
+    let mut file = |key: &str, text: String, check: fn(&[u8]) -> Result<(), String>| {
+        let read = std::fs::read(&text)
+            .map_err(|e| format!("cannot read {text:?}: {e}"))
+            .and_then(|bytes| check(&bytes).map_err(|e| format!("{text:?}: {e}")));
+        match read {
+            Ok(()) => Some(PathBuf::from(text)),
+            Err(e) => {
+                problems.value(&format!("tls.{key}"), e);
+                None
+            }
+        }
+    };
+    match (cert, key) {
+        (None, None) => ServingCert::SelfSigned,
+        (Some(cert), Some(key)) => {
+            let cert_file = file("certFile", cert, check_certificates);
+            let key_file = file("keyFile", key, check_private_key);
+            match (cert_file, key_file) {
+                (Some(cert_file), Some(key_file)) => ServingCert::Files {
+                    cert_file,
+                    key_file,
+                },
+                _ => ServingCert::SelfSigned,
+            }
+        }
+        _ => {
+            problems.key(
+                "tls",
+                "expected both certFile and keyFile (a certificate needs its key), or neither \
+                 for a self-signed certificate",
+            );
+            ServingCert::SelfSigned
+        }
+    }
+}
+
 /// At least one PEM `CERTIFICATE` block, every one well formed.
 fn check_certificates(pem: &[u8]) -> Result<(), String> {
     use rustls::pki_types::CertificateDer;
@@ -586,6 +642,7 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
         }
     };
 
+    let raw_has_secure_listen = raw.secure_listen.is_some();
     let default_listen = SocketAddr::from(([0, 0, 0, 0], 9777));
     let listen = match raw.listen {
         None => default_listen,
@@ -600,6 +657,26 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
             default_listen
         }),
     };
+
+    let secure_listen = raw.secure_listen.and_then(|text| {
+        let parsed = text.trim().parse::<SocketAddr>().ok();
+        if parsed.is_none() {
+            problems.value(
+                "secureListen",
+                format!("expected an IP address and port such as \"0.0.0.0:9778\", got {text:?}"),
+            );
+        }
+        parsed
+    });
+    if let Some(secure) = secure_listen
+        && secure == listen
+    {
+        problems.value(
+            "secureListen",
+            format!("must differ from listen ({listen}): one port serves one protocol"),
+        );
+    }
+    let tls = serving_cert(problems, raw.tls, raw_has_secure_listen);
 
     let max_in_flight = count(
         problems,
@@ -618,6 +695,8 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
         pileup,
         leader_election,
         listen,
+        secure_listen,
+        tls,
         dry_run: raw.dry_run.unwrap_or(false),
         // Bounded by MAX_IN_FLIGHT_LIMIT above.
         max_in_flight: usize::try_from(max_in_flight).unwrap_or(DEFAULT_MAX_IN_FLIGHT),

@@ -23,9 +23,28 @@ pub struct Config {
     pub pileup: Pileup,
     pub leader_election: LeaderElection,
     pub listen: SocketAddr,
+    /// The HTTPS listener, where `/metrics` and `/status` need a token that TokenReview
+    /// authenticates and SubjectAccessReview allows. When set, `listen` serves only the
+    /// health endpoints.
+    pub secure_listen: Option<SocketAddr>,
+    /// The HTTPS listener's certificate.
+    pub tls: ServingCert,
     pub dry_run: bool,
     /// Most bypass patches in flight at once (default 16).
     pub max_in_flight: usize,
+}
+
+/// The certificate of the HTTPS listener.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ServingCert {
+    /// Generated in memory at start-up (scrapers skip verification or pin nothing).
+    SelfSigned,
+    /// PEM files, read at start-up.
+    Files {
+        cert_file: PathBuf,
+        key_file: PathBuf,
+    },
 }
 
 /// Which pods may be modified.

@@ -5,11 +5,12 @@
 //! * [`wakes`]: per-pod wake-ups at the times the policy names;
 //! * [`shared`]: the state the loop and the endpoints share;
 //! * [`actuator`]: the one writer; [`leader`]: the election that fences it;
-//! * [`server`]: `/metrics`, `/healthz`, `/readyz`, `/status`.
+//! * [`server`]: `/metrics`, `/healthz`, `/readyz`, `/status`; [`secure`]: the HTTPS listener.
 
 pub mod actuator;
 mod control;
 pub mod leader;
+pub mod secure;
 pub mod server;
 pub mod shared;
 mod wakes;
@@ -48,6 +49,11 @@ pub enum RunError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error("secureListen {addr}: {source}")]
+    Tls {
+        addr: SocketAddr,
+        source: secure::TlsError,
+    },
 }
 
 /// A running guard.
@@ -55,6 +61,8 @@ pub struct Guard {
     pub shared: Arc<Shared>,
     /// Where the HTTP endpoints listen.
     pub addr: SocketAddr,
+    /// Where the HTTPS endpoints listen, when `secureListen` is set.
+    pub secure_addr: Option<SocketAddr>,
     cancel: CancellationToken,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     /// Leader election and actuator, aborted by [`Guard::kill`].
@@ -91,6 +99,20 @@ impl Guard {
             addr: config.listen,
             source,
         })?;
+        let secure = match config.secure_listen {
+            None => None,
+            Some(addr) => {
+                let tls = secure::server_config(&config.tls)
+                    .map_err(|source| RunError::Tls { addr, source })?;
+                let listener = std::net::TcpListener::bind(addr)
+                    .map_err(|source| RunError::Listen { addr, source })?;
+                let bound = listener
+                    .local_addr()
+                    .map_err(|source| RunError::Listen { addr, source })?;
+                Some((listener, bound, tls))
+            }
+        };
+        let secure_addr = secure.as_ref().map(|(_, bound, _)| *bound);
         let cancel = CancellationToken::new();
         let metrics = Arc::new(Metrics::new(&config)?);
         let failures = Failures::default();
@@ -131,11 +153,25 @@ impl Guard {
             failures: failures.clone(),
             scrape: Mutex::new(()),
         });
-        let server = supervise::spawn(
+        let mut tasks = Vec::new();
+        let plain = match secure {
+            None => server::router(shared.clone()),
+            Some((listener, _, tls)) => {
+                let delegated = Arc::new(secure::Delegated::new(client.clone()));
+                let app = server::secure_router(shared.clone(), delegated);
+                tasks.push(supervise::spawn(
+                    &failures,
+                    "https server",
+                    server::serve_tls(listener, tls, app, cancel.child_token()),
+                ));
+                server::health_router(shared.clone())
+            }
+        };
+        tasks.push(supervise::spawn(
             &failures,
             "http server",
-            server::serve(listener, shared.clone(), cancel.child_token()),
-        );
+            server::serve(listener, plain, cancel.child_token()),
+        ));
 
         let (report_tx, report_rx) = mpsc::unbounded_channel();
         let actuator_cancel = CancellationToken::new();
@@ -160,12 +196,14 @@ impl Guard {
             leader_cancel.cancel();
             let _ = leader_task.await;
         });
-        info!(%addr, mechanism = config.mechanism.as_str(), dry_run = config.dry_run, "initguard started");
+        tasks.insert(0, main);
+        info!(%addr, secure_addr = ?secure_addr, mechanism = config.mechanism.as_str(), dry_run = config.dry_run, "initguard started");
         Ok(Guard {
             shared,
             addr,
+            secure_addr,
             cancel,
-            tasks: vec![main, server],
+            tasks,
             aborts,
         })
     }

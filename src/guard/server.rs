@@ -1,7 +1,8 @@
-//! HTTP endpoints: `/metrics`, `/healthz`, `/readyz`, `/status`. Served by every replica.
+//! HTTP endpoints: `/metrics`, `/healthz`, `/readyz`, `/status`. Served by every replica, on
+//! `listen` and, when set, on `secureListen` (HTTPS, see [`secure`]).
 
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, header};
@@ -12,6 +13,7 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use super::secure;
 use super::shared::Shared;
 use crate::environment::Env;
 use crate::report::{Report, StatusReport, pod_statuses};
@@ -19,13 +21,8 @@ use crate::report::{Report, StatusReport, pod_statuses};
 /// Most pods listed by /status unless `?limit=` says otherwise.
 const DEFAULT_STATUS_LIMIT: usize = 1000;
 
-/// Serve until `cancel` fires.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    shared: Arc<Shared>,
-    cancel: CancellationToken,
-) {
-    let app = router(shared);
+/// Serve plain HTTP until `cancel` fires.
+pub async fn serve(listener: tokio::net::TcpListener, app: Router, cancel: CancellationToken) {
     if let Err(e) = axum::serve(listener, app)
         .with_graceful_shutdown(cancel.cancelled_owned())
         .await
@@ -34,12 +31,61 @@ pub async fn serve(
     }
 }
 
-/// The routes, for embedding and tests.
+/// Serve HTTPS until `cancel` fires.
+pub async fn serve_tls(
+    listener: std::net::TcpListener,
+    tls: rustls::ServerConfig,
+    app: Router,
+    cancel: CancellationToken,
+) {
+    let config = axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(tls));
+    let server = match axum_server::tls_rustls::from_tcp_rustls(listener, config) {
+        Ok(server) => server,
+        Err(e) => {
+            warn!(error = %e, "HTTPS server cannot start");
+            return;
+        }
+    };
+    let handle = axum_server::Handle::new();
+    let stop = handle.clone();
+    tokio::spawn(async move {
+        cancel.cancelled().await;
+        stop.graceful_shutdown(Some(SHUTDOWN_GRACE));
+    });
+    if let Err(e) = server.handle(handle).serve(app.into_make_service()).await {
+        warn!(error = %e, "HTTPS server stopped");
+    }
+}
+
+/// Longest an open HTTPS connection may delay shutdown.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Every route, unauthenticated: the plain listener when no `secureListen` is set.
 pub fn router(shared: Arc<Shared>) -> Router {
+    health_router(shared.clone()).merge(data_router(shared))
+}
+
+/// `/healthz` and `/readyz` alone: the plain listener when `secureListen` is set.
+pub fn health_router(shared: Arc<Shared>) -> Router {
     Router::new()
-        .route("/metrics", get(metrics))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .with_state(shared)
+}
+
+/// The HTTPS listener's routes: health open, `/metrics` and `/status` behind delegated
+/// authentication and authorization.
+pub fn secure_router(shared: Arc<Shared>, delegated: Arc<secure::Delegated>) -> Router {
+    let protected = data_router(shared.clone()).route_layer(axum::middleware::from_fn_with_state(
+        delegated,
+        secure::require_token,
+    ));
+    health_router(shared).merge(protected)
+}
+
+fn data_router(shared: Arc<Shared>) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
         .route("/status", get(status))
         .with_state(shared)
 }

@@ -1,0 +1,343 @@
+//! The HTTPS listener (`secureListen`), as kube-scheduler and kube-controller-manager serve
+//! theirs: `/metrics` and `/status` only for a bearer token that the API server authenticates
+//! (TokenReview) and authorizes (SubjectAccessReview, `get` on the non-resource URL);
+//! `/healthz` and `/readyz` open, for the kubelet's HTTPS probes.
+
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::authorization::v1::{
+    NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
+};
+use kube::Api;
+use kube::api::PostParams;
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use tokio::time::Instant;
+use tracing::{debug, warn};
+
+use crate::config::ServingCert;
+
+/// How long a verdict is reused: the delegated authentication and authorization caches of
+/// kube-scheduler and kube-controller-manager keep theirs 10 s too. A scrape every 15-30 s
+/// then costs the API server about one TokenReview and one SubjectAccessReview.
+pub const VERDICT_TTL: Duration = Duration::from_secs(10);
+/// Most cached verdicts; a flood of distinct tokens cannot grow memory past this.
+const MAX_CACHED: usize = 1024;
+/// Bound on each review request: a slow API server fails the scrape, it does not hang it.
+const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the HTTPS listener cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read tls.{key} {path}: {source}")]
+    Read {
+        key: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("tls.certFile {path}: no usable PEM certificate: {reason}")]
+    Certificate { path: PathBuf, reason: String },
+    #[error("tls.keyFile {path}: no usable PEM private key: {reason}")]
+    Key { path: PathBuf, reason: String },
+    #[error("cannot generate a self-signed certificate: {0}")]
+    SelfSigned(#[from] rcgen::Error),
+    #[error("the certificate and key do not make a TLS server configuration: {0}")]
+    Config(#[from] rustls::Error),
+}
+
+/// The rustls configuration of the HTTPS listener: the given PEM files, or a self-signed
+/// certificate generated now (the key never touches the disk).
+pub fn server_config(cert: &ServingCert) -> Result<rustls::ServerConfig, TlsError> {
+    let (chain, key) = match cert {
+        ServingCert::Files {
+            cert_file,
+            key_file,
+        } => {
+            let read = |key: &'static str, path: &PathBuf| {
+                std::fs::read(path).map_err(|source| TlsError::Read {
+                    key,
+                    path: path.clone(),
+                    source,
+                })
+            };
+            let cert_pem = read("certFile", cert_file)?;
+            let key_pem = read("keyFile", key_file)?;
+            let chain = CertificateDer::pem_slice_iter(&cert_pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| TlsError::Certificate {
+                    path: cert_file.clone(),
+                    reason: e.to_string(),
+                })?;
+            if chain.is_empty() {
+                return Err(TlsError::Certificate {
+                    path: cert_file.clone(),
+                    reason: "no CERTIFICATE block".to_owned(),
+                });
+            }
+            let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsError::Key {
+                path: key_file.clone(),
+                reason: e.to_string(),
+            })?;
+            (chain, key)
+        }
+        ServingCert::SelfSigned => {
+            let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
+            if let Some(host) = hostname() {
+                names.push(host);
+            }
+            let generated = rcgen::generate_simple_self_signed(names)?;
+            let key = PrivatePkcs8KeyDer::from(generated.signing_key.serialize_der());
+            (vec![generated.cert.der().clone()], key.into())
+        }
+    };
+    // Explicit provider: kube's TLS stack and ours both use ring, and no process-wide
+    // default has to be installed first.
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()?
+    .with_no_client_auth()
+    .with_single_cert(chain, key)?;
+    Ok(config)
+}
+
+/// The node's name for the self-signed certificate (the static pod runs on the host network).
+fn hostname() -> Option<String> {
+    let name = std::fs::read_to_string("/proc/sys/kernel/hostname").ok()?;
+    let name = name.trim();
+    (!name.is_empty()).then(|| name.to_owned())
+}
+
+/// What the API server said about one token asking for one path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Authenticated as this user, and allowed.
+    Allowed { user: String },
+    /// Not a token the API server accepts (401).
+    Unauthenticated,
+    /// Authenticated, but not allowed to `get` the path (403).
+    Forbidden { user: String, reason: String },
+}
+
+/// Why no verdict could be had: the API server did not answer the reviews.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    #[error("TokenReview failed: {0}")]
+    TokenReview(kube::Error),
+    #[error("SubjectAccessReview failed: {0}")]
+    AccessReview(kube::Error),
+    #[error("the API server did not answer the {0} within {REVIEW_TIMEOUT:?}")]
+    Timeout(&'static str),
+}
+
+/// Delegated authentication and authorization: the API server decides, a short cache spares
+/// it a review per scrape.
+pub struct Delegated {
+    client: kube::Client,
+    cache: Mutex<HashMap<(String, String), (Instant, Verdict)>>,
+}
+
+impl Delegated {
+    /// Reviews through `client`, which needs `create` on `tokenreviews` and
+    /// `subjectaccessreviews` (deploy/rbac.yaml).
+    pub fn new(client: kube::Client) -> Delegated {
+        Delegated {
+            client,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The verdict for `token` asking to `get` `path`, from the cache or the API server.
+    /// Errors are never cached: the next request asks again.
+    pub async fn verdict(&self, token: &str, path: &str) -> Result<Verdict, ReviewError> {
+        let key = (token.to_owned(), path.to_owned());
+        if let Some(cached) = self.cached(&key) {
+            return Ok(cached);
+        }
+        let verdict = self.review(token, path).await?;
+        let now = Instant::now();
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        if cache.len() >= MAX_CACHED {
+            cache.retain(|_, (expires, _)| *expires > now);
+            if cache.len() >= MAX_CACHED {
+                cache.clear();
+            }
+        }
+        cache.insert(key, (now + VERDICT_TTL, verdict.clone()));
+        Ok(verdict)
+    }
+
+    fn cached(&self, key: &(String, String)) -> Option<Verdict> {
+        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
+        match cache.entry(key.clone()) {
+            Entry::Occupied(e) if e.get().0 > Instant::now() => Some(e.get().1.clone()),
+            Entry::Occupied(e) => {
+                e.remove();
+                None
+            }
+            Entry::Vacant(_) => None,
+        }
+    }
+
+    async fn review(&self, token: &str, path: &str) -> Result<Verdict, ReviewError> {
+        let tokens: Api<TokenReview> = Api::all(self.client.clone());
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: Some(token.to_owned()),
+                ..TokenReviewSpec::default()
+            },
+            ..TokenReview::default()
+        };
+        let reviewed = tokio::time::timeout(
+            REVIEW_TIMEOUT,
+            tokens.create(&PostParams::default(), &review),
+        )
+        .await
+        .map_err(|_| ReviewError::Timeout("TokenReview"))?
+        .map_err(ReviewError::TokenReview)?;
+        let status = reviewed.status.unwrap_or_default();
+        let user = match status.user {
+            Some(user) if status.authenticated == Some(true) => user,
+            _ => {
+                debug!(
+                    error = status.error.as_deref().unwrap_or(""),
+                    "token not authenticated"
+                );
+                return Ok(Verdict::Unauthenticated);
+            }
+        };
+        let name = user.username.clone().unwrap_or_default();
+        let access: Api<SubjectAccessReview> = Api::all(self.client.clone());
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: user.username,
+                uid: user.uid,
+                groups: user.groups,
+                extra: user.extra,
+                non_resource_attributes: Some(NonResourceAttributes {
+                    path: Some(path.to_owned()),
+                    verb: Some("get".to_owned()),
+                }),
+                ..SubjectAccessReviewSpec::default()
+            },
+            ..SubjectAccessReview::default()
+        };
+        let reviewed = tokio::time::timeout(
+            REVIEW_TIMEOUT,
+            access.create(&PostParams::default(), &review),
+        )
+        .await
+        .map_err(|_| ReviewError::Timeout("SubjectAccessReview"))?
+        .map_err(ReviewError::AccessReview)?;
+        let status = reviewed.status.unwrap_or_default();
+        if status.allowed && status.denied != Some(true) {
+            Ok(Verdict::Allowed { user: name })
+        } else {
+            Ok(Verdict::Forbidden {
+                user: name,
+                reason: status.reason.unwrap_or_default(),
+            })
+        }
+    }
+}
+
+/// Middleware for the protected routes: 401 without an accepted bearer token, 403 without
+/// permission, 503 when the API server cannot be asked.
+pub async fn require_token(
+    State(delegated): State<Arc<Delegated>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let token = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(bearer);
+    let Some(token) = token else {
+        return unauthorized("a bearer token is required");
+    };
+    let path = request.uri().path().to_owned();
+    match delegated.verdict(token, &path).await {
+        Ok(Verdict::Allowed { .. }) => next.run(request).await,
+        Ok(Verdict::Unauthenticated) => unauthorized("the bearer token was not accepted"),
+        Ok(Verdict::Forbidden { user, reason }) => {
+            debug!(%user, %path, %reason, "forbidden");
+            // The API server's own wording for a denied non-resource URL.
+            let mut body = format!("forbidden: User \"{user}\" cannot get path \"{path}\"");
+            if !reason.is_empty() {
+                body.push_str(": ");
+                body.push_str(&reason);
+            }
+            body.push('\n');
+            (StatusCode::FORBIDDEN, body).into_response()
+        }
+        Err(e) => {
+            warn!(error = %e, %path, "cannot check a caller's token");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("cannot check the token with the API server: {e}\n"),
+            )
+                .into_response()
+        }
+    }
+}
+
+/// The token of an `Authorization: Bearer TOKEN` header (scheme case-insensitive, RFC 7235).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+fn unauthorized(why: &str) -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer")],
+        format!("Unauthorized: {why}\n"),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bearer_takes_only_a_nonempty_bearer_token() {
+        assert_eq!(bearer("Bearer abc"), Some("abc"));
+        assert_eq!(bearer("bearer  abc "), Some("abc"));
+        assert_eq!(bearer("Basic abc"), None);
+        assert_eq!(bearer("Bearer "), None);
+        assert_eq!(bearer("Bearer"), None);
+    }
+
+    #[test]
+    fn a_self_signed_certificate_makes_a_server_config() {
+        let config = server_config(&ServingCert::SelfSigned);
+        assert!(config.is_ok(), "{:?}", config.err());
+    }
+
+    #[test]
+    fn missing_files_name_the_key_and_the_path() {
+        let err = server_config(&ServingCert::Files {
+            cert_file: "/nonexistent/cert.pem".into(),
+            key_file: "/nonexistent/key.pem".into(),
+        })
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(
+            err.starts_with("cannot read tls.certFile /nonexistent/cert.pem:"),
+            "{err}"
+        );
+    }
+}
