@@ -12,7 +12,9 @@
 //! * every watch is dropped every 5 s, and now and then the next watch is answered 410 Gone;
 //! * the API server restarts (every connection cut) every 20 s;
 //! * a guard is SIGKILLed and restarted every 15 s (replicas in turn);
-//! * owners are killed and revived at random.
+//! * owners are killed and revived at random;
+//! * with two replicas, once mid-run, the leader's own user is cut off from the API server
+//!   for over twice the lease (a partition scoped to one client), then healed.
 //!
 //! Then faults stop, and once the API has been healthy for the longest deadline plus 2 s every
 //! opted-in pod must be free of listed initializers past their deadline. Invariants, from the
@@ -20,7 +22,8 @@
 //! the guard has no business writing; no 403; every guard patch removes exactly one entry,
 //! listed, the one its `initguard.io/bypassed` record names; no `deadline` bypass before the
 //! deadline; no `owner_down` bypass unless the owner had been down for the grace; no initializer
-//! removed twice; no panic; no memory growth (last RSS sample at most twice the median after
+//! removed twice; with leader election, every pod change made by the replica (each has its
+//! own user) that the server's record of the Lease named holder at that point; no panic; no memory growth (last RSS sample at most twice the median after
 //! warm-up, per guard process that lived long enough).
 //!
 //! `INITGUARD_SOAK_SECONDS` sets the chaos phase (default 60 s; the legacy variant runs a third
@@ -47,6 +50,18 @@ use tokio_util::sync::CancellationToken;
 
 use crate::support::*;
 
+/// Each replica acts as `system:initguard:LABEL`.
+const REPLICA_USER_PREFIX: &str = "system:initguard:";
+
+fn replica_user(label: &str) -> String {
+    format!("{REPLICA_USER_PREFIX}{label}")
+}
+
+/// A request or change by any guard replica.
+fn is_guard(user: &str) -> bool {
+    user.starts_with(REPLICA_USER_PREFIX)
+}
+
 const NS: &str = "soak";
 /// Owned by a Deployment.
 const SIDECAR: &str = "sidecar.example.com";
@@ -60,6 +75,8 @@ const FAILING: &[u16] = &[500, 503, 429];
 const ERROR_RATE: f64 = 0.2;
 const GRACE: Duration = Duration::from_secs(1);
 const LEASE_DURATION: &str = "3s";
+/// How long the leader is cut off: over twice the lease, so that another replica takes over.
+const PARTITION: Duration = Duration::from_secs(8);
 /// A guard may act on an owner's death this long after the owner came back (its watch of the
 /// owner may be down or backing off); later than that is a violation.
 const OWNER_VIEW_LAG: Duration = Duration::from_secs(15);
@@ -264,7 +281,11 @@ struct Life {
 }
 
 struct Replica {
+    /// Also the guard's `POD_NAME`: its lock identity is `LABEL_<random>`.
     label: String,
+    /// Its own API user, so that the server's record tells the replicas apart.
+    user: String,
+    kubeconfig: PathBuf,
     lives: Vec<Life>,
     /// When a killed replica comes back.
     respawn_at: Option<Instant>,
@@ -279,7 +300,6 @@ impl Replica {
 struct Guards {
     dir: PathBuf,
     config: PathBuf,
-    kubeconfig: PathBuf,
     replicas: Vec<Replica>,
     spawned: usize,
 }
@@ -299,9 +319,9 @@ impl Guards {
             &self.dir,
             &label,
             &self.config,
-            &self.kubeconfig,
+            &r.kubeconfig,
             &["--log-format", format],
-            &[],
+            &[("POD_NAME", r.label.as_str())],
         );
         r.lives.push(Life {
             process,
@@ -414,6 +434,8 @@ async fn reaper(
 /// What the chaos did.
 #[derive(Default, Debug)]
 struct Chaos {
+    /// The leader's user cut off from the API server for longer than the lease.
+    partitions: u32,
     watch_drops: u32,
     forced_gone: u32,
     server_restarts: u32,
@@ -446,7 +468,12 @@ async fn run(s: Scenario) {
     })
     .await
     .unwrap();
-    sim.enforce_rbac_policy(GUARD_USER, shipped_rbac(s.mechanism));
+    let labels: Vec<String> = (0..s.replicas)
+        .map(|i| format!("guard-{}", char::from(b'a' + i as u8)))
+        .collect();
+    for label in &labels {
+        sim.enforce_rbac_policy(&replica_user(label), shipped_rbac(s.mechanism));
+    }
     create_namespace(&sim, NS).await;
 
     // Owners: alive at first, heartbeat 200 ms, a 2 s lease.
@@ -499,17 +526,22 @@ async fn run(s: Scenario) {
         "{}",
         String::from_utf8_lossy(&check.stderr)
     );
-    let kubeconfig = dir.path().join("kubeconfig");
-    sim.write_kubeconfig(&kubeconfig, GUARD_USER).unwrap();
     let mut guards = Guards {
         dir: dir.path().to_path_buf(),
         config,
-        kubeconfig,
-        replicas: (0..s.replicas)
-            .map(|i| Replica {
-                label: format!("guard-{}", char::from(b'a' + i as u8)),
-                lives: Vec::new(),
-                respawn_at: None,
+        replicas: labels
+            .iter()
+            .map(|label| {
+                let user = replica_user(label);
+                let kubeconfig = dir.path().join(format!("{label}.kubeconfig"));
+                sim.write_kubeconfig(&kubeconfig, &user).unwrap();
+                Replica {
+                    label: label.clone(),
+                    user,
+                    kubeconfig,
+                    lives: Vec::new(),
+                    respawn_at: None,
+                }
             })
             .collect(),
         spawned: 0,
@@ -535,6 +567,10 @@ async fn run(s: Scenario) {
     let mut next_flip = start + Duration::from_millis(rng.random_range(1000..3000));
     let mut next_observe = start;
     let mut kill_turn = 0usize;
+    // Mid-run, cut the leader off for over twice the lease: another replica takes over, and
+    // the judge checks from the server's record that the old leader wrote nothing after that.
+    let mut next_partition = s.leader_election().then(|| start + s.chaos / 3);
+    let mut partitioned: Option<(String, Instant)> = None;
     while Instant::now() < chaos_end {
         let now = Instant::now();
         if now >= next_drop {
@@ -584,6 +620,24 @@ async fn run(s: Scenario) {
             chaos.owner_flips += 1;
             next_flip = now + Duration::from_millis(rng.random_range(2000..6000));
         }
+        if next_partition.is_some_and(|t| now >= t)
+            && let Some(leader) = guards
+                .replicas
+                .iter()
+                .find(|r| r.lives.last().is_some_and(|l| !l.killed && l.leader))
+        {
+            let user = leader.user.clone();
+            sim.faults().partition_user(&user);
+            chaos.partitions += 1;
+            partitioned = Some((user, now + PARTITION));
+            next_partition = None;
+        }
+        if let Some((user, until)) = &partitioned
+            && now >= *until
+        {
+            sim.faults().heal_user(user);
+            partitioned = None;
+        }
         if now >= next_observe {
             guards.observe(&mut violations).await;
             next_observe = now + Duration::from_secs(1);
@@ -593,6 +647,9 @@ async fn run(s: Scenario) {
 
     // Healthy API: faults off, every replica up, no new pods; then the longest deadline + slack.
     sim.faults().clear();
+    if let Some((user, _)) = partitioned.take() {
+        sim.faults().heal_user(&user);
+    }
     let healthy_since = SystemTime::now();
     for i in 0..s.replicas {
         if guards.replicas[i].current().is_none() {
@@ -644,6 +701,9 @@ async fn run(s: Scenario) {
     judge.guard_changes(&mut violations);
     judge.removed_once(&mut violations);
     judge.guard_requests(&requests, &mut violations);
+    if s.leader_election() {
+        judge.written_by_the_holder(&mut violations);
+    }
     judge.still_waiting(&sim, healthy_since, checked_at, &mut violations);
 
     let mut memory_checked = 0;
@@ -687,6 +747,11 @@ async fn run(s: Scenario) {
     let every = |d: Duration| (s.chaos.as_secs_f64() / d.as_secs_f64()).floor() as u32;
     let minimums = [
         (
+            "leader partitions",
+            chaos.partitions,
+            u32::from(s.leader_election() && s.chaos >= Duration::from_secs(20)),
+        ),
+        (
             "watch drops",
             chaos.watch_drops,
             every(s.drop_every).saturating_sub(1),
@@ -717,7 +782,7 @@ async fn run(s: Scenario) {
     }
     let guard_watches = requests
         .iter()
-        .filter(|r| r.user == GUARD_USER && r.verb == "watch")
+        .filter(|r| is_guard(&r.user) && r.verb == "watch")
         .count();
     if chaos.watch_drops > 0 && guard_watches <= guards.spawned {
         violations.push(format!(
@@ -738,7 +803,7 @@ async fn run(s: Scenario) {
 
     // Summary.
     let guard_requests: Vec<&RequestRecord> =
-        requests.iter().filter(|r| r.user == GUARD_USER).collect();
+        requests.iter().filter(|r| is_guard(&r.user)).collect();
     let failed = guard_requests
         .iter()
         .filter(|r| r.status == 429 || r.status >= 500)
@@ -864,7 +929,7 @@ impl<'a> Judge<'a> {
 
     fn with_bypasses(mut self) -> Self {
         for c in self.history {
-            if c.resource != "pods" || c.user != GUARD_USER {
+            if c.resource != "pods" || !is_guard(&c.user) {
                 continue;
             }
             let after = c.after.as_deref().unwrap_or(&Value::Null);
@@ -895,7 +960,7 @@ impl<'a> Judge<'a> {
     /// Every change the guard made: pods only as a bypass of one listed initializer of an
     /// opted-in pod, recorded, and on time; its own Lease; Events.
     fn guard_changes(&self, violations: &mut Vec<String>) {
-        for c in self.history.iter().filter(|c| c.user == GUARD_USER) {
+        for c in self.history.iter().filter(|c| is_guard(&c.user)) {
             let what = format!(
                 "{} {}/{} rv {}",
                 c.resource,
@@ -1064,10 +1129,52 @@ impl<'a> Judge<'a> {
         }
     }
 
-    /// Requests by the guard's user: no 403; writes only to opted-in pods, events and its Lease.
+    /// Leader election: every pod change a guard made was made while the server's record of
+    /// the lock named that guard's replica (the lock identity is `POD_NAME_<random>`, the user
+    /// `system:initguard:POD_NAME`). Judged in the order of the server's record, not by clocks:
+    /// once another replica has taken the lock, the old leader (killed, partitioned, or
+    /// healed after a partition) must not write.
+    fn written_by_the_holder(&self, violations: &mut Vec<String>) {
+        let mut holder: Option<String> = None;
+        let mut reported = 0;
+        for c in self.history {
+            if c.resource == "leases"
+                && c.namespace.as_deref() == Some("kube-system")
+                && c.name == "initguard"
+            {
+                holder = c
+                    .after
+                    .as_deref()
+                    .and_then(|l| l["spec"]["holderIdentity"].as_str())
+                    .map(str::to_owned);
+                continue;
+            }
+            if c.resource != "pods" || !is_guard(&c.user) {
+                continue;
+            }
+            let replica = c.user.strip_prefix(REPLICA_USER_PREFIX).unwrap_or(&c.user);
+            let held = holder.as_deref().is_some_and(|h| {
+                h.strip_prefix(replica)
+                    .is_some_and(|rest| rest.starts_with('_'))
+            });
+            if !held && reported < 5 {
+                reported += 1;
+                violations.push(format!(
+                    "pod {}/{} rv {} written by {} while the lock was held by {:?}",
+                    c.namespace.as_deref().unwrap_or(""),
+                    c.name,
+                    c.resource_version,
+                    c.user,
+                    holder
+                ));
+            }
+        }
+    }
+
+    /// Requests by the guards' users: no 403; writes only to opted-in pods, events and its Lease.
     fn guard_requests(&self, requests: &[RequestRecord], violations: &mut Vec<String>) {
         let mut denied = 0;
-        for r in requests.iter().filter(|r| r.user == GUARD_USER) {
+        for r in requests.iter().filter(|r| is_guard(&r.user)) {
             if r.status == 403 {
                 denied += 1;
                 if denied <= 5 {
@@ -1100,7 +1207,7 @@ impl<'a> Judge<'a> {
             }
         }
         if denied > 5 {
-            violations.push(format!("{denied} requests of {GUARD_USER} denied in all"));
+            violations.push(format!("{denied} requests of the guards denied in all"));
         }
     }
 
