@@ -468,6 +468,50 @@ initializers:
         );
     }
 
+    /// A TLS file that vanished after the config was checked: the prober cannot build its
+    /// client, says so at error level naming the initializer and the file, and the owner stays
+    /// unknown (never down: nobody was asked).
+    #[tokio::test]
+    async fn an_owner_that_cannot_be_probed_is_logged_and_stays_unknown() {
+        let dir = certificates();
+        let d = dir.path();
+        let ca = path(d, "vanishing-ca.pem");
+        std::fs::copy(path(d, "ca.pem"), &ca).unwrap();
+        let config = config(&format!(
+            "initializers:
+  - name: vanished.example.com
+    owner: {{ http: {{ url: \"https://127.0.0.1:9/healthz\", caFile: \"{}\" }} }}
+",
+            ca.display()
+        ));
+        std::fs::remove_file(&ca).unwrap();
+        let logs = logs();
+        let metrics = Arc::new(Metrics::new(&config).unwrap());
+        let cancel = CancellationToken::new();
+        let owners = Owners::spawn(
+            unreachable_client(),
+            &config,
+            metrics,
+            &initguard::supervise::Failures::default(),
+            cancel.clone(),
+        );
+        let line = wait::eventually(
+            "the cannot-be-probed error for vanished.example.com",
+            || {
+                logs.text()
+                    .lines()
+                    .find(|l| l.contains("vanished.example.com") && l.contains("cannot be probed"))
+                    .map(str::to_owned)
+            },
+        )
+        .await;
+        assert!(line.contains("ERROR"), "{line}");
+        assert!(line.contains("vanishing-ca.pem"), "{line}");
+        // The prober has given up for good (it logged and returned): no state can follow.
+        assert_eq!(owners.state("vanished.example.com"), OwnerState::Unknown);
+        cancel.cancel();
+    }
+
     fn config_error(yaml: &str) -> String {
         Config::from_yaml_str(yaml, "test.yaml")
             .map(|_| ())

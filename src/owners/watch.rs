@@ -464,5 +464,14 @@ mod tests {
         assert!(parse_probe_url("ftp://example.com/").is_err());
         assert!(parse_probe_url("/healthz").is_err());
         assert!(parse_probe_url("not a url").is_err());
+        // A scheme we speak but no host: the host check, not the scheme check, refuses it.
+        assert_eq!(
+            parse_probe_url("http://:8080/healthz").err().as_deref(),
+            Some("URL has no host")
+        );
+        assert_eq!(
+            parse_probe_url("ftp://example.com/").err().as_deref(),
+            Some("only http:// and https:// URLs can be probed")
+        );
     }
 }
