@@ -18,6 +18,10 @@ pub const DEFAULT_CONFIG: &str = "/etc/initguard/config.yaml";
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// Log format on stderr, for every subcommand: text (coloured only on a terminal, never
+    /// with NO_COLOR set) or json (one object per line).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
 }
 
 /// The subcommands.
@@ -25,6 +29,7 @@ pub struct Cli {
 pub enum Command {
     /// Run the guard: watch, decide, bypass; serve /metrics, /healthz, /readyz, /status.
     Run {
+        /// Path of the YAML configuration.
         #[arg(long, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
         /// Kubeconfig file; default $KUBECONFIG or ~/.kube/config, then in-cluster.
@@ -33,15 +38,16 @@ pub enum Command {
         /// Log and count decisions without writing (overrides the config).
         #[arg(long)]
         dry_run: bool,
-        #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-        log_format: LogFormat,
     },
     /// One-shot, read-only report: waiting pods, waits, owner states, planned actions.
     Status {
+        /// Path of the YAML configuration.
         #[arg(long, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
+        /// Kubeconfig file; default $KUBECONFIG or ~/.kube/config, then in-cluster.
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
+        /// Report format on stdout.
         #[arg(long, value_enum, default_value_t = StatusOutput::Table)]
         output: StatusOutput,
     },
@@ -49,6 +55,7 @@ pub enum Command {
     CheckConfig {
         /// Path of the YAML configuration.
         path: PathBuf,
+        /// text: a normalized summary; json: the resolved configuration.
         #[arg(long, value_enum, default_value_t = Output::Text)]
         output: Output,
         /// Also report listed owners that do not exist in this cluster (warnings; exit 0).
@@ -96,11 +103,17 @@ pub enum StatusOutput {
     Json,
 }
 
-/// `initguard run --log-format`.
-#[derive(Clone, Copy, ValueEnum)]
+/// `--log-format`, on every subcommand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
     Text,
     Json,
+}
+
+/// Whether text logs may carry ANSI colours: only on a terminal, and never when `NO_COLOR` is
+/// set to anything but the empty string (no-color.org).
+pub fn colour(stderr_is_terminal: bool, no_color: Option<&std::ffi::OsStr>) -> bool {
+    stderr_is_terminal && no_color.is_none_or(|v| v.is_empty())
 }
 
 #[cfg(feature = "sim")]

@@ -15,19 +15,22 @@ use initguard::status;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let format = cli.log_format;
     match cli.command {
         Command::CheckConfig {
             path,
             output,
             kubeconfig,
-        } => check_config(&path, output, kubeconfig.as_deref()),
+        } => {
+            init_logging(format, "info");
+            check_config(&path, output, kubeconfig.as_deref())
+        }
         Command::Run {
             config,
             kubeconfig,
             dry_run,
-            log_format,
         } => {
-            init_logging(log_format);
+            init_logging(format, "info");
             run(&config, kubeconfig.as_deref(), dry_run)
         }
         Command::Status {
@@ -35,25 +38,41 @@ fn main() -> ExitCode {
             kubeconfig,
             output,
         } => {
-            init_logging(LogFormat::Text);
+            init_logging(format, "info");
             status_report(&config, kubeconfig.as_deref(), output)
         }
         #[cfg(feature = "sim")]
-        Command::Sim(args) => kube_sim::cli::run(args),
+        Command::Sim(args) => {
+            // kube's per-request error lines are off: simulated creators get 504s by design.
+            init_logging(format, "info,kube_client=off");
+            kube_sim::cli::run(args)
+        }
         #[cfg(feature = "sim")]
-        Command::Demo { mechanism, serve } => demo(mechanism, serve),
+        Command::Demo { mechanism, serve } => {
+            // The narration on stdout is the demo; logs are kept to warnings on stderr. kube's
+            // client logs every error response, and the simulated 504s of legacy creates are
+            // expected here.
+            init_logging(format, "warn,kube_client::client::builder=off");
+            demo(mechanism, serve)
+        }
     }
 }
 
-/// Logs go to stderr; `RUST_LOG` refines the default `info`.
-fn init_logging(format: LogFormat) {
+/// Logs go to stderr; `RUST_LOG` refines `default_filter`. Text is coloured only on a terminal
+/// and never with `NO_COLOR` (`cli::colour`).
+fn init_logging(format: LogFormat, default_filter: &str) {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    let ansi = initguard::cli::colour(
+        std::io::stderr().is_terminal(),
+        std::env::var_os("NO_COLOR").as_deref(),
+    );
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     match format {
-        LogFormat::Text => builder.init(),
+        LogFormat::Text => builder.with_ansi(ansi).init(),
         LogFormat::Json => builder.json().flatten_event(true).init(),
     }
 }
@@ -211,15 +230,6 @@ fn missing_owners(kubeconfig: &Path, config: &Config) -> Result<Vec<String>, Exi
 
 #[cfg(feature = "sim")]
 fn demo(mechanism: DemoMechanism, serve: bool) -> ExitCode {
-    // The narration on stdout is the demo; logs are kept to warnings on stderr. kube's client
-    // logs every error response, and the simulated 504s of legacy creates are expected here.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new("warn,kube_client::client::builder=off")
-    });
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,

@@ -11,9 +11,10 @@ pub struct ConfigError {
     pub errors: Vec<LocatedError>,
 }
 
-/// One located problem.
+/// One located problem: `FILE:LINE:COL: message`, or `FILE: message` when there is no
+/// position (the file cannot be read at all) rather than a made-up `:0:0`.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{file}:{line}:{column}: {message}")]
+#[error("{file}{}: {message}", if *.line == 0 { String::new() } else { format!(":{line}:{column}") })]
 pub struct LocatedError {
     pub file: String,
     /// 1-based; 0 when only the key path is known (then `message` names the path).

@@ -75,10 +75,15 @@ pub fn run(args: SimArgs) -> ExitCode {
 fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_client=off"));
-    // Already initialized by an embedding program: keep its subscriber.
+    // Colour only on a terminal and never with NO_COLOR (no-color.org).
+    use std::io::IsTerminal as _;
+    let ansi = std::io::stderr().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+    // Already initialized by an embedding program (`initguard sim`): keep its subscriber.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(ansi)
         .try_init();
 }
 
