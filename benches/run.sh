@@ -37,13 +37,36 @@ fi
 
 # Build first, so compiling neither delays nor disturbs the measurements.
 cargo bench --no-run --bench guard --bench decode --bench real
+# Section 6 compares the default build with the shipped one (deploy/Dockerfile).
+cargo build --release --bin initguard
+cargo build --locked --profile dist --no-default-features --bin initguard
 # The real-server section needs the test bed (tests/testbed/build, or the README's test command).
 real_bed=1
 version=$(sed -n 's/^K8S_VERSION=//p' tests/testbed/build)
 [ -x "tests/testbed/.cache/$version/bin/testbed" ] || real_bed=0
 
 body=$(mktemp)
-trap 'rm -f "$body"' EXIT
+stripped=$(mktemp)
+trap 'rm -f "$body" "$stripped"' EXIT
+
+# Section 6: sizes of the default build and of the shipped one, measured now.
+sizes() {
+  local release=target/release/initguard dist=target/dist/initguard
+  cp "$release" "$stripped" && strip "$stripped"
+  mb() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1000000 }'; }
+  row() { echo "| $1 | \`$2\` | $3 | $(mb "$3") |"; }
+  echo "## 6. Binary size: the default build and the shipped one"
+  echo
+  echo "| binary | built with | bytes | MB |"
+  echo "|---|---|---:|---:|"
+  row "default features (simulator, demo), release profile, line-tables debug info" \
+    "cargo build --release --bin initguard" "$(stat -c %s "$release")"
+  row "the same, stripped" "strip target/release/initguard" "$(stat -c %s "$stripped")"
+  row "shipped: no simulator, dist profile (strip, thin LTO, 1 codegen unit)" \
+    "cargo build --locked --profile dist --no-default-features --bin initguard" "$(stat -c %s "$dist")"
+  echo
+  echo "\`target/dist/initguard --help\` lists: $(target/dist/initguard --help | sed -n '/^Commands:/,/^$/p' | awk 'NR > 1 && NF { print $1 }' | paste -sd ' ')."
+}
 started=$(date -u +%s)
 {
   echo "# initguard benchmark results"
@@ -67,6 +90,8 @@ started=$(date -u +%s)
     echo
     echo "_Not run: the test bed is not built (tests/testbed/build)._"
   fi
+  echo
+  sizes
   echo
   echo "_Total benchmark time: $(( $(date -u +%s) - started )) s; load average after the run: $(cut -d' ' -f1-3 /proc/loadavg)._"
   # The profiling notes live in README.md, so that regenerating keeps them.

@@ -41,9 +41,9 @@ fn main() -> ExitCode {
             init_logging(format, "info");
             status_report(&config, kubeconfig.as_deref(), output)
         }
+        // kube's per-request error lines are off: simulated creators get 504s by design.
         #[cfg(feature = "sim")]
         Command::Sim(args) => {
-            // kube's per-request error lines are off: simulated creators get 504s by design.
             init_logging(format, "info,kube_client=off");
             kube_sim::cli::run(args)
         }

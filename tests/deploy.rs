@@ -156,11 +156,44 @@ fn shipped_config() -> Value {
 }
 
 fn listen_port() -> u64 {
-    let listen = str_of(&shipped_config()["listen"], "listen").to_owned();
+    port_of("listen")
+}
+
+/// The HTTPS port (`secureListen`), which the manifests expose, probe and scrape.
+fn secure_port() -> u64 {
+    port_of("secureListen")
+}
+
+fn port_of(key: &str) -> u64 {
+    let listen = str_of(&shipped_config()[key], key).to_owned();
     listen
         .rsplit_once(':')
         .and_then(|(_, p)| p.parse().ok())
-        .unwrap_or_else(|| panic!("listen {listen:?} has no port"))
+        .unwrap_or_else(|| panic!("{key} {listen:?} has no port"))
+}
+
+/// Plain HTTP is kept on the node or in the pod; HTTPS is what others reach.
+#[test]
+fn shipped_configs_serve_metrics_over_https_only() {
+    let deployment_config: Value = {
+        let cm = object("deployment.yaml", "ConfigMap", "initguard");
+        let text = cm["data"]["config.yaml"]
+            .as_str()
+            .expect("config.yaml in the ConfigMap");
+        serde_yaml::from_str(text).expect("the ConfigMap's config parses")
+    };
+    for (what, config) in [
+        ("deploy/config.yaml", shipped_config()),
+        ("deployment", deployment_config),
+    ] {
+        let listen = str_of(&config["listen"], "listen");
+        assert!(
+            listen.starts_with("127.0.0.1:"),
+            "{what}: plain listen {listen} leaves the node"
+        );
+        let secure = str_of(&config["secureListen"], "secureListen");
+        assert_eq!(secure, format!("0.0.0.0:{}", secure_port()), "{what}");
+    }
 }
 
 fn static_pod() -> Value {
@@ -426,21 +459,30 @@ fn assert_hardened(what: &str, pod_spec: &Value, probe_host: Option<&str>) {
         "{what}: adds capabilities"
     );
 
-    let port = listen_port();
+    let port = secure_port();
     let named_port = container["ports"]
         .as_sequence()
-        .and_then(|ports| ports.iter().find(|p| p["name"].as_str() == Some("metrics")))
-        .unwrap_or_else(|| panic!("{what}: no container port named metrics"));
+        .and_then(|ports| {
+            ports
+                .iter()
+                .find(|p| p["name"].as_str() == Some("https-metrics"))
+        })
+        .unwrap_or_else(|| panic!("{what}: no container port named https-metrics"));
     assert_eq!(
         named_port["containerPort"].as_u64(),
         Some(port),
-        "{what}: metrics port"
+        "{what}: https-metrics port"
     );
     for (probe, path) in [("livenessProbe", "/healthz"), ("readinessProbe", "/readyz")] {
         let get = &container[probe]["httpGet"];
         assert_eq!(get["path"].as_str(), Some(path), "{what}: {probe}");
+        assert_eq!(
+            get["scheme"].as_str(),
+            Some("HTTPS"),
+            "{what}: {probe} scheme"
+        );
         let probe_port = get["port"].as_u64().or_else(|| {
-            (get["port"].as_str() == Some("metrics"))
+            (get["port"].as_str() == Some("https-metrics"))
                 .then(|| named_port["containerPort"].as_u64())?
         });
         assert_eq!(probe_port, Some(port), "{what}: {probe} port");
@@ -828,9 +870,13 @@ fn legacy_configmap_lock_role_is_confined_to_the_guard_lock() {
 
 #[test]
 fn pod_monitor_selects_both_variants_on_the_metrics_port() {
-    let monitors: Vec<Value> = documents(&deploy("podmonitor.yaml"));
+    let docs: Vec<Value> = documents(&deploy("podmonitor.yaml"));
+    let monitors: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"].as_str() == Some("PodMonitor"))
+        .collect();
     assert_eq!(monitors.len(), 1);
-    let pm = &monitors[0];
+    let pm = monitors[0];
     assert_eq!(pm["apiVersion"].as_str(), Some("monitoring.coreos.com/v1"));
     assert_eq!(pm["kind"].as_str(), Some("PodMonitor"));
     assert!(
@@ -886,7 +932,43 @@ fn pod_monitor_selects_both_variants_on_the_metrics_port() {
                 "{what} has no port {port}"
             );
             assert_eq!(endpoint["path"].as_str().unwrap_or("/metrics"), "/metrics");
+            assert_eq!(endpoint["scheme"].as_str(), Some("https"), "{what}");
         }
+    }
+    // The scraper's token: a ServiceAccount token Secret in the PodMonitor's namespace, for a
+    // ServiceAccount bound to the reader role.
+    let namespace = str_of(&pm["metadata"]["namespace"], "namespace");
+    for endpoint in endpoints {
+        let secret_name = str_of(&endpoint["bearerTokenSecret"]["name"], "bearerTokenSecret");
+        assert_eq!(endpoint["bearerTokenSecret"]["key"].as_str(), Some("token"));
+        let secret = docs
+            .iter()
+            .find(|d| {
+                d["kind"].as_str() == Some("Secret")
+                    && d["metadata"]["name"].as_str() == Some(secret_name)
+            })
+            .unwrap_or_else(|| panic!("no Secret {secret_name} beside the PodMonitor"));
+        assert_eq!(secret["metadata"]["namespace"].as_str(), Some(namespace));
+        assert_eq!(
+            secret["type"].as_str(),
+            Some("kubernetes.io/service-account-token")
+        );
+        let account = str_of(
+            &secret["metadata"]["annotations"]["kubernetes.io/service-account.name"],
+            "service-account.name",
+        );
+        let bound = docs.iter().any(|d| {
+            d["kind"].as_str() == Some("ClusterRoleBinding")
+                && d["roleRef"]["name"].as_str() == Some("initguard-metrics-reader")
+                && d["subjects"].as_sequence().is_some_and(|subjects| {
+                    subjects.iter().any(|s| {
+                        s["kind"].as_str() == Some("ServiceAccount")
+                            && s["name"].as_str() == Some(account)
+                            && s["namespace"].as_str() == Some(namespace)
+                    })
+                })
+        });
+        assert!(bound, "{account} is not bound to initguard-metrics-reader");
     }
 }
 
@@ -924,10 +1006,16 @@ fn scrape_config_targets_masters_on_the_guard_port() {
         .find(|r| r["target_label"].as_str() == Some("__address__"))
         .expect("a rule rewriting __address__");
     assert!(strings(&address["source_labels"])[0].starts_with("__meta_kubernetes_node_address_"));
-    let port = listen_port();
+    let port = secure_port();
     assert_eq!(
         address["replacement"].as_str(),
         Some(format!("${{1}}:{port}").as_str())
+    );
+    assert_eq!(job["scheme"].as_str(), Some("https"));
+    assert_eq!(
+        job["authorization"]["credentials_file"].as_str(),
+        Some("/var/run/secrets/kubernetes.io/serviceaccount/token"),
+        "Prometheus presents its ServiceAccount token"
     );
 }
 
@@ -960,7 +1048,10 @@ fn scrape_jobs_are_the_job_the_rules_and_dashboards_select() {
     // The job name both scrape paths produce.
     let scrape = documents(&deploy("prometheus-scrape.yaml")).remove(0);
     let job = str_of(&scrape["scrape_configs"][0]["job_name"], "job_name").to_owned();
-    let pm = documents(&deploy("podmonitor.yaml")).remove(0);
+    let pm = documents(&deploy("podmonitor.yaml"))
+        .into_iter()
+        .find(|d| d["kind"].as_str() == Some("PodMonitor"))
+        .expect("a PodMonitor");
     let job_label = str_of(&pm["spec"]["jobLabel"], "PodMonitor jobLabel");
     for meta in [
         &static_pod()["metadata"],
@@ -1048,9 +1139,14 @@ fn dockerfile_builds_like_ci_and_runs_unprivileged() {
 
     let (builder_image, builder_name) = stages[0].split_once(" AS ").expect("named builder stage");
     let toolchain = builder_image
-        .strip_prefix("rust:")
+        .strip_prefix("docker.io/library/rust:")
         .and_then(|t| t.split('-').next())
-        .expect("rust builder image");
+        .expect("rust builder image, fully qualified");
+    assert_eq!(
+        toolchain.split('.').count(),
+        3,
+        "pin the builder by its full version, not {toolchain}"
+    );
     let version = |v: &str| -> Vec<u32> { v.split('.').map(|p| p.parse().unwrap()).collect() };
     let required = rust_version(&read(&repo().join("Cargo.toml")));
     assert!(
@@ -1061,18 +1157,25 @@ fn dockerfile_builds_like_ci_and_runs_unprivileged() {
 
     let runtime_start = instructions.iter().rposition(|(k, _)| k == "FROM").unwrap();
     let (build, runtime) = instructions.split_at(runtime_start);
+    // The same command as .ci/run's product build, whose output tests/layout.rs checks.
     assert!(
-        build
-            .iter()
-            .any(|(k, a)| k == "RUN" && a.contains("cargo build --release --locked")),
-        "builder must run `cargo build --release --locked`"
+        build.iter().any(|(k, a)| k == "RUN"
+            && a.contains(
+                "cargo build --locked --profile dist --no-default-features --bin initguard"
+            )),
+        "builder must run the dist build of .ci/run"
+    );
+    assert!(
+        read(&repo().join(".ci/run"))
+            .contains("cargo build --locked --profile dist --no-default-features --bin initguard"),
+        ".ci/run builds what the image ships"
     );
     let copy = format!("--from={builder_name} ");
     assert!(
         runtime.iter().any(|(k, a)| k == "COPY"
             && a.starts_with(&copy)
-            && a.contains("/target/release/initguard /initguard")),
-        "runtime must copy target/release/initguard to /initguard"
+            && a.contains("/target/dist/initguard /initguard")),
+        "runtime must copy target/dist/initguard to /initguard"
     );
     let user = runtime
         .iter()
@@ -1101,24 +1204,100 @@ fn dockerfile_builds_like_ci_and_runs_unprivileged() {
         ["run", "--config", "/etc/initguard/config.yaml"]
     );
     assert!(
-        runtime
-            .iter()
-            .any(|(k, a)| k == "EXPOSE"
-                && a.split_whitespace().any(|p| p == listen_port().to_string())),
-        "EXPOSE the listen port"
+        runtime.iter().any(|(k, a)| k == "EXPOSE"
+            && a.split_whitespace().any(|p| p == listen_port().to_string())
+            && a.split_whitespace().any(|p| p == secure_port().to_string())),
+        "EXPOSE the listen and secureListen ports"
     );
+}
 
+/// The files of the repository that `Dockerfile.dockerignore` lets into the build context.
+/// Supports the forms the file uses (`*`, `!DIR/`, `!FILE`, `!DIR/*.EXT`) and fails on others,
+/// so that the check cannot silently misread a new pattern.
+fn docker_context() -> Vec<String> {
     let ignore = read(&deploy("Dockerfile.dockerignore"));
+    let patterns: Vec<&str> = ignore
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    assert_eq!(patterns.first(), Some(&"*"), "an allowlist starts with `*`");
+    let allowed: Vec<&str> = patterns[1..]
+        .iter()
+        .map(|p| {
+            p.strip_prefix('!')
+                .unwrap_or_else(|| panic!("unsupported pattern {p:?}"))
+        })
+        .collect();
+    let matches = |file: &str| {
+        allowed.iter().any(|p| {
+            if let Some(dir) = p.strip_suffix('/') {
+                file.starts_with(&format!("{dir}/"))
+            } else if let Some((dir, ext)) = p.split_once("/*.") {
+                file.strip_prefix(&format!("{dir}/"))
+                    .is_some_and(|rest| !rest.contains('/') && rest.ends_with(&format!(".{ext}")))
+            } else {
+                assert!(!p.contains('*'), "unsupported pattern {p:?}");
+                file == *p
+            }
+        })
+    };
+    let out = Command::new("git")
+        .current_dir(repo())
+        .args(["ls-files", "--cached", "--others", "--exclude-standard"])
+        .output()
+        .expect("git ls-files runs");
+    assert!(out.status.success(), "git ls-files: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|f| matches(f))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The build context holds only what the build reads, and cargo can load the workspace from
+/// it alone (every member manifest and declared target present): a file the image build
+/// needs cannot be left out unnoticed.
+#[test]
+fn the_docker_build_context_is_exactly_what_cargo_needs() {
+    let context = docker_context();
+    for needed in [
+        "Cargo.toml",
+        "Cargo.lock",
+        "src/main.rs",
+        "crates/kube-common/src/lib.rs",
+    ] {
+        assert!(
+            context.iter().any(|f| f == needed),
+            "{needed} not in the context"
+        );
+    }
+    for f in &context {
+        assert!(
+            !(f.starts_with("target/")
+                || f.starts_with("deploy/")
+                || f.starts_with("fuzz/")
+                || f.starts_with("tests/testbed/")
+                || f.ends_with(".md")),
+            "{f} is in the build context but the build does not read it"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for f in &context {
+        let to = dir.path().join(f);
+        std::fs::create_dir_all(to.parent().unwrap()).unwrap();
+        std::fs::copy(repo().join(f), &to).unwrap_or_else(|e| panic!("{f}: {e}"));
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let out = Command::new(cargo)
+        .current_dir(dir.path())
+        .args(["metadata", "--locked", "--offline", "--format-version", "1"])
+        .output()
+        .expect("cargo metadata runs");
     assert!(
-        ignore
-            .lines()
-            .any(|l| matches!(l.trim(), "target" | "target/" | "/target" | "/target/")),
-        "the build context must exclude target/"
-    );
-    assert!(
-        !ignore
-            .lines()
-            .any(|l| matches!(l.trim(), "Cargo.lock" | "src" | "src/"))
+        out.status.success(),
+        "cargo cannot load the workspace from the image's build context: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }
 
@@ -1215,6 +1394,7 @@ fn operator_guide_covers_every_artefact() {
         "prometheus-rules.yaml",
         "kubeadm kubeconfig user --client-name system:initguard",
         "docker build -f deploy/Dockerfile -t initguard:dev .",
+        "cargo build --locked --profile dist --no-default-features --bin initguard",
         "initguard_bypasses_total",
         "initguard status",
         "k8s.opsani.io/initializer",

@@ -382,3 +382,55 @@ fn the_build_without_the_sim_feature_has_no_simulator_in_its_dependency_tree() {
         "the product build pulls in kube-sim"
     );
 }
+
+/// The shipped binary (`cargo build --profile dist --no-default-features`, built by `.ci/run`
+/// before the suite): its help lists the product's subcommands and no `demo` or `sim`, and
+/// it is stripped (no symbol table left for `nm`). Skips locally when not built.
+#[test]
+fn the_shipped_binary_has_no_simulator_commands_and_no_symbols() {
+    let bin = root().join("target/dist/initguard");
+    if !bin.exists() {
+        initguard_test_support::tools::missing(
+            "layout::the_shipped_binary_has_no_simulator_commands_and_no_symbols",
+            "target/dist/initguard",
+            "cargo build --locked --profile dist --no-default-features --bin initguard",
+        );
+        return;
+    }
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(&bin)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let help = run(&["--help"]);
+    let commands: BTreeSet<&str> = help
+        .split("Commands:")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no command list in:\n{help}"))
+        .split("Options:")
+        .next()
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(
+        commands,
+        BTreeSet::from(["run", "status", "check-config", "help"]),
+        "{help}"
+    );
+    let version = run(&["--version"]);
+    assert_eq!(
+        version.trim(),
+        format!("initguard {}", env!("CARGO_PKG_VERSION"))
+    );
+    if let Ok(out) = std::process::Command::new("nm").arg(&bin).output() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("no symbols"),
+            "the dist binary is not stripped: nm says {stderr:?}"
+        );
+    }
+}

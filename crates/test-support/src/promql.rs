@@ -8,8 +8,11 @@
 use serde_json::Value;
 
 /// What each variable becomes in a runnable expression: the dashboard's own variables match
-/// everything (as "All" does), Grafana's built-ins get values that suit a 15 s scrape interval.
+/// everything (as "All" does; `job` takes its default), Grafana's built-ins get values that suit a 15 s scrape interval.
 pub const SUBSTITUTIONS: &[(&str, &str)] = &[
+    ("cluster", ".*"),
+    // The dashboard's default job (a single choice), as the scrape configs name it.
+    ("job", "initguard"),
     ("initializer", ".*"),
     ("instance", ".*"),
     ("__rate_interval", "1m"),
