@@ -16,6 +16,8 @@ use initguard_test_support::{testbed, wait};
 
 #[path = "real_cluster/controllers.rs"]
 mod controllers;
+#[path = "real_cluster/deploy.rs"]
+mod deploy;
 #[path = "real_cluster/differential.rs"]
 mod differential;
 #[path = "real_cluster/gates.rs"]
@@ -74,6 +76,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("controllers::cron_job_pile_is_bypassed_as_one", |tb| {
         Box::pin(controllers::cron_job_pile_is_bypassed_as_one(tb))
     }),
+    (
+        "deploy::manifests_kustomize_and_chart_install_on_the_real_server",
+        |tb| Box::pin(deploy::manifests_kustomize_and_chart_install_on_the_real_server(tb)),
+    ),
     (
         "secure::secure_endpoints_authenticate_and_authorize",
         |tb| Box::pin(secure::secure_endpoints_authenticate_and_authorize(tb)),

@@ -1,0 +1,326 @@
+//! The install paths against the real API server: every manifest in deploy/, the kustomize
+//! base and the Helm chart (default values and every optional object on) pass
+//! `kubectl apply --dry-run=server` with the Prometheus Operator's CRDs installed, so that
+//! PodMonitor and PrometheusRule are checked by their real schemas; `helm lint` passes; and
+//! `helm install` creates every object it renders, as the server then lists them.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Arc;
+
+use serde_yaml::Value as Yaml;
+
+use crate::testbed::*;
+
+const RELEASE: &str = "chart-test";
+const NAMESPACE: &str = "initguard-chart";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn chart() -> PathBuf {
+    repo().join("charts/initguard")
+}
+
+fn all_on_values() -> PathBuf {
+    chart().join("ci/all-on-values.yaml")
+}
+
+/// Runs `program args`, failing the scenario with its output when it fails.
+fn run(what: &str, program: &Path, args: &[&str], stdin: Option<&str>) -> String {
+    use std::io::Write as _;
+    let mut child = Command::new(program)
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: cannot run {}: {e}", program.display()));
+    if let Some(text) = stdin
+        && let Some(mut pipe) = child.stdin.take()
+    {
+        pipe.write_all(text.as_bytes())
+            .unwrap_or_else(|e| panic!("{what}: cannot write stdin: {e}"));
+    }
+    drop(child.stdin.take());
+    let out: Output = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// (kind, namespace, name) of every object in a multi-document YAML text.
+fn objects(text: &str) -> Vec<(String, Option<String>, String)> {
+    let mut out = Vec::new();
+    for de in serde_yaml::Deserializer::from_str(text) {
+        let doc: Yaml = serde::Deserialize::deserialize(de).expect("rendered YAML parses");
+        let (Some(kind), Some(name)) = (doc["kind"].as_str(), doc["metadata"]["name"].as_str())
+        else {
+            continue;
+        };
+        let namespace = doc["metadata"]["namespace"].as_str().map(str::to_owned);
+        out.push((kind.to_owned(), namespace, name.to_owned()));
+    }
+    out
+}
+
+pub async fn manifests_kustomize_and_chart_install_on_the_real_server(tb: Arc<Testbed>) {
+    let helm = tb.bin.join("helm");
+    let crds = tb
+        .bin
+        .parent()
+        .map(|cache| cache.join("crds"))
+        .unwrap_or_default();
+    assert!(
+        helm.exists() && crds.is_dir(),
+        "tests/testbed/build did not provide helm and the CRDs in {}",
+        tb.bin.display()
+    );
+    let admin = tb.kubeconfig("admin");
+    let admin = admin.to_str().expect("UTF-8 path");
+    let kubectl = tb.kubectl_path();
+
+    // The CRDs, established before anything uses them.
+    tb.kubectl(&[
+        "apply",
+        "--server-side",
+        "-f",
+        crds.to_str().expect("UTF-8 path"),
+    ]);
+    for crd in ["podmonitors", "prometheusrules"] {
+        tb.kubectl(&[
+            "wait",
+            "--for",
+            "condition=established",
+            "--timeout=60s",
+            &format!("crd/{crd}.monitoring.coreos.com"),
+        ]);
+    }
+
+    // Every Kubernetes manifest in deploy/, as the server would take it.
+    let mut checked = Vec::new();
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(repo().join("deploy"))
+        .expect("deploy/")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    entries.sort();
+    for file in entries {
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
+        if !name.ends_with(".yaml") || name == "kustomization.yaml" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("readable");
+        if objects(&text).is_empty() {
+            continue; // the guard's config, a Prometheus scrape or rule file
+        }
+        run(
+            &format!("kubectl apply --dry-run=server -f deploy/{name}"),
+            &kubectl,
+            &[
+                "--kubeconfig",
+                admin,
+                "apply",
+                "--dry-run=server",
+                "-f",
+                file.to_str().unwrap(),
+            ],
+            None,
+        );
+        checked.push(name);
+    }
+    for needed in [
+        "rbac.yaml",
+        "deployment.yaml",
+        "static-pod.yaml",
+        "podmonitor.yaml",
+        "prometheus-rules.yaml",
+    ] {
+        assert!(
+            checked.iter().any(|c| c == needed),
+            "deploy/{needed} not checked"
+        );
+    }
+
+    // The kustomize base.
+    let kustomized = run(
+        "kubectl kustomize deploy/",
+        &kubectl,
+        &["kustomize", repo().join("deploy").to_str().unwrap()],
+        None,
+    );
+    assert!(
+        objects(&kustomized)
+            .iter()
+            .any(|(k, _, _)| k == "Deployment"),
+        "the kustomize base renders no Deployment"
+    );
+    run(
+        "kubectl apply --dry-run=server -k deploy/",
+        &kubectl,
+        &[
+            "--kubeconfig",
+            admin,
+            "apply",
+            "--dry-run=server",
+            "-f",
+            "-",
+        ],
+        Some(&kustomized),
+    );
+
+    // The chart: lint and render with default values and with everything on.
+    tb.namespace(NAMESPACE);
+    let chart_dir = chart();
+    let chart_path = chart_dir.to_str().unwrap();
+    let values = all_on_values();
+    let values = values.to_str().unwrap();
+    for extra in [&[][..], &["-f", values][..]] {
+        run(
+            "helm lint",
+            &helm,
+            &[&["lint", "--strict", chart_path][..], extra].concat(),
+            None,
+        );
+        let rendered = run(
+            "helm template",
+            &helm,
+            &[
+                &["template", RELEASE, chart_path, "--namespace", NAMESPACE][..],
+                extra,
+            ]
+            .concat(),
+            None,
+        );
+        run(
+            "kubectl apply --dry-run=server (helm template)",
+            &kubectl,
+            &[
+                "--kubeconfig",
+                admin,
+                "apply",
+                "--dry-run=server",
+                "--namespace",
+                NAMESPACE,
+                "-f",
+                "-",
+            ],
+            Some(&rendered),
+        );
+    }
+
+    // helm install: every rendered object exists afterwards, as the server lists it.
+    run(
+        "helm install",
+        &helm,
+        &[
+            "--kubeconfig",
+            admin,
+            "install",
+            RELEASE,
+            chart_path,
+            "--namespace",
+            NAMESPACE,
+            "--create-namespace",
+            "-f",
+            values,
+        ],
+        None,
+    );
+    let manifest = run(
+        "helm get manifest",
+        &helm,
+        &[
+            "--kubeconfig",
+            admin,
+            "get",
+            "manifest",
+            RELEASE,
+            "--namespace",
+            NAMESPACE,
+        ],
+        None,
+    );
+    let installed = objects(&manifest);
+    for kind in [
+        "Deployment",
+        "PodDisruptionBudget",
+        "ConfigMap",
+        "ClusterRole",
+        "PodMonitor",
+        "PrometheusRule",
+        "Secret",
+    ] {
+        assert!(
+            installed.iter().any(|(k, _, _)| k == kind),
+            "the chart with every option on renders no {kind}"
+        );
+    }
+    for (kind, namespace, name) in &installed {
+        let mut args = vec!["get", kind.as_str(), name.as_str(), "-o", "name"];
+        if let Some(ns) = namespace {
+            args.extend(["-n", ns.as_str()]);
+        }
+        let got = tb.kubectl(&args);
+        assert!(
+            got.trim().ends_with(&format!("/{name}")),
+            "{kind} {name} rendered but not on the server: {got:?}"
+        );
+    }
+    // The grafana sidecar's label and the values-driven PrometheusRule label.
+    let dashboard = tb.kubectl(&[
+        "get",
+        "configmap",
+        "-n",
+        NAMESPACE,
+        "-l",
+        "grafana_dashboard=1",
+        "-o",
+        "name",
+    ]);
+    assert!(
+        !dashboard.trim().is_empty(),
+        "no ConfigMap labelled grafana_dashboard=1"
+    );
+    let rules = tb.kubectl(&[
+        "get",
+        "prometheusrule",
+        "-n",
+        NAMESPACE,
+        "-l",
+        "release=kube-prometheus-stack",
+        "-o",
+        "jsonpath={.items[0].spec.groups[0].rules[0].annotations.runbook_url}",
+    ]);
+    assert!(
+        rules.starts_with("https://docs.example.com/initguard/README.md#initguard"),
+        "runbook_url from values: {rules:?}"
+    );
+
+    run(
+        "helm uninstall",
+        &helm,
+        &[
+            "--kubeconfig",
+            admin,
+            "uninstall",
+            RELEASE,
+            "--namespace",
+            NAMESPACE,
+            "--wait",
+        ],
+        None,
+    );
+    tb.kubectl(&["delete", "namespace", NAMESPACE, "--wait=false"]);
+}
