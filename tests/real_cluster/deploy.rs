@@ -72,6 +72,25 @@ fn objects(text: &str) -> Vec<(String, Option<String>, String)> {
     out
 }
 
+/// `kubectl apply --dry-run=server` of a rendered chart in the chart's namespace.
+fn server_dry_run(kubectl: &Path, admin: &str, rendered: &str) {
+    run(
+        "kubectl apply --dry-run=server (helm template)",
+        kubectl,
+        &[
+            "--kubeconfig",
+            admin,
+            "apply",
+            "--dry-run=server",
+            "--namespace",
+            NAMESPACE,
+            "-f",
+            "-",
+        ],
+        Some(rendered),
+    );
+}
+
 pub async fn manifests_kustomize_and_chart_install_on_the_real_server(tb: Arc<Testbed>) {
     let helm = tb.bin.join("helm");
     let crds = tb
@@ -203,21 +222,30 @@ pub async fn manifests_kustomize_and_chart_install_on_the_real_server(tb: Arc<Te
             .concat(),
             None,
         );
+        // The config the chart renders is one the guard accepts. (With tlsSecretName set it
+        // names PEM files that exist only in the pod, which check-config reads: so the
+        // default values only.)
+        if !extra.is_empty() {
+            server_dry_run(&kubectl, admin, &rendered);
+            continue;
+        }
+        let config = serde_yaml::Deserializer::from_str(&rendered)
+            .filter_map(|de| serde::Deserialize::deserialize(de).ok())
+            .find_map(|doc: Yaml| {
+                (doc["kind"].as_str() == Some("ConfigMap"))
+                    .then(|| doc["data"]["config.yaml"].as_str().map(str::to_owned))
+                    .flatten()
+            })
+            .expect("the chart renders a ConfigMap with config.yaml");
+        let path = tb.dir.join("chart-config.yaml");
+        std::fs::write(&path, &config).expect("write the rendered config");
         run(
-            "kubectl apply --dry-run=server (helm template)",
-            &kubectl,
-            &[
-                "--kubeconfig",
-                admin,
-                "apply",
-                "--dry-run=server",
-                "--namespace",
-                NAMESPACE,
-                "-f",
-                "-",
-            ],
-            Some(&rendered),
+            "initguard check-config (the chart's config)",
+            Path::new(env!("CARGO_BIN_EXE_initguard")),
+            &["check-config", path.to_str().unwrap()],
+            None,
         );
+        server_dry_run(&kubectl, admin, &rendered);
     }
 
     // helm install: every rendered object exists afterwards, as the server lists it.
