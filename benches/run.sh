@@ -105,6 +105,9 @@ started=$(date -u +%s)
 if [ -n "$out" ]; then
   cp "$body" "$out"
   echo "wrote $out" >&2
+  # README's picture, from a fresh demo run.
+  target/release/initguard demo --plot docs/pileup.svg >/dev/null
+  echo "wrote docs/pileup.svg" >&2
 else
   cat "$body"
 fi

@@ -76,6 +76,10 @@ pub enum Command {
         /// kubeconfig for kubectl.
         #[arg(long)]
         serve: bool,
+        /// Also draw the pile of waiting pods over time, without and with the guard, as an
+        /// SVG file.
+        #[arg(long, value_name = "FILE.svg")]
+        plot: Option<PathBuf>,
     },
 }
 

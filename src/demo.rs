@@ -7,6 +7,8 @@
 //! the simulator's object history and the guard's owner view (never from log output), and the
 //! demo ends with a side-by-side table of what happened.
 
+pub mod plot;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::{self, Display, Write as _};
 use std::io::Write;
@@ -142,6 +144,9 @@ pub struct RunStats {
     pub largest_pile: usize,
     /// `Kind/namespace/name` of the controller that had [`RunStats::largest_pile`].
     pub largest_pile_controller: Option<String>,
+    /// (seconds into the scenario's timeline, pods stored and waiting on an initializer),
+    /// sampled every tick: the pile over time that `initguard demo --plot` draws.
+    pub waiting_over_time: Vec<(f64, usize)>,
     /// Longest time an opted-in pod waited for initialization (until the end if it still does).
     /// Waits are measured as the guard measures them: from `creationTimestamp` (whole seconds)
     /// for scheduling gates, from creation for legacy initializers.
@@ -179,6 +184,9 @@ pub struct DemoSummary {
     pub with_guard: RunStats,
     /// `http://ADDR` where the guard served /metrics and /status during the second run.
     pub guard_url: String,
+    /// The sidecar owner's outage on the scenario's timeline (seconds: killed, revived or the
+    /// end of the run).
+    pub outage: Option<(f64, f64)>,
 }
 
 /// Run the demo, narrating on stdout.
@@ -227,6 +235,7 @@ pub async fn run_with_output(
         without_guard,
         with_guard,
         guard_url,
+        outage: outage(&scenario, clock),
     };
 
     n.line("");
@@ -349,6 +358,18 @@ fn scenario(mechanism: Mechanism, clock: Clock) -> Result<Scenario, DemoError> {
 /// The scenario's create timeout (legacy initializers), as the server applies it.
 fn create_timeout(scenario: &Scenario) -> Duration {
     scenario.sim_options(SimOptions::default()).create_timeout
+}
+
+/// The sidecar owner's outage, unscaled: from its kill to its revival (or the end of the run).
+fn outage(scenario: &Scenario, clock: Clock) -> Option<(f64, f64)> {
+    let killed = scenario.steps().into_iter().find_map(|(at, step)| {
+        matches!(&step, Step::Action(Action::Kill(t)) if t == SIDECAR).then_some(at)
+    })?;
+    let revived = revived_at(scenario, SIDECAR).unwrap_or(clock.d(RUN_LENGTH));
+    Some((
+        killed.as_secs_f64() / clock.scale,
+        revived.as_secs_f64() / clock.scale,
+    ))
 }
 
 /// When the scenario revives `target`, if it does.
@@ -670,7 +691,7 @@ async fn drive(
         }
         lines.extend(observer.creator_timeouts(cluster));
         let pile = pile_report(&cluster.sim, mechanism);
-        observer.sample_pile(&pile);
+        observer.sample_pile(&pile, elapsed);
         if elapsed >= next_sample {
             next_sample += clock.d(SAMPLE_EVERY);
             let at = observer.since_start(SystemTime::now());
@@ -793,6 +814,8 @@ struct Observer {
     bypasses: Vec<BypassSeen>,
     largest_pile: usize,
     largest_pile_controller: Option<String>,
+    /// (timeline seconds, pods waiting), every tick.
+    waiting_over_time: Vec<(f64, usize)>,
     /// Whether the sidecar owner has been revived.
     revived: bool,
     /// Sidecar removals by its owner since the revival.
@@ -817,6 +840,7 @@ impl Observer {
             bypasses: Vec::new(),
             largest_pile: 0,
             largest_pile_controller: None,
+            waiting_over_time: Vec::new(),
             revived: false,
             caught_up_removals: 0,
             caught_up_reported: false,
@@ -1026,7 +1050,10 @@ impl Observer {
         lines
     }
 
-    fn sample_pile(&mut self, pile: &kube_sim::controllers::PileReport) {
+    fn sample_pile(&mut self, pile: &kube_sim::controllers::PileReport, elapsed: Duration) {
+        // On the scenario's own timeline, whatever the time scale.
+        let at = elapsed.as_secs_f64() / self.clock.scale;
+        self.waiting_over_time.push((at, pile.stored_waiting_pods));
         if let Some((controller, size)) = largest(pile)
             && size > self.largest_pile
         {
@@ -1054,6 +1081,7 @@ impl Observer {
             create_timeouts,
             largest_pile: self.largest_pile,
             largest_pile_controller: self.largest_pile_controller.clone(),
+            waiting_over_time: self.waiting_over_time.clone(),
             ..RunStats::default()
         };
         for pod in self.pods.values() {
@@ -1503,6 +1531,7 @@ mod tests {
             without_guard: RunStats::default(),
             with_guard: stats,
             guard_url: String::new(),
+            outage: None,
         };
         let table = render_table(&summary);
         let row = |label: &str| {

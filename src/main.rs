@@ -48,12 +48,16 @@ fn main() -> ExitCode {
             kube_sim::cli::run(args)
         }
         #[cfg(feature = "sim")]
-        Command::Demo { mechanism, serve } => {
+        Command::Demo {
+            mechanism,
+            serve,
+            plot,
+        } => {
             // The narration on stdout is the demo; logs are kept to warnings on stderr. kube's
             // client logs every error response, and the simulated 504s of legacy creates are
             // expected here.
             init_logging(format, "warn,kube_client::client::builder=off");
-            demo(mechanism, serve)
+            demo(mechanism, serve, plot.as_deref())
         }
     }
 }
@@ -229,7 +233,14 @@ fn missing_owners(kubeconfig: &Path, config: &Config) -> Result<Vec<String>, Exi
 }
 
 #[cfg(feature = "sim")]
-fn demo(mechanism: DemoMechanism, serve: bool) -> ExitCode {
+fn demo(mechanism: DemoMechanism, serve: bool, plot: Option<&Path>) -> ExitCode {
+    // A plot file that cannot be written is a usage error, found before a minute of demo.
+    if let Some(path) = plot
+        && let Err(e) = std::fs::File::create(path)
+    {
+        eprintln!("error: --plot {}: {e}", path.display());
+        return ExitCode::from(2);
+    }
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
@@ -240,7 +251,13 @@ fn demo(mechanism: DemoMechanism, serve: bool) -> ExitCode {
         ..Default::default()
     };
     match rt.block_on(initguard::demo::run(opts)) {
-        Ok(_) => ExitCode::SUCCESS,
+        Ok(summary) => match plot.map(|path| initguard::demo::plot::write_svg(&summary, path)) {
+            Some(Err(e)) => {
+                eprintln!("error: {e}");
+                ExitCode::from(1)
+            }
+            _ => ExitCode::SUCCESS,
+        },
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(1)

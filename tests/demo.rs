@@ -57,8 +57,12 @@ fn demo_rejects_an_unknown_mechanism_with_a_usage_error() {
 #[test]
 fn default_demo_exits_zero_within_a_minute_and_shows_the_guard_working() {
     let started = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let plot = dir.path().join("pile.svg");
     let mut child = Command::new(BIN)
         .arg("demo")
+        .arg("--plot")
+        .arg(&plot)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -115,6 +119,55 @@ fn default_demo_exits_zero_within_a_minute_and_shows_the_guard_working() {
     assert_eq!(numbers(&output, "bypasses of the healthy"), (0, 0));
     let (_, with) = numbers(&output, "still waiting at the end");
     assert_eq!(with, 0, "{output}");
+
+    // The picture, read with an XML parser of its own: both runs drawn, the pile without the
+    // guard higher than with it (SVG's y grows downwards).
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    let doc = roxmltree::Document::parse(&svg).unwrap_or_else(|e| panic!("not XML: {e}"));
+    let series = |colour: &str| -> Vec<(f64, f64)> {
+        doc.descendants()
+            .filter(|n| n.has_tag_name("polyline") && n.attribute("stroke") == Some(colour))
+            .map(|n| {
+                n.attribute("points")
+                    .unwrap_or_default()
+                    .split_whitespace()
+                    .filter_map(|p| p.split_once(','))
+                    .map(|(x, y)| (x.parse().unwrap(), y.parse().unwrap()))
+                    .collect::<Vec<(f64, f64)>>()
+            })
+            .max_by_key(Vec::len)
+            .unwrap_or_else(|| panic!("no polyline in {colour}"))
+    };
+    let top = |points: &[(f64, f64)]| points.iter().map(|p| p.1).fold(f64::MAX, f64::min);
+    let (without, with) = (series("#C0392B"), series("#1F6FB2"));
+    assert!(without.len() > 20 && with.len() > 20, "sampled every tick");
+    assert!(
+        top(&without) < top(&with),
+        "the pile without the guard ({}) must peak above the one with it ({})",
+        top(&without),
+        top(&with)
+    );
+    for text in ["without initguard", "with initguard", "owner down"] {
+        assert!(
+            doc.descendants()
+                .any(|n| n.text().map(str::trim) == Some(text)),
+            "no {text:?} label in the SVG"
+        );
+    }
+}
+
+#[test]
+fn demo_plot_to_an_unwritable_path_is_a_usage_error() {
+    let out = Command::new(BIN)
+        .args(["demo", "--plot", "/nonexistent/dir/pile.svg"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("error: --plot /nonexistent/dir/pile.svg: No such file or directory"),
+        "{stderr}"
+    );
 }
 
 /// A `Write` whose bytes the test can read afterwards.
