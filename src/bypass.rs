@@ -76,7 +76,7 @@ pub fn record_entry(initializer: &str, reason: Reason, at: SystemTime) -> String
 
 /// `at` as RFC 3339 in UTC with whole seconds. Clocks outside 1970..=9999 are clamped to that
 /// range so a record is always well-formed.
-fn rfc3339_seconds(at: SystemTime) -> String {
+pub(crate) fn rfc3339_seconds(at: SystemTime) -> String {
     let timestamp = if at < SystemTime::UNIX_EPOCH {
         jiff::Timestamp::UNIX_EPOCH
     } else {

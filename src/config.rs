@@ -32,12 +32,13 @@ pub use kube_common::selector::{LabelSelector, Requirement, SelectorError, Selec
 pub use resolve::{
     DEFAULT_DEADLINE, DEFAULT_LEASE_DURATION, DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE,
     DEFAULT_LISTEN, DEFAULT_MAX_IN_FLIGHT, DEFAULT_OPT_IN_LABEL, DEFAULT_OWNER_DOWN_GRACE,
-    DEFAULT_PILEUP_MIN_WAIT, DEFAULT_PILEUP_THRESHOLD, DEFAULT_PROBE_INTERVAL, MAX_DURATION,
-    MAX_IN_FLIGHT_LIMIT, parse_object_ref, validate_http_url,
+    DEFAULT_PILEUP_MIN_WAIT, DEFAULT_PILEUP_THRESHOLD, DEFAULT_PROBE_INTERVAL,
+    DEFAULT_RESTORE_GRACE, MAX_DURATION, MAX_IN_FLIGHT_LIMIT, parse_object_ref, parse_webhook_id,
+    validate_http_url,
 };
 pub use types::{
-    Config, Defaults, InitializerConfig, LeaderElection, ObjectRef, OptIn, OwnerSpec, Pileup,
-    PileupAction, ServingCert, UnlistedPolicy,
+    BypassVia, Config, Defaults, InitializerConfig, LeaderElection, ObjectRef, OptIn, OwnerSpec,
+    Pileup, PileupAction, ServingCert, UnlistedPolicy, WebhookConfig, WebhookId, WebhookKind,
 };
 
 /// Largest configuration file accepted, checked before any parsing.
@@ -318,6 +319,13 @@ impl Config {
                 }
             }
         }
+        if self.mechanism == Mechanism::Initializers && !self.webhooks.is_empty() {
+            warnings.push(
+                "webhooks: the webhook guard needs Kubernetes 1.15+ (objectSelector); servers \
+                 with legacy initializers (1.7-1.13) cannot be guarded this way"
+                    .to_owned(),
+            );
+        }
         if self.pileup.action == PileupAction::Bypass && self.pileup.min_wait.is_zero() {
             warnings.push(
                 "pileup.minWait is 0s: a healthy owner's batch of pileup.threshold pods \
@@ -417,6 +425,31 @@ impl Config {
         }
         writeln!(out, "dryRun: {}", self.dry_run)?;
         writeln!(out, "maxInFlight: {}", self.max_in_flight)?;
+        if !self.webhooks.is_empty() {
+            writeln!(out, "webhooks: {}", self.webhooks.len())?;
+            for w in &self.webhooks {
+                let owner = w.owner.as_ref().map_or_else(
+                    || "owner the ready endpoints of its Service".to_owned(),
+                    |o| format!("owner {o}"),
+                );
+                let via = match w.bypass_via {
+                    types::BypassVia::Auto => "auto",
+                    types::BypassVia::Selectors => "selectors",
+                };
+                let exempt = if w.exempt_namespaces.is_empty() {
+                    String::new()
+                } else {
+                    format!(", exempt {}", w.exempt_namespaces.join(","))
+                };
+                writeln!(
+                    out,
+                    "  {}: grace {}, restore after {}, via {via}{exempt}, {owner}",
+                    w.id,
+                    d(w.owner_down_grace),
+                    d(w.restore_grace)
+                )?;
+            }
+        }
         for w in self.warnings() {
             writeln!(out, "warning: {w}")?;
         }

@@ -21,3 +21,4 @@ pub mod report;
 pub mod status;
 pub mod supervise;
 pub mod tracker;
+pub mod webhook;

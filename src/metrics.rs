@@ -59,6 +59,10 @@ pub struct Metrics {
     pub build_info: IntGaugeVec,
     pub deadline_seconds: GaugeVec,
     pub dry_run: IntGauge,
+    pub webhook_bypassed: IntGaugeVec,
+    pub webhook_bypasses_total: IntCounterVec,
+    pub webhook_restores_total: IntCounterVec,
+    pub webhook_flapping: IntGaugeVec,
     listed: HashSet<String>,
     unlisted_seen: Mutex<HashSet<String>>,
 }
@@ -163,6 +167,36 @@ impl Metrics {
                 "initguard_dry_run",
                 "1 when decisions are only logged, not written.",
             )?,
+            webhook_bypassed: IntGaugeVec::new(
+                Opts::new(
+                    "initguard_webhook_bypassed",
+                    "1 while the listed admission webhook is bypassed for opted-in objects.",
+                ),
+                &["webhook"],
+            )?,
+            webhook_bypasses_total: IntCounterVec::new(
+                Opts::new(
+                    "initguard_webhook_bypasses_total",
+                    "Bypasses of a listed admission webhook (dry-run: decisions).",
+                ),
+                &["webhook", "reason"],
+            )?,
+            webhook_restores_total: IntCounterVec::new(
+                Opts::new(
+                    "initguard_webhook_restores_total",
+                    "Ends of a webhook bypass: restored exactly, or left alone because someone \
+                     else changed the entry (conflict).",
+                ),
+                &["webhook", "outcome"],
+            )?,
+            webhook_flapping: IntGaugeVec::new(
+                Opts::new(
+                    "initguard_webhook_flapping",
+                    "1 while another writer keeps undoing the webhook's bypass and initguard \
+                     has stopped re-applying it.",
+                ),
+                &["webhook"],
+            )?,
             listed: config.initializers.iter().map(|i| i.name.clone()).collect(),
             unlisted_seen: Mutex::new(HashSet::new()),
             registry,
@@ -182,6 +216,10 @@ impl Metrics {
         r.register(Box::new(m.build_info.clone()))?;
         r.register(Box::new(m.deadline_seconds.clone()))?;
         r.register(Box::new(m.dry_run.clone()))?;
+        r.register(Box::new(m.webhook_bypassed.clone()))?;
+        r.register(Box::new(m.webhook_bypasses_total.clone()))?;
+        r.register(Box::new(m.webhook_restores_total.clone()))?;
+        r.register(Box::new(m.webhook_flapping.clone()))?;
         #[cfg(target_os = "linux")]
         r.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
@@ -215,10 +253,27 @@ impl Metrics {
                 crate::config::OwnerSpec::Lease(_) => {
                     m.watch_restarts_total.with_label_values(&["leases"])
                 }
+                crate::config::OwnerSpec::Service(_) => m
+                    .watch_restarts_total
+                    .with_label_values(&["endpointslices"]),
                 crate::config::OwnerSpec::Pods { .. } | crate::config::OwnerSpec::Http { .. } => {
                     continue;
                 }
             };
+        }
+        for w in &config.webhooks {
+            let name = w.id.to_string();
+            m.webhook_bypassed.with_label_values(&[&name]).set(0);
+            m.webhook_flapping.with_label_values(&[&name]).set(0);
+            m.webhook_bypasses_total
+                .with_label_values(&[&name, Reason::OwnerDown.as_str()]);
+            for outcome in ["restored", "conflict"] {
+                m.webhook_restores_total
+                    .with_label_values(&[&name, outcome]);
+            }
+            if let Some(owner) = &w.owner {
+                m.set_owner_state(&name, owner.kind(), "unknown");
+            }
         }
         m.dry_run.set(i64::from(config.dry_run));
         Ok(m)

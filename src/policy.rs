@@ -407,6 +407,7 @@ mod tests {
             tls: crate::config::ServingCert::SelfSigned,
             dry_run: false,
             max_in_flight: 16,
+            webhooks: Vec::new(),
         }
     }
 

@@ -20,6 +20,8 @@ pub struct Report {
     pub mechanism: &'static str,
     pub owners: Vec<OwnerReport>,
     pub waiting_pods: Vec<PodStatus>,
+    /// Listed admission webhooks, in config order.
+    pub webhooks: Vec<crate::webhook::WebhookStatus>,
 }
 
 /// `/status` body: the [`Report`] (its keys inline) and this replica's state.

@@ -79,6 +79,15 @@ pub async fn gather(
     config: Arc<Config>,
 ) -> Result<Report, StatusError> {
     let Connection { client, clock } = connection.into();
+    // Webhooks without an owner are owned by their Service, as in the running guard.
+    let config = {
+        let derived = crate::guard::webhooks::default_owners(&client, &config).await;
+        let mut resolved = (*config).clone();
+        for (index, owner) in derived {
+            resolved.webhooks[index].owner = Some(owner);
+        }
+        Arc::new(resolved)
+    };
     let cancel = CancellationToken::new();
     let _stop = cancel.clone().drop_guard();
     let metrics = Arc::new(Metrics::new(&config)?);
@@ -92,7 +101,7 @@ pub async fn gather(
     );
     let _ = tokio::time::timeout(OWNER_SYNC_TIMEOUT, owners.wait_synced()).await;
 
-    let api: Api<SlimPod> = Api::all(client);
+    let api: Api<SlimPod> = Api::all(client.clone());
     let mut tracker = Tracker::new(config.clone()).with_clock(clock);
     let mut params = ListParams::default().limit(PAGE);
     let now = SystemTime::now();
@@ -114,10 +123,12 @@ pub async fn gather(
         now,
     };
     let waiting_pods = pod_statuses(&tracker, &env, &config, now, usize::MAX);
+    let webhooks = crate::guard::webhooks::read_statuses(&client, &config, &owners).await;
     Ok(Report {
         mechanism: config.mechanism.as_str(),
         owners: owners.snapshot(),
         waiting_pods,
+        webhooks,
     })
 }
 
@@ -137,6 +148,19 @@ pub fn render_table(report: &Report, now: SystemTime) -> String {
                 o.owner_kind,
                 o.target,
                 state_words(o.state, &o.detail, now)
+            );
+        }
+    }
+    if !report.webhooks.is_empty() {
+        let _ = writeln!(out, "\nWEBHOOK\tSTATE\tOWNER\tSINCE");
+        for w in &report.webhooks {
+            let _ = writeln!(
+                out,
+                "{}\t{}\t{}\t{}",
+                w.webhook,
+                w.state,
+                state_words(w.owner, "not observed", now),
+                w.bypassed_since.as_deref().unwrap_or("-")
             );
         }
     }

@@ -469,12 +469,12 @@ mod rules {
         assert_rejected(
             "initializers:\n  - name: s.example.com\n    owner: {}\n",
             "3:5",
-            "initializers[0].owner: expected exactly one of deployment, lease, pods or http, got none",
+            "initializers[0].owner: expected exactly one of deployment, lease, service, pods or http, got none",
         );
         assert_rejected(
             "initializers:\n  - name: s.example.com\n    owner:\n      deployment: a/b\n      http: http://x/\n",
             "3:5",
-            "initializers[0].owner: expected exactly one of deployment, lease, pods or http, got \
+            "initializers[0].owner: expected exactly one of deployment, lease, service, pods or http, got \
              deployment and http",
         );
     }
@@ -768,7 +768,7 @@ mod rules {
             (
                 "initializers:\n  - name: a.b.c\n    owner:\n      statefulset: a/b\n",
                 "4:7",
-                "initializers[0].owner: unknown field `statefulset`, expected one of `deployment`, `lease`, `pods`, `http`",
+                "initializers[0].owner: unknown field `statefulset`, expected one of `deployment`, `lease`, `service`, `pods`, `http`",
             ),
             (
                 "initializers:\n  - name: a.b.c\n    owner:\n      pods:\n        labels: x\n",
@@ -1191,6 +1191,27 @@ mod corpus {
             ":3:13: tls.certFile: cannot read \"/nonexistent/tls.crt\"",
         ),
         ("81-tls-unknown-key.yaml", "tls: unknown field `cert`"),
+        (
+            "82-webhook-bad-kind.yaml",
+            ":2:11: webhooks[0].name: expected \"KIND/CONFIGURATION/WEBHOOK\" with KIND validating or mutating",
+        ),
+        (
+            "83-webhook-duplicate.yaml",
+            ":3:11: webhooks[1].name: duplicate webhook \"validating/pod-policy/pods.policy.example.com\": already listed at webhooks[0]",
+        ),
+        (
+            "84-webhook-unknown-key.yaml",
+            "unknown field `failurePolicy`",
+        ),
+        ("85-webhook-bad-bypass-via.yaml", "unknown variant `labels`"),
+        (
+            "86-webhook-bad-exempt-namespace.yaml",
+            ":4:24: webhooks[0].exemptNamespaces[0]",
+        ),
+        (
+            "87-webhook-without-name.yaml",
+            ":2:5: webhooks[0]: expected a name key",
+        ),
     ];
 
     fn corpus_dir() -> PathBuf {

@@ -35,6 +35,9 @@ const ALERTS: &[&str] = &[
     "InitguardNoLeader",
     "InitguardMultipleLeaders",
     "InitguardWatchRestartsHigh",
+    "InitguardWebhookBypassed",
+    "InitguardWebhookRestoreConflict",
+    "InitguardWebhookFlapping",
 ];
 
 /// Metrics initguard exports (README "Observe"), `initguard_deadline_seconds` and
@@ -56,6 +59,10 @@ const EXPORTED: &[&str] = &[
     "initguard_build_info",
     "initguard_deadline_seconds",
     "initguard_dry_run",
+    "initguard_webhook_bypassed",
+    "initguard_webhook_bypasses_total",
+    "initguard_webhook_restores_total",
+    "initguard_webhook_flapping",
 ];
 
 /// Exported metrics that carry an `initializer` label.

@@ -30,6 +30,8 @@ mod privilege;
 mod replicas;
 #[path = "real_cluster/secure.rs"]
 mod secure;
+#[path = "real_cluster/webhooks.rs"]
+mod webhooks;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -83,6 +85,25 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     (
         "secure::secure_endpoints_authenticate_and_authorize",
         |tb| Box::pin(secure::secure_endpoints_authenticate_and_authorize(tb)),
+    ),
+    (
+        "webhooks::webhook_bypassed_via_match_conditions_and_restored",
+        |tb| Box::pin(webhooks::webhook_bypassed_via_match_conditions_and_restored(tb)),
+    ),
+    (
+        "webhooks::webhook_bypassed_via_selectors_and_restored",
+        |tb| Box::pin(webhooks::webhook_bypassed_via_selectors_and_restored(tb)),
+    ),
+    ("webhooks::webhook_dry_run_writes_nothing", |tb| {
+        Box::pin(webhooks::webhook_dry_run_writes_nothing(tb))
+    }),
+    (
+        "webhooks::webhook_own_pods_created_through_the_exemption",
+        |tb| Box::pin(webhooks::webhook_own_pods_created_through_the_exemption(tb)),
+    ),
+    (
+        "webhooks::webhook_edits_by_others_are_not_overwritten",
+        |tb| Box::pin(webhooks::webhook_edits_by_others_are_not_overwritten(tb)),
     ),
     ("differential::sim_answers_as_the_real_server", |tb| {
         Box::pin(differential::sim_answers_as_the_real_server(tb))

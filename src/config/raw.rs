@@ -9,7 +9,7 @@ use serde::de::{self, Deserializer, Visitor};
 
 use kube_common::Mechanism;
 
-use super::types::{PileupAction, UnlistedPolicy};
+use super::types::{BypassVia, PileupAction, UnlistedPolicy};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(
@@ -30,6 +30,23 @@ pub(super) struct RawConfig {
     pub tls: Option<RawTls>,
     pub dry_run: Option<bool>,
     pub max_in_flight: Option<Count>,
+    pub webhooks: Option<Vec<RawWebhook>>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    expecting = "a webhook entry: a mapping with keys name, owner, ownerDownGrace, restoreGrace, \
+                 exemptNamespaces and bypassVia"
+)]
+pub(super) struct RawWebhook {
+    pub name: Option<String>,
+    pub owner: Option<RawOwner>,
+    pub owner_down_grace: Option<HumanDuration>,
+    pub restore_grace: Option<HumanDuration>,
+    pub exempt_namespaces: Option<Vec<String>>,
+    pub bypass_via: Option<BypassVia>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -75,11 +92,12 @@ pub(super) struct RawInitializer {
 #[serde(
     deny_unknown_fields,
     rename_all = "camelCase",
-    expecting = "an owner: a mapping with one of deployment, lease, pods or http"
+    expecting = "an owner: a mapping with one of deployment, lease, service, pods or http"
 )]
 pub(super) struct RawOwner {
     pub deployment: Option<String>,
     pub lease: Option<String>,
+    pub service: Option<String>,
     pub pods: Option<RawPods>,
     pub http: Option<RawHttp>,
 }

@@ -8,10 +8,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::error::LocatedError;
-use super::raw::{Count, HumanDuration, RawConfig, RawHttp, RawInitializer, RawOwner, RawTls};
+use super::raw::{
+    Count, HumanDuration, RawConfig, RawHttp, RawInitializer, RawOwner, RawTls, RawWebhook,
+};
 use super::types::{
-    Config, Defaults, InitializerConfig, LeaderElection, ObjectRef, OptIn, OwnerSpec, Pileup,
-    PileupAction, ServingCert, UnlistedPolicy,
+    BypassVia, Config, Defaults, InitializerConfig, LeaderElection, ObjectRef, OptIn, OwnerSpec,
+    Pileup, PileupAction, ServingCert, UnlistedPolicy, WebhookConfig, WebhookId, WebhookKind,
 };
 use kube_common::Mechanism;
 use kube_common::names::{
@@ -42,6 +44,8 @@ pub const DEFAULT_LEASE_NAME: &str = "initguard";
 pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(15);
 /// Default `listen`.
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:9777";
+/// Default `restoreGrace` of a listed webhook.
+pub const DEFAULT_RESTORE_GRACE: Duration = Duration::from_secs(30);
 /// Default `maxInFlight`.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 16;
 /// Largest `maxInFlight`.
@@ -212,6 +216,14 @@ fn owner(problems: &mut Findings<'_>, path: &str, raw: RawOwner) -> Option<Owner
             Err(e) => problems.value(&p, e),
         }
     }
+    if let Some(text) = raw.service {
+        kinds.push("service");
+        let p = format!("{path}.service");
+        match parse_object_ref(&text) {
+            Ok(r) => specs.push(OwnerSpec::Service(r)),
+            Err(e) => problems.value(&p, e),
+        }
+    }
     if let Some(pods) = raw.pods {
         kinds.push("pods");
         let p = format!("{path}.pods");
@@ -276,8 +288,9 @@ fn owner(problems: &mut Findings<'_>, path: &str, raw: RawOwner) -> Option<Owner
         0 => {
             problems.key(
                 path,
-                "expected exactly one of deployment, lease, pods or http, got none (omit owner \
-                 for a deadline-only initializer)",
+                "expected exactly one of deployment, lease, service, pods or http, got none \
+                 (omit owner for the default: deadline only for an initializer, the Service's \
+                 ready endpoints for a webhook)",
             );
             None
         }
@@ -286,7 +299,7 @@ fn owner(problems: &mut Findings<'_>, path: &str, raw: RawOwner) -> Option<Owner
             problems.key(
                 path,
                 format!(
-                    "expected exactly one of deployment, lease, pods or http, got {}",
+                    "expected exactly one of deployment, lease, service, pods or http, got {}",
                     kinds.join(" and ")
                 ),
             );
@@ -510,6 +523,86 @@ fn initializer(
     }
 }
 
+/// `KIND/CONFIGURATION/WEBHOOK`: KIND `validating` or `mutating`, CONFIGURATION a DNS-1123
+/// subdomain (an object name), WEBHOOK a DNS-1123 subdomain (the entry's name).
+pub fn parse_webhook_id(text: &str) -> Result<WebhookId, String> {
+    let expected = "expected \"KIND/CONFIGURATION/WEBHOOK\" with KIND validating or mutating, \
+                    such as \"validating/pod-policy/pods.policy.example.com\"";
+    let mut parts = text.split('/');
+    let (Some(kind), Some(configuration), Some(webhook), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(format!("{expected}, got {text:?}"));
+    };
+    let kind = match kind {
+        "validating" => WebhookKind::Validating,
+        "mutating" => WebhookKind::Mutating,
+        other => return Err(format!("{expected}, got kind {other:?} in {text:?}")),
+    };
+    validate_dns1123_subdomain(configuration)
+        .map_err(|e| format!("{expected}, got {text:?}: configuration: {e}"))?;
+    validate_dns1123_subdomain(webhook)
+        .map_err(|e| format!("{expected}, got {text:?}: webhook: {e}"))?;
+    Ok(WebhookId {
+        kind,
+        configuration: configuration.to_owned(),
+        webhook: webhook.to_owned(),
+    })
+}
+
+fn webhook(
+    problems: &mut Findings<'_>,
+    index: usize,
+    raw: RawWebhook,
+    defaults: &Defaults,
+) -> Option<WebhookConfig> {
+    let path = format!("webhooks[{index}]");
+    let before = problems.list.len();
+    let id = match raw.name {
+        None => {
+            problems.key(
+                &path,
+                "expected a name key (KIND/CONFIGURATION/WEBHOOK, such as \
+                 \"validating/pod-policy/pods.policy.example.com\")",
+            );
+            None
+        }
+        Some(name) => parse_webhook_id(&name)
+            .map_err(|e| problems.value(&format!("{path}.name"), e))
+            .ok(),
+    };
+    let exempt_namespaces = raw.exempt_namespaces.unwrap_or_default();
+    for (i, ns) in exempt_namespaces.iter().enumerate() {
+        if let Err(e) = validate_dns1123_label(ns) {
+            problems.value(&format!("{path}.exemptNamespaces[{i}]"), e);
+        }
+    }
+    let resolved = WebhookConfig {
+        id: id?,
+        owner: raw
+            .owner
+            .and_then(|o| owner(problems, &format!("{path}.owner"), o)),
+        owner_down_grace: duration(
+            problems,
+            &format!("{path}.ownerDownGrace"),
+            raw.owner_down_grace,
+            defaults.owner_down_grace,
+            Minimum::Zero,
+        ),
+        restore_grace: duration(
+            problems,
+            &format!("{path}.restoreGrace"),
+            raw.restore_grace,
+            DEFAULT_RESTORE_GRACE,
+            Minimum::Zero,
+        ),
+        exempt_namespaces,
+        bypass_via: raw.bypass_via.unwrap_or(BypassVia::Auto),
+        probe_interval: defaults.probe_interval,
+    };
+    (problems.list.len() == before).then_some(resolved)
+}
+
 /// Fill in defaults and check every rule. Returns the configuration even when problems were
 /// found; the caller discards it then.
 pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
@@ -686,6 +779,27 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
         1..=MAX_IN_FLIGHT_LIMIT as u64,
     );
 
+    let mut webhooks: Vec<WebhookConfig> = Vec::new();
+    let mut first_webhook: HashMap<WebhookId, usize> = HashMap::new();
+    for (i, raw_webhook) in raw.webhooks.unwrap_or_default().into_iter().enumerate() {
+        let Some(resolved) = webhook(problems, i, raw_webhook, &defaults) else {
+            continue;
+        };
+        if let Some(first) = first_webhook.get(&resolved.id) {
+            problems.value(
+                &format!("webhooks[{i}].name"),
+                format!(
+                    "duplicate webhook \"{}\": already listed at webhooks[{first}]; expected each \
+                     webhook once",
+                    resolved.id
+                ),
+            );
+            continue;
+        }
+        first_webhook.insert(resolved.id.clone(), i);
+        webhooks.push(resolved);
+    }
+
     Config {
         mechanism: raw.mechanism.unwrap_or(Mechanism::SchedulingGates),
         opt_in,
@@ -700,5 +814,6 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
         dry_run: raw.dry_run.unwrap_or(false),
         // Bounded by MAX_IN_FLIGHT_LIMIT above.
         max_in_flight: usize::try_from(max_in_flight).unwrap_or(DEFAULT_MAX_IN_FLIGHT),
+        webhooks,
     }
 }

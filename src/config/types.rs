@@ -32,6 +32,105 @@ pub struct Config {
     pub dry_run: bool,
     /// Most bypass patches in flight at once (default 16).
     pub max_in_flight: usize,
+    /// Listed admission webhooks (DESIGN.md "Admission webhooks").
+    pub webhooks: Vec<WebhookConfig>,
+}
+
+/// One listed admission webhook.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookConfig {
+    /// `KIND/CONFIGURATION/WEBHOOK`.
+    #[serde(rename = "name")]
+    pub id: WebhookId,
+    /// None: the ready endpoints of the webhook's `clientConfig.service`.
+    pub owner: Option<OwnerSpec>,
+    /// Resolved: own value or `defaults.ownerDownGrace`.
+    #[serde(with = "humantime_serde")]
+    pub owner_down_grace: Duration,
+    /// How long the owner must be up again before the bypass is undone.
+    #[serde(with = "humantime_serde")]
+    pub restore_grace: Duration,
+    /// Namespaces no longer sent to the webhook while it is bypassed (its own pods).
+    pub exempt_namespaces: Vec<String>,
+    pub bypass_via: BypassVia,
+    /// Resolved: `defaults.probeInterval` (used by http owners).
+    #[serde(with = "humantime_serde")]
+    pub probe_interval: Duration,
+}
+
+/// Which configuration object a webhook entry lives in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum WebhookKind {
+    /// A `ValidatingWebhookConfiguration`.
+    Validating,
+    /// A `MutatingWebhookConfiguration`.
+    Mutating,
+}
+
+impl WebhookKind {
+    /// `validating` or `mutating`, as in the webhook's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WebhookKind::Validating => "validating",
+            WebhookKind::Mutating => "mutating",
+        }
+    }
+
+    /// The API kind of the configuration object.
+    pub fn object_kind(self) -> &'static str {
+        match self {
+            WebhookKind::Validating => "ValidatingWebhookConfiguration",
+            WebhookKind::Mutating => "MutatingWebhookConfiguration",
+        }
+    }
+
+    /// The resource (plural) of the configuration object.
+    pub fn resource(self) -> &'static str {
+        match self {
+            WebhookKind::Validating => "validatingwebhookconfigurations",
+            WebhookKind::Mutating => "mutatingwebhookconfigurations",
+        }
+    }
+}
+
+/// `KIND/CONFIGURATION/WEBHOOK`: one entry of one webhook configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct WebhookId {
+    pub kind: WebhookKind,
+    /// The configuration object's name.
+    pub configuration: String,
+    /// The entry's `name` within `webhooks`.
+    pub webhook: String,
+}
+
+impl fmt::Display for WebhookId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}/{}/{}",
+            self.kind.as_str(),
+            self.configuration,
+            self.webhook
+        )
+    }
+}
+
+impl Serialize for WebhookId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// How a bypass keeps opted-in objects away from a webhook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum BypassVia {
+    /// A `matchConditions` CEL expression where the server keeps it, else selectors.
+    Auto,
+    /// `objectSelector` / `namespaceSelector` requirements.
+    Selectors,
 }
 
 /// The certificate of the HTTPS listener.
@@ -95,6 +194,8 @@ pub enum OwnerSpec {
     Deployment(ObjectRef),
     /// Up while `renewTime + leaseDurationSeconds` is in the future.
     Lease(ObjectRef),
+    /// Up while one of the Service's EndpointSlices lists a ready endpoint.
+    Service(ObjectRef),
     /// Up while at least one matching pod is Ready.
     Pods { namespace: String, selector: String },
     /// Up while GET answers 2xx within 1 s. For https, the server certificate is verified
@@ -120,6 +221,7 @@ impl OwnerSpec {
         match self {
             OwnerSpec::Deployment(_) => "deployment",
             OwnerSpec::Lease(_) => "lease",
+            OwnerSpec::Service(_) => "service",
             OwnerSpec::Pods { .. } => "pods",
             OwnerSpec::Http { .. } => "http",
         }
@@ -187,6 +289,11 @@ impl Config {
         }
     }
 
+    /// The listed webhook with this id.
+    pub fn webhook(&self, id: &WebhookId) -> Option<&WebhookConfig> {
+        self.webhooks.iter().find(|w| &w.id == id)
+    }
+
     /// Whether a pod with these labels in this namespace opted in.
     pub fn is_opted_in(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
         labels.contains_key(&self.opt_in.label)
@@ -204,7 +311,9 @@ impl fmt::Display for ObjectRef {
 impl fmt::Display for OwnerSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            OwnerSpec::Deployment(r) | OwnerSpec::Lease(r) => write!(f, "{} {r}", self.kind()),
+            OwnerSpec::Deployment(r) | OwnerSpec::Lease(r) | OwnerSpec::Service(r) => {
+                write!(f, "{} {r}", self.kind())
+            }
             OwnerSpec::Pods {
                 namespace,
                 selector,

@@ -129,6 +129,40 @@ impl Fence {
         self.write_timeout
     }
 
+    /// Whether this replica leads now.
+    pub fn is_leader(&self) -> bool {
+        *self.leader.borrow()
+    }
+
+    /// Waits until this replica may start a write (true), or it is no longer the leader or is
+    /// shutting down (false). Fenced out while still leading (renewals failing), it waits for a
+    /// renew or for stepping down rather than handing the job back, which would only come back.
+    pub async fn admit(&self, cancel: &CancellationToken) -> bool {
+        let Some(mut renewed) = self.renewed.clone() else {
+            return self.is_leader();
+        };
+        let mut leader = self.leader.clone();
+        loop {
+            if !*leader.borrow_and_update() {
+                return false;
+            }
+            let last = *renewed.borrow_and_update();
+            if last.is_some_and(|at| self.permits(at.elapsed())) {
+                return true;
+            }
+            tokio::select! {
+                r = renewed.changed() => if r.is_err() { return false },
+                r = leader.changed() => if r.is_err() { return false },
+                _ = cancel.cancelled() => return false,
+            }
+        }
+    }
+
+    /// A receiver of leadership changes.
+    pub fn leadership(&self) -> watch::Receiver<bool> {
+        self.leader.clone()
+    }
+
     /// Whether a write may start `since_renew` after the start of the last successful renew:
     /// even if it takes its whole timeout, it ends by the renew deadline.
     pub fn permits(&self, since_renew: Duration) -> bool {
@@ -168,7 +202,6 @@ impl Actuator {
             client,
             config,
             metrics,
-            leader: fence.leader.clone(),
             fence,
             identity: Arc::from(identity),
             reports,
@@ -191,7 +224,6 @@ struct Worker {
     client: kube::Client,
     config: Arc<Config>,
     metrics: Arc<Metrics>,
-    leader: watch::Receiver<bool>,
     fence: Fence,
     /// This replica's identity, named in each Event it writes.
     identity: Arc<str>,
@@ -286,32 +318,8 @@ impl Worker {
         let _ = self.reports.send(report);
     }
 
-    fn is_leader(&self) -> bool {
-        *self.leader.borrow()
-    }
-
-    /// Waits until this replica may start a write (true), or it is no longer the leader or is
-    /// shutting down (false). Fenced out while still leading (renewals failing), it waits for a
-    /// renew or for stepping down rather than handing the job back, which would only come back.
     async fn within_fence(&self, cancel: &CancellationToken) -> bool {
-        let Some(mut renewed) = self.fence.renewed.clone() else {
-            return self.is_leader();
-        };
-        let mut leader = self.leader.clone();
-        loop {
-            if !*leader.borrow_and_update() {
-                return false;
-            }
-            let last = *renewed.borrow_and_update();
-            if last.is_some_and(|at| self.fence.permits(at.elapsed())) {
-                return true;
-            }
-            tokio::select! {
-                r = renewed.changed() => if r.is_err() { return false },
-                r = leader.changed() => if r.is_err() { return false },
-                _ = cancel.cancelled() => return false,
-            }
-        }
+        self.fence.admit(cancel).await
     }
 
     async fn execute(&self, job: BypassJob, cancel: &CancellationToken) -> JobResult {

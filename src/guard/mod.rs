@@ -5,7 +5,8 @@
 //! * [`wakes`]: per-pod wake-ups at the times the policy names;
 //! * [`shared`]: the state the loop and the endpoints share;
 //! * [`actuator`]: the one writer; [`leader`]: the election that fences it;
-//! * [`server`]: `/metrics`, `/healthz`, `/readyz`, `/status`; [`secure`]: the HTTPS listener.
+//! * [`server`]: `/metrics`, `/healthz`, `/readyz`, `/status`; [`secure`]: the HTTPS listener;
+//! * [`webhooks`]: the admission-webhook guard, fenced by the same election.
 
 pub mod actuator;
 mod control;
@@ -14,6 +15,7 @@ pub mod secure;
 pub mod server;
 pub mod shared;
 mod wakes;
+pub mod webhooks;
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
@@ -113,6 +115,19 @@ impl Guard {
             }
         };
         let secure_addr = secure.as_ref().map(|(_, bound, _)| *bound);
+        // Listed webhooks without an owner are owned by their Service, read once here.
+        let config = {
+            let derived = webhooks::default_owners(&client, &config).await;
+            if derived.is_empty() {
+                config
+            } else {
+                let mut resolved = (*config).clone();
+                for (index, owner) in derived {
+                    resolved.webhooks[index].owner = Some(owner);
+                }
+                Arc::new(resolved)
+            }
+        };
         let cancel = CancellationToken::new();
         let metrics = Arc::new(Metrics::new(&config)?);
         let failures = Failures::default();
@@ -138,6 +153,7 @@ impl Guard {
         );
         let leader_task = supervise::spawn(&failures, "leader election", election);
         let fence = actuator::Fence::new(&config.leader_election, leader.clone(), renewed_rx);
+
         let shared = Arc::new(Shared {
             config: config.clone(),
             metrics: metrics.clone(),
@@ -152,6 +168,7 @@ impl Guard {
             stall_after,
             failures: failures.clone(),
             scrape: Mutex::new(()),
+            webhooks: Mutex::new(Default::default()),
         });
         let mut tasks = Vec::new();
         let plain = match secure {
@@ -171,6 +188,21 @@ impl Guard {
             &failures,
             "http server",
             server::serve(listener, plain, cancel.child_token()),
+        ));
+
+        let webhook_guard = webhooks::WebhookGuard {
+            client: client.clone(),
+            config: config.clone(),
+            owners: owners.clone(),
+            metrics: metrics.clone(),
+            fence: fence.clone(),
+            identity: identity.clone(),
+            shared: shared.clone(),
+        };
+        tasks.push(supervise::spawn(
+            &failures,
+            "webhook guard",
+            webhook_guard.run(failures.clone(), cancel.child_token()),
         ));
 
         let (report_tx, report_rx) = mpsc::unbounded_channel();

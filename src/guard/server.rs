@@ -179,6 +179,7 @@ async fn status(
             mechanism: shared.config.mechanism.as_str(),
             owners: shared.owners.snapshot(),
             waiting_pods,
+            webhooks: shared.webhook_statuses(),
         },
     })
 }

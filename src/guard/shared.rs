@@ -33,9 +33,30 @@ pub struct Shared {
     pub failures: Failures,
     /// Serializes scrapes: each resets and refills the gauges before rendering.
     pub(crate) scrape: Mutex<()>,
+    /// Listed webhooks as the webhook guard last saw them, by name.
+    pub(crate) webhooks: Mutex<std::collections::BTreeMap<String, crate::webhook::WebhookStatus>>,
 }
 
 impl Shared {
+    /// Each listed webhook (config order) as the webhook guard last saw it; one it has not
+    /// looked at yet is `not found` with its owner's current state.
+    pub fn webhook_statuses(&self) -> Vec<crate::webhook::WebhookStatus> {
+        let seen = self
+            .webhooks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.config
+            .webhooks
+            .iter()
+            .map(|w| {
+                let name = w.id.to_string();
+                seen.get(&name)
+                    .cloned()
+                    .unwrap_or_else(|| crate::webhook::status(w, None, self.owners.state(&name)))
+            })
+            .collect()
+    }
+
     /// The waiting pods (held briefly: the control loop needs the same lock).
     pub fn tracker(&self) -> MutexGuard<'_, Tracker> {
         self.tracker.lock().unwrap_or_else(|e| e.into_inner())

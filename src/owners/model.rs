@@ -8,6 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
 use tracing::warn;
@@ -277,6 +278,55 @@ impl Model<Pod> for PodsModel {
                 Observed::Down
             },
             format!("{ready} of {} matching pods Ready", self.0.len()),
+        )
+    }
+}
+
+/// A Service's EndpointSlices by name: (ready endpoints, endpoints). An endpoint whose
+/// `conditions.ready` is unset counts as ready, as the API documents ("nil should be
+/// interpreted as true").
+#[derive(Default)]
+pub(super) struct EndpointsModel(HashMap<String, (usize, usize)>);
+
+/// Ready and all endpoints of one EndpointSlice.
+pub fn slice_endpoints(slice: &EndpointSlice) -> (usize, usize) {
+    let ready = slice
+        .endpoints
+        .iter()
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+        .count();
+    (ready, slice.endpoints.len())
+}
+
+impl Model<EndpointSlice> for EndpointsModel {
+    fn apply(&mut self, object: EndpointSlice, _: Instant) {
+        let counts = slice_endpoints(&object);
+        if let Some(name) = object.metadata.name {
+            self.0.insert(name, counts);
+        }
+    }
+
+    fn delete(&mut self, object: EndpointSlice) {
+        if let Some(name) = &object.metadata.name {
+            self.0.remove(name);
+        }
+    }
+
+    fn evaluate(&self, _: Instant) -> Evaluation {
+        if self.0.is_empty() {
+            return Evaluation::new(Observed::Unknown, "no EndpointSlice of the Service");
+        }
+        let (ready, all) = self
+            .0
+            .values()
+            .fold((0, 0), |(r, a), (ready, all)| (r + ready, a + all));
+        Evaluation::new(
+            if ready >= 1 {
+                Observed::Up
+            } else {
+                Observed::Down
+            },
+            format!("{ready} of {all} endpoints ready"),
         )
     }
 }

@@ -81,7 +81,9 @@ pub struct OwnerReport {
 /// leases, `ns/selector` for pods, the URL for http.
 pub fn owner_target(spec: &OwnerSpec) -> String {
     match spec {
-        OwnerSpec::Deployment(r) | OwnerSpec::Lease(r) => format!("{}/{}", r.namespace, r.name),
+        OwnerSpec::Deployment(r) | OwnerSpec::Lease(r) | OwnerSpec::Service(r) => {
+            format!("{}/{}", r.namespace, r.name)
+        }
         OwnerSpec::Pods {
             namespace,
             selector,
@@ -96,15 +98,26 @@ impl Owners {
         let mut owners: Vec<Owner> = Vec::new();
         let mut by_spec: HashMap<&OwnerSpec, usize> = HashMap::new();
         let mut by_initializer = HashMap::new();
-        for init in &config.initializers {
-            let Some(spec) = &init.owner else { continue };
+        // Listed webhooks share the table under their `KIND/CONFIGURATION/WEBHOOK` name,
+        // which no initializer name can be (at most one `/`).
+        let users = config
+            .initializers
+            .iter()
+            .filter_map(|i| Some((i.name.clone(), i.owner.as_ref()?, i.probe_interval)))
+            .chain(
+                config
+                    .webhooks
+                    .iter()
+                    .filter_map(|w| Some((w.id.to_string(), w.owner.as_ref()?, w.probe_interval))),
+            );
+        for (name, spec, probe_interval) in users {
             let index = *by_spec.entry(spec).or_insert_with(|| {
                 owners.push(Owner {
                     spec: spec.clone(),
                     target: owner_target(spec),
                     initializers: Vec::new(),
                     initializer_list: String::new(),
-                    probe_interval: init.probe_interval,
+                    probe_interval,
                     state: Mutex::new(Current {
                         state: OwnerState::Unknown,
                         detail: "not observed yet".to_owned(),
@@ -114,9 +127,9 @@ impl Owners {
                 owners.len() - 1
             });
             let owner = &mut owners[index];
-            owner.initializers.push(init.name.clone());
-            owner.probe_interval = owner.probe_interval.min(init.probe_interval);
-            by_initializer.insert(init.name.clone(), index);
+            owner.initializers.push(name.clone());
+            owner.probe_interval = owner.probe_interval.min(probe_interval);
+            by_initializer.insert(name, index);
         }
         for owner in &mut owners {
             owner.initializer_list = owner.initializers.join(",");
@@ -132,8 +145,9 @@ impl Owners {
         }
     }
 
-    /// Current state of the owner of `initializer` (Unknown if it has none or it has not been
-    /// observed yet).
+    /// Current state of the owner of `initializer` (or of a listed webhook, by its
+    /// `KIND/CONFIGURATION/WEBHOOK` name): Unknown if it has none or it has not been observed
+    /// yet.
     pub fn state(&self, initializer: &str) -> OwnerState {
         match self.inner.by_initializer.get(initializer) {
             Some(&index) => self.inner.owners[index].current().0,

@@ -18,6 +18,7 @@ use hyper_util::client::legacy::connect::Connect;
 use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::DynamicObject;
 use kube::client::ConfigExt as _;
 use kube::runtime::WatchStreamExt;
@@ -34,7 +35,8 @@ use crate::config::{Config, ObjectRef, OwnerSpec};
 use crate::supervise::{self, Failures};
 
 use super::model::{
-    LeaseModel, Model, Observed, PodsModel, ServedDeploymentModel, apply_event, judge,
+    EndpointsModel, LeaseModel, Model, Observed, PodsModel, ServedDeploymentModel, apply_event,
+    judge,
 };
 use super::state::{Handle, owner_target};
 
@@ -59,6 +61,17 @@ pub(super) fn start(task: Task, client: &kube::Client, spec: &OwnerSpec, failure
                 failures,
                 "owner watch",
                 task.watch::<Lease, LeaseModel>(named_api(client, r), name_selector(r), "leases"),
+            );
+        }
+        OwnerSpec::Service(r) => {
+            supervise::spawn(
+                failures,
+                "owner watch",
+                task.watch::<EndpointSlice, EndpointsModel>(
+                    named_api(client, r),
+                    service_slices(r),
+                    "endpointslices",
+                ),
             );
         }
         OwnerSpec::Pods {
@@ -98,8 +111,17 @@ pub(super) fn start(task: Task, client: &kube::Client, spec: &OwnerSpec, failure
 pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<String> {
     let mut seen = std::collections::HashSet::new();
     let mut lines = Vec::new();
-    for init in &config.initializers {
-        let Some(spec) = &init.owner else { continue };
+    let users = config
+        .initializers
+        .iter()
+        .filter_map(|i| Some((i.name.clone(), i.owner.as_ref()?)))
+        .chain(
+            config
+                .webhooks
+                .iter()
+                .filter_map(|w| Some((w.id.to_string(), w.owner.as_ref()?))),
+        );
+    for (used_by, spec) in users {
         if !seen.insert(spec) {
             continue;
         }
@@ -118,9 +140,8 @@ pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<Strin
                     .map(|d| d.is_some()),
                     None => {
                         lines.push(format!(
-                            "owner {what} (of {}) cannot be watched: the API server serves no \
+                            "owner {what} (of {used_by}) cannot be watched: the API server serves no \
                              Deployment API ({})",
-                            init.name,
                             deployment_group_versions()
                         ));
                         continue;
@@ -132,6 +153,14 @@ pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<Strin
                 .get_opt(&r.name)
                 .await
                 .map(|l| l.is_some()),
+            OwnerSpec::Service(r) => named_api::<EndpointSlice>(client, r)
+                .list_metadata(&kube::api::ListParams {
+                    label_selector: Some(format!("{SERVICE_NAME_LABEL}={}", r.name)),
+                    limit: Some(1),
+                    ..Default::default()
+                })
+                .await
+                .map(|slices| !slices.items.is_empty()),
             OwnerSpec::Pods {
                 namespace,
                 selector,
@@ -141,7 +170,6 @@ pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<Strin
                 .map(|pods| !pods.items.is_empty()),
             OwnerSpec::Http { .. } => continue,
         };
-        let used_by = &init.name;
         match found {
             Ok(true) => {}
             Ok(false) if matches!(spec, OwnerSpec::Pods { .. }) => lines.push(format!(
@@ -167,6 +195,14 @@ where
     K::DynamicType: Default,
 {
     Api::namespaced(client.clone(), &r.namespace)
+}
+
+/// Label that ties an EndpointSlice to its Service.
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// The EndpointSlices of one Service.
+fn service_slices(r: &ObjectRef) -> watcher::Config {
+    watcher::Config::default().labels(&format!("{SERVICE_NAME_LABEL}={}", r.name))
 }
 
 /// Watch exactly one object by name.

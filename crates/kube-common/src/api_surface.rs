@@ -74,6 +74,28 @@ impl ApiSurface {
     }
 }
 
+/// Webhook configuration group versions, most preferred first: admissionregistration.k8s.io/v1
+/// from 1.16; v1beta1 1.9-1.21 (removed in 1.22: "Deprecated API Migration Guide",
+/// kubernetes.io/docs/reference/using-api/deprecation-guide).
+pub const WEBHOOK_GROUP_VERSIONS: [(&str, &str); 2] = [
+    ("admissionregistration.k8s.io", "v1"),
+    ("admissionregistration.k8s.io", "v1beta1"),
+];
+
+impl ApiSurface {
+    /// The most preferred webhook configuration group version served for `kind`
+    /// (`ValidatingWebhookConfiguration` or `MutatingWebhookConfiguration`, plural
+    /// `plural`), if any.
+    pub fn webhook_configurations(&self, kind: &str, plural: &str) -> Option<ApiResource> {
+        WEBHOOK_GROUP_VERSIONS
+            .iter()
+            .find(|(g, v)| self.serves(g, v))
+            .map(|(g, v)| {
+                ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, kind), plural)
+            })
+    }
+}
+
 /// `DEPLOYMENT_GROUP_VERSIONS` in words, for error messages.
 pub fn deployment_group_versions() -> String {
     DEPLOYMENT_GROUP_VERSIONS

@@ -1,0 +1,767 @@
+//! The webhook guard's loop (DESIGN.md "Admission webhooks"): one watch per listed
+//! configuration (by `metadata.name`, so RBAC can name it), the owners' states in, the pure
+//! [`webhook::decide`] in the middle, and fenced JSON Patches out. Only the leader writes;
+//! every replica keeps the metrics from what it observes.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use futures::StreamExt;
+use json_patch::Patch as JsonPatch;
+use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::Api;
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::bypass::rfc3339_seconds;
+use crate::config::{BypassVia, Config, OwnerSpec, WebhookConfig, WebhookKind};
+use crate::guard::actuator::Fence;
+use crate::metrics::Metrics;
+use crate::owners::Owners;
+use crate::policy::Reason;
+use crate::supervise::{self, Failures};
+use crate::webhook::patch::{bypass_patch, forget_patch, go_json, restore_patch};
+use crate::webhook::{
+    Action, Added, Bypass, Configuration, FLAP_WINDOW, FailurePolicy, Situation, Via, decide,
+};
+
+/// After a write that failed for another reason than a changed object, decide again this
+/// much later.
+const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Whether a refused patch means the configuration changed since it was read: 409, or a
+/// failed `test` (422; 500 with the patch library's words on old servers). Other 422s are
+/// validation errors that a fresh read would not fix.
+fn changed_since_read(code: u16, message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    let failed_test = m.contains("test operation")
+        || m.contains("testing value")
+        || m.contains("unable to access invalid index");
+    code == 409 || (matches!(code, 422 | 500) && failed_test)
+}
+
+/// A listed configuration: which kind, which name.
+type Key = (WebhookKind, String);
+
+/// One update from a configuration's watch: the object, or None once it is gone.
+struct Update {
+    key: Key,
+    object: Option<Value>,
+}
+
+/// Everything the loop needs.
+pub struct WebhookGuard {
+    pub client: kube::Client,
+    pub config: Arc<Config>,
+    pub owners: Owners,
+    pub metrics: Arc<Metrics>,
+    pub fence: Fence,
+    pub identity: String,
+    /// Where `/status` reads each webhook's state.
+    pub shared: Arc<crate::guard::shared::Shared>,
+}
+
+/// What the loop remembers per listed webhook.
+#[derive(Default)]
+struct Memory {
+    /// Instants at which another writer was seen to have undone this webhook's bypass.
+    undone: Vec<Instant>,
+    /// The configuration resourceVersion at which the last undo was counted.
+    undo_counted_at: Option<String>,
+    /// Set while flapping: the loop no longer re-applies the bypass.
+    flapping: bool,
+    /// Dry-run: a bypass decision was logged and counted for the current outage.
+    dry_run_decided: bool,
+    /// The server dropped a matchConditions bypass once: `auto` means selectors from now on.
+    selectors_only: bool,
+}
+
+impl WebhookGuard {
+    /// Watch every listed configuration and act until `cancel` fires. Watches are supervised
+    /// tasks registered in `failures`.
+    pub async fn run(self, failures: Failures, cancel: CancellationToken) {
+        if self.config.webhooks.is_empty() {
+            return;
+        }
+        let surface = match kube_common::ApiSurface::read(&self.client).await {
+            Ok(s) => s,
+            Err(e) => {
+                error!(error = %e, "cannot read the served APIs; the webhook guard does nothing");
+                return;
+            }
+        };
+        let (tx, mut rx) = mpsc::channel::<Update>(64);
+        let mut resources: HashMap<Key, (ApiResource, FailurePolicy)> = HashMap::new();
+        let keys: HashSet<Key> = self
+            .config
+            .webhooks
+            .iter()
+            .map(|w| (w.id.kind, w.id.configuration.clone()))
+            .collect();
+        for key in keys {
+            let Some(resource) =
+                surface.webhook_configurations(key.0.object_kind(), key.0.resource())
+            else {
+                error!(configuration = %key.1, kind = key.0.object_kind(),
+                    "the API server serves no admissionregistration.k8s.io v1 or v1beta1; \
+                     this configuration is not guarded");
+                continue;
+            };
+            // v1beta1 entries default to failing open.
+            let default_policy = if resource.version == "v1" {
+                FailurePolicy::Fail
+            } else {
+                FailurePolicy::Ignore
+            };
+            resources.insert(key.clone(), (resource.clone(), default_policy));
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+            supervise::spawn(
+                &failures,
+                "webhook configuration watch",
+                watch_configuration(api, key, tx.clone(), cancel.clone()),
+            );
+        }
+        drop(tx);
+
+        let mut objects: HashMap<Key, Configuration> = HashMap::new();
+        let mut memory: HashMap<String, Memory> = HashMap::new();
+        let mut owner_changes = self.owners.subscribe();
+        let mut leadership = self.fence.leadership();
+        let mut wake: Option<SystemTime> = None;
+        loop {
+            let sleep = wake.map(|at| at.duration_since(SystemTime::now()).unwrap_or_default());
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                update = rx.recv() => match update {
+                    None => return,
+                    Some(Update { key, object }) => {
+                        let Some((_, default_policy)) = resources.get(&key) else { continue };
+                        match object {
+                            None => { objects.remove(&key); }
+                            Some(object) => match Configuration::decode(key.0, &object, *default_policy) {
+                                Ok(c) => { objects.insert(key, c); }
+                                Err(e) => warn!(configuration = %key.1, error = %e,
+                                    "cannot read the webhook configuration; ignoring this version"),
+                            },
+                        }
+                    }
+                },
+                r = owner_changes.changed() => if r.is_err() { return },
+                r = leadership.changed() => if r.is_err() { return },
+                _ = async { match sleep { Some(d) => tokio::time::sleep(d).await, None => std::future::pending().await } } => {}
+            }
+            wake = None;
+            for listed in &self.config.webhooks {
+                let key = (listed.id.kind, listed.id.configuration.clone());
+                let Some((resource, _)) = resources.get(&key) else {
+                    continue;
+                };
+                let remembered = memory.entry(listed.id.to_string()).or_default();
+                let next = self
+                    .step(listed, resource, objects.get(&key), remembered, &cancel)
+                    .await;
+                if let Some(refreshed) = next.refreshed {
+                    objects.insert(key, refreshed);
+                }
+                wake = earliest(wake, next.wake);
+            }
+        }
+    }
+
+    /// Decide about one listed webhook and act on it.
+    async fn step(
+        &self,
+        listed: &WebhookConfig,
+        resource: &ApiResource,
+        configuration: Option<&Configuration>,
+        memory: &mut Memory,
+        cancel: &CancellationToken,
+    ) -> Step {
+        let name = listed.id.to_string();
+        let now = SystemTime::now();
+        let entry = configuration.and_then(|c| Some((c, c.index_of(&listed.id.webhook)?)));
+        let owner = self.owners.state(&name);
+        self.shared
+            .webhooks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(
+                name.clone(),
+                crate::webhook::status(listed, configuration, owner),
+            );
+        let records = match configuration.map(Configuration::records).transpose() {
+            Ok(r) => r.unwrap_or_default(),
+            Err(e) => {
+                // Never write over a record that cannot be read: a person must fix it.
+                warn!(webhook = %name, error = %e,
+                    "the {} annotation is not valid JSON; leaving the webhook alone",
+                    crate::webhook::RECORD_ANNOTATION);
+                return Step::default();
+            }
+        };
+        let record = records.get(&listed.id.webhook);
+        let bypassed = match (record, entry) {
+            (Some(r), Some((c, i))) => r.added.present_in(&c.entries[i]),
+            _ => false,
+        };
+        self.metrics
+            .webhook_bypassed
+            .with_label_values(&[&name])
+            .set(i64::from(bypassed));
+        if !matches!(owner, crate::policy::OwnerState::Down { .. }) {
+            memory.dry_run_decided = false;
+            if memory.flapping {
+                memory.flapping = false;
+                memory.undone.clear();
+                self.metrics
+                    .webhook_flapping
+                    .with_label_values(&[&name])
+                    .set(0);
+            }
+        }
+        // An undo by someone else: our record is there, our values are not, the owner is down.
+        if let (Some(_), Some((c, _)), false, crate::policy::OwnerState::Down { .. }) =
+            (record, entry, bypassed, owner)
+            && memory.undo_counted_at.as_deref() != Some(c.resource_version.as_str())
+        {
+            memory.undo_counted_at = Some(c.resource_version.clone());
+            memory.undone.push(Instant::now());
+            warn!(webhook = %name, "another writer undid the bypass");
+        }
+        memory.undone.retain(|at| at.elapsed() < FLAP_WINDOW);
+        let action = decide(&Situation {
+            config: listed,
+            entry,
+            record,
+            owner,
+            undone_recently: memory.undone.len(),
+            now,
+        });
+        let Some((configuration, index)) = entry else {
+            return Step::default();
+        };
+        match action {
+            Action::Wait(at) => Step {
+                wake: at,
+                refreshed: None,
+            },
+            Action::Flapping => {
+                if !memory.flapping {
+                    memory.flapping = true;
+                    self.metrics
+                        .webhook_flapping
+                        .with_label_values(&[&name])
+                        .set(1);
+                    error!(webhook = %name, undone = memory.undone.len(),
+                        "the bypass keeps being undone by another writer; not re-applying it");
+                    self.event(listed, resource, "WebhookBypassFlapping", format!(
+                        "initguard stopped re-applying its bypass of webhook {}: another writer \
+                         undid it {} times within {}", listed.id.webhook, memory.undone.len(),
+                        humantime::format_duration(FLAP_WINDOW))).await;
+                }
+                Step::default()
+            }
+            Action::Bypass if self.config.dry_run => {
+                if !memory.dry_run_decided {
+                    memory.dry_run_decided = true;
+                    self.metrics
+                        .webhook_bypasses_total
+                        .with_label_values(&[&name, Reason::OwnerDown.as_str()])
+                        .inc();
+                    info!(webhook = %name, owner = %self.owner_text(listed, configuration, index),
+                        "dry-run: would bypass webhook for opted-in objects");
+                }
+                Step::default()
+            }
+            Action::Restore | Action::Conflict if self.config.dry_run => Step::default(),
+            Action::Bypass => {
+                let via = match listed.bypass_via {
+                    BypassVia::Selectors => Via::Selectors,
+                    BypassVia::Auto if memory.selectors_only => Via::Selectors,
+                    BypassVia::Auto => Via::MatchConditions,
+                };
+                let owner_text = self.owner_text(listed, configuration, index);
+                self.bypass(
+                    listed,
+                    resource,
+                    configuration,
+                    index,
+                    &records,
+                    via,
+                    owner_text,
+                    &mut memory.selectors_only,
+                    cancel,
+                )
+                .await
+            }
+            Action::Restore => {
+                let Some(patch) = restore_patch(configuration, index, &listed.id.webhook, &records)
+                else {
+                    return Step::default();
+                };
+                let step = self.write(listed, resource, patch, cancel).await;
+                if step.refreshed.as_ref().is_some_and(|c| {
+                    c.records()
+                        .is_ok_and(|r| !r.contains_key(&listed.id.webhook))
+                }) {
+                    self.metrics
+                        .webhook_restores_total
+                        .with_label_values(&[&name, "restored"])
+                        .inc();
+                    info!(webhook = %name, "owner back; bypass removed exactly");
+                    self.event(listed, resource, "WebhookRestored", format!(
+                        "initguard removed its bypass of webhook {}: the owner has been up for {}",
+                        listed.id.webhook, humantime::format_duration(listed.restore_grace))).await;
+                }
+                step
+            }
+            Action::Conflict => {
+                let patch = forget_patch(configuration, &listed.id.webhook, &records);
+                let step = self.write(listed, resource, patch, cancel).await;
+                if step.refreshed.is_some() {
+                    self.metrics
+                        .webhook_restores_total
+                        .with_label_values(&[&name, "conflict"])
+                        .inc();
+                    warn!(webhook = %name,
+                        "the bypass was changed by someone else; left the entry alone");
+                    self.event(
+                        listed,
+                        resource,
+                        "WebhookRestoreConflict",
+                        format!(
+                            "initguard did not restore webhook {}: what it added was changed by \
+                         someone else; the entry is left as it is",
+                            listed.id.webhook
+                        ),
+                    )
+                    .await;
+                }
+                step
+            }
+        }
+    }
+
+    /// The owner as recorded: explicit, or the entry's Service.
+    fn owner_text(&self, listed: &WebhookConfig, c: &Configuration, index: usize) -> String {
+        match &listed.owner {
+            Some(spec) => spec.to_string(),
+            None => match c.service(index) {
+                Some((ns, svc)) => format!("service {ns}/{svc}"),
+                None => "none".to_owned(),
+            },
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn bypass(
+        &self,
+        listed: &WebhookConfig,
+        resource: &ApiResource,
+        configuration: &Configuration,
+        index: usize,
+        records: &crate::webhook::Records,
+        via: Via,
+        owner: String,
+        selectors_only: &mut bool,
+        cancel: &CancellationToken,
+    ) -> Step {
+        let name = listed.id.to_string();
+        let mut namespaces = self.config.opt_in.namespaces.clone();
+        namespaces.extend(listed.exempt_namespaces.iter().cloned());
+        namespaces.sort();
+        namespaces.dedup();
+        let bypass = Bypass {
+            since: rfc3339_seconds(SystemTime::now()),
+            reason: Reason::OwnerDown.as_str().to_owned(),
+            owner,
+            added: Added::new(via, &self.config.opt_in.label, &namespaces),
+        };
+        let patch = bypass_patch(configuration, index, &listed.id.webhook, records, &bypass);
+        let step = self.write(listed, resource, patch, cancel).await;
+        let Some(written) = &step.refreshed else {
+            return step;
+        };
+        let kept = written
+            .index_of(&listed.id.webhook)
+            .is_some_and(|i| bypass.added.present_in(&written.entries[i]));
+        if !kept && via == Via::MatchConditions {
+            // A server with the feature off drops matchConditions silently: fall back.
+            warn!(webhook = %name,
+                "the API server did not keep matchConditions (feature off?); using selectors");
+            let Some(i) = written.index_of(&listed.id.webhook) else {
+                return step;
+            };
+            *selectors_only = true;
+            let records = written.records().unwrap_or_default();
+            return Box::pin(self.bypass(
+                listed,
+                resource,
+                written,
+                i,
+                &records,
+                Via::Selectors,
+                bypass.owner.clone(),
+                selectors_only,
+                cancel,
+            ))
+            .await;
+        }
+        if !kept {
+            warn!(webhook = %name, "the written entry does not hold the bypass; deciding again");
+        }
+        if kept {
+            self.metrics
+                .webhook_bypasses_total
+                .with_label_values(&[&name, Reason::OwnerDown.as_str()])
+                .inc();
+            self.metrics
+                .webhook_bypassed
+                .with_label_values(&[&name])
+                .set(1);
+            let via_text = match via {
+                Via::MatchConditions => "a matchConditions expression",
+                Via::Selectors => "objectSelector/namespaceSelector requirements",
+            };
+            warn!(webhook = %name, owner = %bypass.owner, via = via_text,
+                "bypassed webhook for opted-in objects");
+            self.event(listed, resource, "WebhookBypassed", format!(
+                "initguard bypassed webhook {} for opted-in objects ({via_text}): owner {} down \
+                 for {}", listed.id.webhook, bypass.owner,
+                humantime::format_duration(listed.owner_down_grace))).await;
+        }
+        step
+    }
+
+    /// Send one patch within the fence; the configuration as the server answered it, or, when
+    /// the server refused it because the object changed, as re-read (never a blind retry).
+    async fn write(
+        &self,
+        listed: &WebhookConfig,
+        resource: &ApiResource,
+        patch: JsonPatch,
+        cancel: &CancellationToken,
+    ) -> Step {
+        let name = listed.id.to_string();
+        if !self.fence.admit(cancel).await {
+            debug!(webhook = %name, "not leading; not writing");
+            return Step::default();
+        }
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
+        let default_policy = if resource.version == "v1" {
+            FailurePolicy::Fail
+        } else {
+            FailurePolicy::Ignore
+        };
+        let decode = |object: DynamicObject| {
+            serde_json::to_value(object)
+                .ok()
+                .and_then(|v| Configuration::decode(listed.id.kind, &v, default_policy).ok())
+        };
+        let request = match patch_request(resource, &listed.id.configuration, &patch) {
+            Ok(r) => r,
+            Err(e) => {
+                error!(webhook = %name, error = %e, "cannot build the patch request");
+                return Step::default();
+            }
+        };
+        let sent = self.client.request::<DynamicObject>(request);
+        match tokio::time::timeout(self.fence.write_timeout(), sent).await {
+            Ok(Ok(object)) => Step {
+                wake: None,
+                refreshed: decode(object),
+            },
+            Ok(Err(kube::Error::Api(status)))
+                if changed_since_read(status.code, &status.message) =>
+            {
+                debug!(webhook = %name, code = status.code, message = %status.message,
+                    "the configuration changed since it was read; re-reading");
+                let retry = Some(SystemTime::now() + RETRY_AFTER);
+                match api.get_opt(&listed.id.configuration).await {
+                    // Decide again on what the server holds now.
+                    Ok(Some(object)) => Step {
+                        wake: Some(SystemTime::now()),
+                        refreshed: decode(object),
+                    },
+                    Ok(None) => Step::default(),
+                    Err(e) => {
+                        warn!(webhook = %name, error = %e, "re-reading the configuration failed");
+                        Step {
+                            wake: retry,
+                            refreshed: None,
+                        }
+                    }
+                }
+            }
+            Ok(Err(e)) => {
+                // Forbidden, invalid, unavailable: not a blind retry, a fresh decision later.
+                warn!(webhook = %name, error = %e, retry_in = ?RETRY_AFTER,
+                    "writing the webhook configuration failed");
+                Step {
+                    wake: Some(SystemTime::now() + RETRY_AFTER),
+                    refreshed: None,
+                }
+            }
+            Err(_) => {
+                warn!(webhook = %name, timeout = ?self.fence.write_timeout(), retry_in = ?RETRY_AFTER,
+                    "writing the webhook configuration timed out");
+                Step {
+                    wake: Some(SystemTime::now() + RETRY_AFTER),
+                    refreshed: None,
+                }
+            }
+        }
+    }
+
+    /// A Warning Event on the configuration (core/v1, in `default`: the configuration is
+    /// cluster-scoped). A lost Event never undoes or repeats a change.
+    async fn event(
+        &self,
+        listed: &WebhookConfig,
+        resource: &ApiResource,
+        reason: &str,
+        note: String,
+    ) {
+        let now = jiff::Timestamp::now();
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some(format!(
+                    "{}.{:x}{:04x}",
+                    listed.id.configuration,
+                    now.as_nanosecond(),
+                    rand::random::<u16>()
+                )),
+                namespace: Some("default".to_owned()),
+                ..ObjectMeta::default()
+            },
+            involved_object: ObjectReference {
+                api_version: Some(resource.api_version.clone()),
+                kind: Some(listed.id.kind.object_kind().to_owned()),
+                name: Some(listed.id.configuration.clone()),
+                ..ObjectReference::default()
+            },
+            reason: Some(reason.to_owned()),
+            message: Some(note),
+            type_: Some("Warning".to_owned()),
+            source: Some(EventSource {
+                component: Some("initguard".to_owned()),
+                host: Some(self.identity.clone()),
+            }),
+            first_timestamp: Some(Time(now)),
+            last_timestamp: Some(Time(now)),
+            count: Some(1),
+            ..Event::default()
+        };
+        let api: Api<Event> = Api::namespaced(self.client.clone(), "default");
+        let params = PostParams::default();
+        let sent = api.create(&params, &event);
+        match tokio::time::timeout(self.fence.write_timeout(), sent).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                warn!(webhook = %listed.id, error = %e, reason, "could not record the event")
+            }
+            Err(_) => warn!(webhook = %listed.id, reason, "recording the event timed out"),
+        }
+    }
+}
+
+/// The PATCH of one configuration with `patch` as the API server's Go code would encode it
+/// ([`go_json`]: its `test`s compare raw bytes).
+fn patch_request(
+    resource: &ApiResource,
+    name: &str,
+    patch: &JsonPatch,
+) -> Result<http::Request<Vec<u8>>, kube::core::request::Error> {
+    let url = format!(
+        "/apis/{}/{}/{}",
+        resource.group, resource.version, resource.plural
+    );
+    let mut request = kube::core::Request::new(url).patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Json::<()>(patch.clone()),
+    )?;
+    *request.body_mut() = go_json(patch);
+    Ok(request)
+}
+
+/// What one step leaves behind.
+#[derive(Default)]
+struct Step {
+    /// When to look again without any change.
+    wake: Option<SystemTime>,
+    /// The configuration as the server holds it after a write (or re-read after a refusal).
+    refreshed: Option<Configuration>,
+}
+
+fn earliest(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<SystemTime> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// Feed one configuration's watch into the loop: the object after every change, None when
+/// it is deleted. A watch error is retried with kube's default backoff.
+async fn watch_configuration(
+    api: Api<DynamicObject>,
+    key: Key,
+    tx: mpsc::Sender<Update>,
+    cancel: CancellationToken,
+) {
+    let config = watcher::Config::default().fields(&format!("metadata.name={}", key.1));
+    let mut stream = std::pin::pin!(kube::runtime::WatchStreamExt::default_backoff(watcher(
+        api, config
+    )));
+    let mut seen_in_list = false;
+    loop {
+        let event = tokio::select! {
+            _ = cancel.cancelled() => return,
+            event = stream.next() => event,
+        };
+        let object = match event {
+            None => return,
+            Some(Err(e)) => {
+                warn!(configuration = %key.1, error = %e, "webhook configuration watch failed; retrying");
+                continue;
+            }
+            Some(Ok(watcher::Event::Init)) => {
+                seen_in_list = false;
+                continue;
+            }
+            Some(Ok(watcher::Event::InitApply(object) | watcher::Event::Apply(object))) => {
+                seen_in_list = true;
+                serde_json::to_value(object).ok()
+            }
+            Some(Ok(watcher::Event::InitDone)) if !seen_in_list => None,
+            Some(Ok(watcher::Event::InitDone)) => continue,
+            Some(Ok(watcher::Event::Delete(_))) => None,
+        };
+        if tx
+            .send(Update {
+                key: key.clone(),
+                object,
+            })
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
+/// For each listed webhook without an owner: its Service, read once from the configuration,
+/// as a `service` owner. A configuration or entry that cannot be read leaves the owner unset
+/// (unknown: never bypassed), with an error in the log.
+pub async fn default_owners(client: &kube::Client, config: &Config) -> Vec<(usize, OwnerSpec)> {
+    let mut found = Vec::new();
+    if config.webhooks.iter().all(|w| w.owner.is_some()) {
+        return found;
+    }
+    let surface = match kube_common::ApiSurface::read(client).await {
+        Ok(s) => s,
+        Err(e) => {
+            error!(error = %e, "cannot read the served APIs to find the webhooks' Services");
+            return found;
+        }
+    };
+    let mut read: BTreeMap<Key, Option<Value>> = BTreeMap::new();
+    for (i, listed) in config.webhooks.iter().enumerate() {
+        if listed.owner.is_some() {
+            continue;
+        }
+        let key = (listed.id.kind, listed.id.configuration.clone());
+        if !read.contains_key(&key) {
+            let object = match surface.webhook_configurations(key.0.object_kind(), key.0.resource())
+            {
+                None => None,
+                Some(resource) => {
+                    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+                    match api.get_opt(&key.1).await {
+                        Ok(o) => o.and_then(|o| serde_json::to_value(o).ok()),
+                        Err(e) => {
+                            error!(webhook = %listed.id, error = %e, "cannot read the webhook configuration");
+                            None
+                        }
+                    }
+                }
+            };
+            read.insert(key.clone(), object);
+        }
+        let service = read
+            .get(&key)
+            .and_then(Option::as_ref)
+            .and_then(|o| Configuration::decode(key.0, o, FailurePolicy::Fail).ok())
+            .and_then(|c| c.service(c.index_of(&listed.id.webhook)?));
+        match service {
+            Some((namespace, name)) => {
+                info!(webhook = %listed.id, service = %format!("{namespace}/{name}"),
+                    "owner: the ready endpoints of the webhook's Service");
+                found.push((
+                    i,
+                    OwnerSpec::Service(crate::config::ObjectRef { namespace, name }),
+                ));
+            }
+            None => error!(webhook = %listed.id,
+                "no owner: the webhook is not found or is called by URL; set an owner in the \
+                 config (it stays unknown and is never bypassed)"),
+        }
+    }
+    found
+}
+
+/// Each listed webhook's status from one read of its configuration (`initguard status`).
+pub async fn read_statuses(
+    client: &kube::Client,
+    config: &Config,
+    owners: &Owners,
+) -> Vec<crate::webhook::WebhookStatus> {
+    if config.webhooks.is_empty() {
+        return Vec::new();
+    }
+    let surface = kube_common::ApiSurface::read(client).await.ok();
+    let mut read: BTreeMap<Key, Option<Configuration>> = BTreeMap::new();
+    let mut statuses = Vec::new();
+    for listed in &config.webhooks {
+        let key = (listed.id.kind, listed.id.configuration.clone());
+        if !read.contains_key(&key) {
+            let resource = surface
+                .as_ref()
+                .and_then(|s| s.webhook_configurations(key.0.object_kind(), key.0.resource()));
+            let configuration = match resource {
+                None => None,
+                Some(resource) => {
+                    let policy = if resource.version == "v1" {
+                        FailurePolicy::Fail
+                    } else {
+                        FailurePolicy::Ignore
+                    };
+                    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+                    match api.get_opt(&key.1).await {
+                        Ok(o) => o
+                            .and_then(|o| serde_json::to_value(o).ok())
+                            .and_then(|v| Configuration::decode(key.0, &v, policy).ok()),
+                        Err(e) => {
+                            warn!(webhook = %listed.id, error = %e, "cannot read the webhook configuration");
+                            None
+                        }
+                    }
+                }
+            };
+            read.insert(key.clone(), configuration);
+        }
+        let configuration = read.get(&key).and_then(Option::as_ref);
+        statuses.push(crate::webhook::status(
+            listed,
+            configuration,
+            owners.state(&listed.id.to_string()),
+        ));
+    }
+    statuses
+}

@@ -1,0 +1,417 @@
+//! The admission-webhook guard's decision core (DESIGN.md "Admission webhooks"): what a listed
+//! webhook configuration holds, what the guard recorded on it, and what to do next. **No I/O,
+//! no clock of its own**: instants and owner states come in as arguments, like
+//! [`crate::policy`].
+//!
+//! A webhook with `failurePolicy: Fail` whose owner has been down for `ownerDownGrace` is
+//! bypassed for opted-in objects only; once the owner has been up for `restoreGrace`, exactly
+//! what was added is removed. What was added lives in the configuration's
+//! [`RECORD_ANNOTATION`], so a restarted guard (or a person) can undo it. The JSON Patches
+//! that do both are built by [`patch`].
+
+pub mod patch;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::config::{WebhookConfig, WebhookKind};
+use crate::policy::OwnerState;
+
+/// Annotation on a webhook configuration: JSON, one [`Bypass`] per bypassed entry name.
+pub const RECORD_ANNOTATION: &str = "initguard.io/bypassed-webhooks";
+
+/// Name of the `matchConditions` entry a bypass adds.
+pub const MATCH_CONDITION_NAME: &str = "initguard-bypass";
+
+/// Label every namespace carries from Kubernetes 1.21 on; the selector path exempts
+/// namespaces by it.
+pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
+/// Undone bypasses within [`FLAP_WINDOW`] that make a webhook flapping.
+pub const FLAP_LIMIT: usize = 3;
+
+/// Window over which undone bypasses are counted.
+pub const FLAP_WINDOW: Duration = Duration::from_secs(600);
+
+/// A webhook configuration as read from the API server: the fields the guard needs, the
+/// entries kept as raw JSON so that nothing it does not know is lost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Configuration {
+    pub kind: WebhookKind,
+    pub name: String,
+    pub resource_version: String,
+    /// Whether `metadata.annotations` exists (a patch adds the map or a key to it).
+    pub annotations_present: bool,
+    /// The raw value of [`RECORD_ANNOTATION`], if any.
+    pub record_text: Option<String>,
+    /// Entries in API order.
+    pub entries: Vec<Value>,
+    /// `failurePolicy` when an entry omits it: `Fail` in admissionregistration.k8s.io/v1,
+    /// `Ignore` in v1beta1.
+    pub default_failure_policy: FailurePolicy,
+}
+
+/// Why a configuration object could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("{0} is missing or not a string")]
+    Field(&'static str),
+    #[error("webhooks is not a list")]
+    Webhooks,
+    #[error("annotation {RECORD_ANNOTATION} is not a string")]
+    Annotation,
+}
+
+/// `failurePolicy` of an entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum FailurePolicy {
+    Fail,
+    Ignore,
+}
+
+impl Configuration {
+    /// Reads a configuration object (JSON as the API server returns it).
+    pub fn decode(
+        kind: WebhookKind,
+        object: &Value,
+        default_failure_policy: FailurePolicy,
+    ) -> Result<Configuration, DecodeError> {
+        let meta = object.get("metadata");
+        let text = |field: &'static str| {
+            meta.and_then(|m| m.get(field))
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+                .ok_or(DecodeError::Field(field))
+        };
+        let annotations = meta.and_then(|m| m.get("annotations"));
+        let record_text = match annotations.and_then(|a| a.get(RECORD_ANNOTATION)) {
+            None => None,
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(_) => return Err(DecodeError::Annotation),
+        };
+        let entries = match object.get("webhooks") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::Array(list)) => list.clone(),
+            Some(_) => return Err(DecodeError::Webhooks),
+        };
+        Ok(Configuration {
+            kind,
+            name: text("name")?,
+            resource_version: text("resourceVersion")?,
+            annotations_present: annotations.is_some_and(Value::is_object),
+            record_text,
+            entries,
+            default_failure_policy,
+        })
+    }
+
+    /// Index of the entry named `webhook`.
+    pub fn index_of(&self, webhook: &str) -> Option<usize> {
+        self.entries
+            .iter()
+            .position(|e| e.get("name").and_then(Value::as_str) == Some(webhook))
+    }
+
+    /// The entry's failure policy (the API's default when it omits it).
+    pub fn failure_policy(&self, index: usize) -> FailurePolicy {
+        match self.entries[index]
+            .get("failurePolicy")
+            .and_then(Value::as_str)
+        {
+            Some("Fail") => FailurePolicy::Fail,
+            Some("Ignore") => FailurePolicy::Ignore,
+            _ => self.default_failure_policy,
+        }
+    }
+
+    /// The entry's `clientConfig.service` as `namespace/name`, if it calls a Service.
+    pub fn service(&self, index: usize) -> Option<(String, String)> {
+        let service = self.entries[index].get("clientConfig")?.get("service")?;
+        let namespace = service.get("namespace")?.as_str()?;
+        let name = service.get("name")?.as_str()?;
+        Some((namespace.to_owned(), name.to_owned()))
+    }
+
+    /// What the guard recorded: a malformed annotation reads as its error, so the guard never
+    /// writes over a record it cannot read.
+    pub fn records(&self) -> Result<Records, serde_json::Error> {
+        match &self.record_text {
+            None => Ok(Records::new()),
+            Some(text) => serde_json::from_str(text),
+        }
+    }
+}
+
+/// The record annotation's value: entry name → what was added.
+pub type Records = BTreeMap<String, Bypass>;
+
+/// One bypass in force, as recorded on the configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Bypass {
+    /// When it was made (RFC 3339, UTC).
+    pub since: String,
+    /// Why: `owner_down`.
+    pub reason: String,
+    /// The owner that was down, e.g. `lease policy-system/policy-webhook`.
+    pub owner: String,
+    /// Exactly what was added to the entry.
+    pub added: Added,
+}
+
+/// What a bypass added to one entry; a restore removes exactly these values.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Added {
+    /// Appended to `matchConditions`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub match_condition: Option<Value>,
+    /// Appended to `objectSelector.matchExpressions`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_selector: Option<Value>,
+    /// Appended to `namespaceSelector.matchExpressions`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<Value>,
+}
+
+/// How a bypass is made this time (`bypassVia: auto` resolves to one of these).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Via {
+    MatchConditions,
+    Selectors,
+}
+
+/// Where each added value sits in the entry.
+const MATCH_CONDITIONS: &str = "matchConditions";
+const OBJECT_SELECTOR: &str = "objectSelector";
+const NAMESPACE_SELECTOR: &str = "namespaceSelector";
+const MATCH_EXPRESSIONS: &str = "matchExpressions";
+
+impl Added {
+    /// What a bypass of a webhook adds for objects carrying `label` or living in `namespaces`.
+    pub fn new(via: Via, label: &str, namespaces: &[String]) -> Added {
+        match via {
+            Via::MatchConditions => Added {
+                match_condition: Some(serde_json::json!({
+                    "name": MATCH_CONDITION_NAME,
+                    "expression": cel_expression(label, namespaces),
+                })),
+                object_selector: None,
+                namespace_selector: None,
+            },
+            Via::Selectors => Added {
+                match_condition: None,
+                object_selector: Some(serde_json::json!({
+                    "key": label,
+                    "operator": "DoesNotExist",
+                })),
+                namespace_selector: (!namespaces.is_empty()).then(|| {
+                    serde_json::json!({
+                        "key": NAMESPACE_NAME_LABEL,
+                        "operator": "NotIn",
+                        "values": namespaces,
+                    })
+                }),
+            },
+        }
+    }
+
+    /// `(list path inside the entry, value)` for each added value.
+    pub fn parts(&self) -> Vec<([&'static str; 2], &Value)> {
+        let mut parts = Vec::new();
+        if let Some(v) = &self.match_condition {
+            parts.push(([MATCH_CONDITIONS, ""], v));
+        }
+        if let Some(v) = &self.object_selector {
+            parts.push(([OBJECT_SELECTOR, MATCH_EXPRESSIONS], v));
+        }
+        if let Some(v) = &self.namespace_selector {
+            parts.push(([NAMESPACE_SELECTOR, MATCH_EXPRESSIONS], v));
+        }
+        parts
+    }
+
+    /// Whether every added value is still in `entry`, unchanged.
+    pub fn present_in(&self, entry: &Value) -> bool {
+        self.parts()
+            .iter()
+            .all(|(path, value)| position_in(entry, *path, value).is_some())
+    }
+
+    /// Whether the bypass used `matchConditions`.
+    pub fn via(&self) -> Via {
+        if self.match_condition.is_some() {
+            Via::MatchConditions
+        } else {
+            Via::Selectors
+        }
+    }
+}
+
+/// The list at `path` inside `entry` (`["matchConditions", ""]` or
+/// `["objectSelector", "matchExpressions"]`).
+pub(crate) fn list_at<'a>(entry: &'a Value, path: [&str; 2]) -> Option<&'a Vec<Value>> {
+    let mut value = entry.get(path[0])?;
+    if !path[1].is_empty() {
+        value = value.get(path[1])?;
+    }
+    value.as_array()
+}
+
+/// Index of `value` in the list at `path`, compared as JSON.
+pub(crate) fn position_in(entry: &Value, path: [&str; 2], value: &Value) -> Option<usize> {
+    list_at(entry, path)?.iter().position(|v| v == value)
+}
+
+/// The CEL condition under which the webhook is still called: the object does not carry the
+/// opt-in label and the request is not in one of `namespaces`. Label keys and namespace names
+/// are validated names (no quotes or backslashes), so single-quoted literals are safe.
+pub fn cel_expression(label: &str, namespaces: &[String]) -> String {
+    let labelled = format!(
+        "(object != null && has(object.metadata.labels) && '{label}' in object.metadata.labels)"
+    );
+    if namespaces.is_empty() {
+        return format!("!{labelled}");
+    }
+    let list = namespaces
+        .iter()
+        .map(|n| format!("'{n}'"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!("!({labelled} || request.namespace in [{list}])")
+}
+
+/// What the loop knows about one listed webhook at `now`.
+#[derive(Debug, Clone, Copy)]
+pub struct Situation<'a> {
+    pub config: &'a WebhookConfig,
+    /// The configuration and the entry's index in it; None when either is absent.
+    pub entry: Option<(&'a Configuration, usize)>,
+    /// This entry's record, if the guard bypassed it.
+    pub record: Option<&'a Bypass>,
+    pub owner: OwnerState,
+    /// Bypasses undone by another writer within [`FLAP_WINDOW`] before `now`.
+    pub undone_recently: usize,
+    pub now: SystemTime,
+}
+
+/// What to do about one listed webhook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing now; look again at this instant (or on the next change).
+    Wait(Option<SystemTime>),
+    /// Keep opted-in objects away from the entry.
+    Bypass,
+    /// The owner is back: remove exactly what the record says was added.
+    Restore,
+    /// The record's values are no longer in the entry while the owner is up: someone else
+    /// changed it. Leave the entry alone, drop the record, alert.
+    Conflict,
+    /// A bypass was undone by someone else [`FLAP_LIMIT`] times within [`FLAP_WINDOW`]: stop
+    /// re-applying it, alert.
+    Flapping,
+}
+
+/// The decision rule for one listed webhook.
+///
+/// * Bypass only an entry that exists, fails closed (`failurePolicy: Fail`) and whose owner has
+///   been down for at least `ownerDownGrace`; an unknown owner never counts as down.
+/// * A bypass undone by another writer while the owner is still down is re-applied, unless it
+///   was undone [`FLAP_LIMIT`] times within [`FLAP_WINDOW`].
+/// * Restore once the owner has been up for at least `restoreGrace`, and only while every
+///   added value is still in the entry; otherwise it is a conflict.
+pub fn decide(s: &Situation<'_>) -> Action {
+    let Some((configuration, index)) = s.entry else {
+        // Nothing to bypass or restore; a record on a removed entry goes with the entry.
+        return Action::Wait(None);
+    };
+    let entry = &configuration.entries[index];
+    match (s.record, s.owner) {
+        (Some(record), OwnerState::Up { since }) => {
+            let at = since.checked_add(s.config.restore_grace);
+            if at.is_none_or(|at| s.now < at) {
+                return Action::Wait(at);
+            }
+            if record.added.present_in(entry) {
+                Action::Restore
+            } else {
+                Action::Conflict
+            }
+        }
+        (record, OwnerState::Down { since }) => {
+            if record.is_some_and(|r| r.added.present_in(entry)) {
+                return Action::Wait(None);
+            }
+            if configuration.failure_policy(index) != FailurePolicy::Fail {
+                return Action::Wait(None);
+            }
+            let at = since.checked_add(s.config.owner_down_grace);
+            if at.is_none_or(|at| s.now < at) {
+                return Action::Wait(at);
+            }
+            if record.is_some() && s.undone_recently >= FLAP_LIMIT {
+                return Action::Flapping;
+            }
+            Action::Bypass
+        }
+        (_, OwnerState::Unknown) | (None, OwnerState::Up { .. }) => Action::Wait(None),
+    }
+}
+
+/// One listed webhook in `/status` and `initguard status`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookStatus {
+    /// `KIND/CONFIGURATION/WEBHOOK`.
+    pub webhook: String,
+    /// `guarded`, `bypassed`, `not found` (no such configuration or entry), `fails open`
+    /// (`failurePolicy: Ignore`: nothing to bypass) or `record unreadable`.
+    pub state: &'static str,
+    /// The owner's state (`"state": "down", "since": …`).
+    pub owner: OwnerState,
+    /// When the bypass in force was made (RFC 3339), from the record.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bypassed_since: Option<String>,
+    /// What the bypass in force added to the entry, from the record.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub added: Option<Added>,
+}
+
+/// The status of one listed webhook from what was read of its configuration.
+pub fn status(
+    config: &WebhookConfig,
+    configuration: Option<&Configuration>,
+    owner: OwnerState,
+) -> WebhookStatus {
+    let mut status = WebhookStatus {
+        webhook: config.id.to_string(),
+        state: "not found",
+        owner,
+        bypassed_since: None,
+        added: None,
+    };
+    let Some((c, index)) = configuration.and_then(|c| Some((c, c.index_of(&config.id.webhook)?)))
+    else {
+        return status;
+    };
+    let Ok(records) = c.records() else {
+        status.state = "record unreadable";
+        return status;
+    };
+    match records.get(&config.id.webhook) {
+        Some(b) if b.added.present_in(&c.entries[index]) => {
+            status.state = "bypassed";
+            status.bypassed_since = Some(b.since.clone());
+            status.added = Some(b.added.clone());
+        }
+        _ if c.failure_policy(index) == FailurePolicy::Ignore => status.state = "fails open",
+        _ => status.state = "guarded",
+    }
+    status
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,429 @@
+//! The webhook guard's invariants, checked by applying the patches with an independent JSON
+//! Patch implementation (`json_patch::patch`, as the API server would) and comparing objects.
+
+use std::time::{Duration, SystemTime};
+
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+use super::patch::{bypass_patch, forget_patch, restore_patch};
+use super::*;
+use crate::config::{BypassVia, WebhookId};
+
+const LABEL: &str = "initguard.io/bypass";
+
+fn t(s: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + s)
+}
+
+fn listed(name: &str) -> WebhookConfig {
+    WebhookConfig {
+        id: WebhookId {
+            kind: WebhookKind::Validating,
+            configuration: "policy".to_owned(),
+            webhook: name.to_owned(),
+        },
+        owner: None,
+        owner_down_grace: Duration::from_secs(10),
+        restore_grace: Duration::from_secs(30),
+        exempt_namespaces: vec!["policy-system".to_owned()],
+        bypass_via: BypassVia::Auto,
+        probe_interval: Duration::from_secs(2),
+    }
+}
+
+fn decode(object: &Value) -> Configuration {
+    Configuration::decode(WebhookKind::Validating, object, FailurePolicy::Fail)
+        .expect("test objects decode")
+}
+
+fn apply(object: &Value, patch: &json_patch::Patch) -> Result<Value, json_patch::PatchError> {
+    let mut out = object.clone();
+    json_patch::patch(&mut out, patch)?;
+    Ok(out)
+}
+
+fn bypass_of(via: Via, namespaces: &[String]) -> Bypass {
+    Bypass {
+        since: "2027-01-15T08:00:00Z".to_owned(),
+        reason: "owner_down".to_owned(),
+        owner: "lease policy-system/policy".to_owned(),
+        added: Added::new(via, LABEL, namespaces),
+    }
+}
+
+/// Empty lists and maps dropped, as the API server's `omitempty` drops them.
+fn normalized(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(k, v)| (k.clone(), normalized(v)))
+                .filter(|(_, v)| !matches!(v, Value::Array(a) if a.is_empty()))
+                .filter(|(_, v)| !matches!(v, Value::Object(m) if m.is_empty()))
+                .collect(),
+        ),
+        Value::Array(list) => Value::Array(list.iter().map(normalized).collect()),
+        other => other.clone(),
+    }
+}
+
+fn arb_requirement() -> impl Strategy<Value = Value> {
+    (
+        "[a-z]{1,4}",
+        prop::sample::select(vec!["Exists", "DoesNotExist"]),
+    )
+        .prop_map(|(key, op)| json!({ "key": key, "operator": op }))
+}
+
+fn arb_selector() -> impl Strategy<Value = Option<Value>> {
+    prop_oneof![
+        Just(None),
+        Just(Some(json!({}))),
+        Just(Some(json!({ "matchLabels": { "team": "a" } }))),
+        prop::collection::vec(arb_requirement(), 0..3)
+            .prop_map(|list| Some(json!({ "matchExpressions": list }))),
+    ]
+}
+
+/// One entry named `name`: random failure policy, conditions, selectors, unknown fields.
+fn arb_entry(name: String) -> impl Strategy<Value = Value> {
+    (
+        prop::option::of(prop::sample::select(vec!["Fail", "Ignore"])),
+        prop::option::of(prop::collection::vec("[a-z]{1,5}", 0..3)),
+        arb_selector(),
+        arb_selector(),
+        any::<bool>(),
+    )
+        .prop_map(move |(policy, conditions, object, namespace, extra)| {
+            let mut entry = json!({
+                "name": name,
+                "clientConfig": { "url": "https://127.0.0.1:9443/validate" },
+                "rules": [{ "operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"] }],
+                "sideEffects": "None",
+                "admissionReviewVersions": ["v1"],
+            });
+            let map = entry.as_object_mut().expect("an object literal");
+            if let Some(p) = policy {
+                map.insert("failurePolicy".into(), json!(p));
+            }
+            if let Some(names) = conditions {
+                let list: Vec<Value> = names
+                    .iter()
+                    .enumerate()
+                    .map(|(i, n)| json!({ "name": format!("{n}{i}"), "expression": "true" }))
+                    .collect();
+                map.insert("matchConditions".into(), Value::Array(list));
+            }
+            if let Some(s) = object {
+                map.insert("objectSelector".into(), s);
+            }
+            if let Some(s) = namespace {
+                map.insert("namespaceSelector".into(), s);
+            }
+            if extra {
+                map.insert("timeoutSeconds".into(), json!(7));
+            }
+            entry
+        })
+}
+
+/// A configuration of 1..5 entries, maybe with other annotations or an old record.
+fn arb_configuration() -> impl Strategy<Value = (Value, usize)> {
+    (1usize..5, any::<bool>(), any::<bool>())
+        .prop_flat_map(|(n, other_annotation, other_record)| {
+            let entries: Vec<_> = (0..n).map(|i| arb_entry(format!("w{i}.example.com"))).collect();
+            (entries, 0..n, Just(other_annotation), Just(other_record))
+        })
+        .prop_map(|(entries, index, other_annotation, other_record)| {
+            let mut metadata = json!({ "name": "policy", "resourceVersion": "41", "uid": "u-1" });
+            let mut annotations = serde_json::Map::new();
+            if other_annotation {
+                annotations.insert("team".into(), json!("a"));
+            }
+            if other_record {
+                // Another entry of this configuration is bypassed already.
+                let mut records = Records::new();
+                records.insert("elsewhere.example.com".into(), bypass_of(Via::Selectors, &[]));
+                annotations.insert(RECORD_ANNOTATION.into(), json!(serde_json::to_string(&records).expect("serializes")));
+            }
+            if !annotations.is_empty() {
+                metadata["annotations"] = Value::Object(annotations);
+            }
+            (json!({ "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": metadata, "webhooks": entries }), index)
+        })
+}
+
+fn without_record(object: &Value) -> Value {
+    let mut out = object.clone();
+    if let Some(a) = out["metadata"]
+        .get_mut("annotations")
+        .and_then(Value::as_object_mut)
+    {
+        a.remove(RECORD_ANNOTATION);
+    }
+    out
+}
+
+proptest! {
+    /// A bypass changes only the listed entry (never its failurePolicy) and the record; the
+    /// record says exactly what was added, and a restore gives back the object as it was.
+    #[test]
+    fn a_bypass_touches_only_its_entry_and_a_restore_undoes_exactly_it(
+        (object, index) in arb_configuration(),
+        selectors in any::<bool>(),
+        namespaces in prop::collection::vec("[a-z]{1,6}", 0..3),
+    ) {
+        let via = if selectors { Via::Selectors } else { Via::MatchConditions };
+        let before = decode(&object);
+        let name = format!("w{index}.example.com");
+        let records = before.records().expect("generated records parse");
+        let bypass = bypass_of(via, &namespaces);
+        let bypassed = apply(&object, &bypass_patch(&before, index, &name, &records, &bypass))
+            .expect("a bypass applies to the object it was built from");
+
+        for (i, (old, new)) in object["webhooks"].as_array().unwrap().iter()
+            .zip(bypassed["webhooks"].as_array().unwrap()).enumerate() {
+            if i != index {
+                prop_assert_eq!(old, new, "entry {} is not the listed one", i);
+            }
+            prop_assert_eq!(old.get("failurePolicy"), new.get("failurePolicy"));
+        }
+        prop_assert_eq!(&object["webhooks"].as_array().unwrap().len(), &bypassed["webhooks"].as_array().unwrap().len());
+        let mut expected_meta = object["metadata"].clone();
+        let mut got_meta = bypassed["metadata"].clone();
+        for m in [&mut expected_meta, &mut got_meta] {
+            if let Some(a) = m.get_mut("annotations").and_then(Value::as_object_mut) {
+                a.remove(RECORD_ANNOTATION);
+            }
+        }
+        prop_assert_eq!(normalized(&expected_meta), normalized(&got_meta));
+
+        let after = decode(&bypassed);
+        let recorded = after.records().expect("the record parses");
+        prop_assert_eq!(recorded.get(&name), Some(&bypass));
+        for (other, b) in &records {
+            prop_assert_eq!(recorded.get(other), Some(b), "another entry's record survives");
+        }
+        prop_assert!(bypass.added.present_in(&after.entries[index]));
+        // Nothing else was added to the entry: removing the recorded values gives it back.
+        let restore = restore_patch(&after, index, &name, &recorded)
+            .expect("every added value is present");
+        let restored = apply(&bypassed, &restore).expect("a restore applies");
+        prop_assert_eq!(normalized(&without_record(&restored)), normalized(&without_record(&object)));
+        prop_assert_eq!(decode(&restored).records().expect("parses"), records);
+    }
+
+    /// Every patch is refused by an object whose resourceVersion moved on.
+    #[test]
+    fn a_patch_against_a_newer_object_fails((object, index) in arb_configuration()) {
+        let configuration = decode(&object);
+        let name = format!("w{index}.example.com");
+        let records = configuration.records().expect("parses");
+        let mut newer = object.clone();
+        newer["metadata"]["resourceVersion"] = json!("42");
+        let bypass = bypass_of(Via::MatchConditions, &[]);
+        let patch = bypass_patch(&configuration, index, &name, &records, &bypass);
+        prop_assert!(apply(&newer, &patch).is_err());
+        prop_assert!(apply(&newer, &forget_patch(&configuration, &name, &records)).is_err());
+    }
+
+    /// The decision rule's invariants, whatever the instants: never bypass with an owner that
+    /// is unknown or up, never before the grace, never an entry that fails open, never restore
+    /// before the restore grace or over someone else's change.
+    #[test]
+    fn the_rule_never_bypasses_early_or_wrongly(
+        (object, index) in arb_configuration(),
+        owner_kind in 0u8..3,
+        since in 0u64..100,
+        now in 0u64..200,
+        recorded in any::<bool>(),
+        still_present in any::<bool>(),
+        undone in 0usize..5,
+    ) {
+        let mut object = object;
+        let name = format!("w{index}.example.com");
+        let bypass = bypass_of(Via::MatchConditions, &[]);
+        if recorded && still_present {
+            object["webhooks"][index]["matchConditions"] = json!([bypass.added.match_condition.clone()]);
+        }
+        let configuration = decode(&object);
+        let owner = match owner_kind {
+            0 => OwnerState::Unknown,
+            1 => OwnerState::Up { since: t(since) },
+            _ => OwnerState::Down { since: t(since) },
+        };
+        let config = listed(&name);
+        let record = recorded.then_some(&bypass);
+        let situation = Situation {
+            config: &config,
+            entry: Some((&configuration, index)),
+            record,
+            owner,
+            undone_recently: undone,
+            now: t(now),
+        };
+        match decide(&situation) {
+            Action::Bypass => {
+                let OwnerState::Down { since } = owner else {
+                    return Err(TestCaseError::fail("bypass with an owner that is not down"));
+                };
+                prop_assert!(t(now) >= since + config.owner_down_grace, "bypassed early");
+                prop_assert_eq!(configuration.failure_policy(index), FailurePolicy::Fail);
+                prop_assert!(!record.is_some_and(|r| r.added.present_in(&configuration.entries[index])),
+                    "bypassed twice");
+                prop_assert!(record.is_none() || undone < FLAP_LIMIT);
+            }
+            Action::Flapping => {
+                prop_assert!(matches!(owner, OwnerState::Down { .. }), "flapping with an owner not down");
+                prop_assert!(record.is_some() && undone >= FLAP_LIMIT);
+            }
+            Action::Restore => {
+                let OwnerState::Up { since } = owner else {
+                    return Err(TestCaseError::fail("restore with an owner that is not up"));
+                };
+                prop_assert!(t(now) >= since + config.restore_grace, "restored early");
+                prop_assert!(record.is_some_and(|r| r.added.present_in(&configuration.entries[index])));
+            }
+            Action::Conflict => {
+                prop_assert!(matches!(owner, OwnerState::Up { .. }), "conflict with an owner not up");
+                prop_assert!(record.is_some_and(|r| !r.added.present_in(&configuration.entries[index])));
+            }
+            Action::Wait(Some(at)) => prop_assert!(at > t(now), "a wake-up in the past"),
+            Action::Wait(None) => {}
+        }
+    }
+}
+
+#[test]
+fn an_owner_down_for_the_grace_bypasses_and_up_for_the_restore_grace_restores() {
+    let object = json!({
+        "metadata": { "name": "policy", "resourceVersion": "7" },
+        "webhooks": [{ "name": "w0.example.com", "failurePolicy": "Fail" }],
+    });
+    let configuration = decode(&object);
+    let config = listed("w0.example.com");
+    let down = OwnerState::Down { since: t(0) };
+    let at = |owner, now, record| {
+        decide(&Situation {
+            config: &config,
+            entry: Some((&configuration, 0)),
+            record,
+            owner,
+            undone_recently: 0,
+            now: t(now),
+        })
+    };
+    assert_eq!(at(down, 9, None), Action::Wait(Some(t(10))));
+    assert_eq!(at(down, 10, None), Action::Bypass);
+    assert_eq!(at(OwnerState::Unknown, 1000, None), Action::Wait(None));
+    let bypass = bypass_of(Via::Selectors, &[]);
+    // The record's values are not in this entry: someone removed them.
+    assert_eq!(at(down, 10, Some(&bypass)), Action::Bypass);
+    let up = OwnerState::Up { since: t(100) };
+    assert_eq!(at(up, 129, Some(&bypass)), Action::Wait(Some(t(130))));
+    assert_eq!(at(up, 130, Some(&bypass)), Action::Conflict);
+    let mut with = object.clone();
+    with["webhooks"][0]["objectSelector"] =
+        json!({ "matchExpressions": [bypass.added.object_selector] });
+    let configuration = decode(&with);
+    let restore = decide(&Situation {
+        config: &config,
+        entry: Some((&configuration, 0)),
+        record: Some(&bypass),
+        owner: up,
+        undone_recently: 0,
+        now: t(130),
+    });
+    assert_eq!(restore, Action::Restore);
+}
+
+#[test]
+fn the_third_undone_bypass_in_the_window_is_flapping() {
+    let object = json!({
+        "metadata": { "name": "policy", "resourceVersion": "7" },
+        "webhooks": [{ "name": "w0.example.com" }],
+    });
+    let configuration = decode(&object);
+    let config = listed("w0.example.com");
+    let bypass = bypass_of(Via::MatchConditions, &[]);
+    let with = |undone| {
+        decide(&Situation {
+            config: &config,
+            entry: Some((&configuration, 0)),
+            record: Some(&bypass),
+            owner: OwnerState::Down { since: t(0) },
+            undone_recently: undone,
+            now: t(60),
+        })
+    };
+    assert_eq!(with(FLAP_LIMIT - 1), Action::Bypass);
+    assert_eq!(with(FLAP_LIMIT), Action::Flapping);
+}
+
+#[test]
+fn v1beta1_entries_without_a_policy_fail_open_and_are_left_alone() {
+    let object = json!({
+        "metadata": { "name": "policy", "resourceVersion": "7" },
+        "webhooks": [{ "name": "w0.example.com" }],
+    });
+    let configuration =
+        Configuration::decode(WebhookKind::Validating, &object, FailurePolicy::Ignore)
+            .expect("decodes");
+    let config = listed("w0.example.com");
+    let action = decide(&Situation {
+        config: &config,
+        entry: Some((&configuration, 0)),
+        record: None,
+        owner: OwnerState::Down { since: t(0) },
+        undone_recently: 0,
+        now: t(1000),
+    });
+    assert_eq!(action, Action::Wait(None));
+}
+
+#[test]
+fn the_condition_keeps_calling_the_webhook_for_everything_not_opted_in() {
+    assert_eq!(
+        cel_expression(LABEL, &[]),
+        "!(object != null && has(object.metadata.labels) && 'initguard.io/bypass' in object.metadata.labels)"
+    );
+    assert_eq!(
+        cel_expression(LABEL, &["a".to_owned(), "b".to_owned()]),
+        "!((object != null && has(object.metadata.labels) && 'initguard.io/bypass' in object.metadata.labels) || request.namespace in ['a', 'b'])"
+    );
+}
+
+#[test]
+fn a_malformed_record_is_an_error_not_an_empty_record() {
+    let object = json!({
+        "metadata": { "name": "policy", "resourceVersion": "7",
+            "annotations": { RECORD_ANNOTATION: "{not json" } },
+        "webhooks": [],
+    });
+    assert!(decode(&object).records().is_err());
+    let bad = json!({ "metadata": { "name": "policy" }, "webhooks": [] });
+    assert_eq!(
+        Configuration::decode(WebhookKind::Validating, &bad, FailurePolicy::Fail),
+        Err(DecodeError::Field("resourceVersion"))
+    );
+}
+
+#[test]
+fn patches_are_sent_with_go_escaping_so_the_servers_byte_compare_matches() {
+    let condition = json!({ "name": "c", "expression": "a && b < c > d \u{2028}" });
+    let patch = json_patch::Patch(vec![json_patch::PatchOperation::Test(
+        json_patch::TestOperation {
+            path: json_patch::jsonptr::PointerBuf::from_tokens(["x"]),
+            value: condition.clone(),
+        },
+    )]);
+    let sent = String::from_utf8(super::patch::go_json(&patch)).expect("UTF-8");
+    assert!(
+        sent.contains(r#"a \u0026\u0026 b \u003c c \u003e d \u2028"#),
+        "{sent}"
+    );
+    assert!(!sent.contains('&') && !sent.contains('<') && !sent.contains('>'));
+    // Still the same patch once parsed.
+    let parsed: json_patch::Patch = serde_json::from_str(&sent).expect("valid JSON");
+    assert_eq!(parsed, patch);
+}

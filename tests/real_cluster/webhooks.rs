@@ -1,0 +1,750 @@
+//! The webhook guard against the real API server: a real HTTPS admission webhook started by
+//! the test (called by `clientConfig.url`: the test bed has no kube-proxy), `failurePolicy:
+//! Fail`, owned by a Lease the test renews. Kill both: creates are rejected; after
+//! `ownerDownGrace` the guard bypasses the entry, opted-in pods (and the exempt namespace's)
+//! are created while other creates are still rejected; revive both: after `restoreGrace` the
+//! entry is exactly as before. Judged by the API server's objects, the pods it admitted and
+//! its audit log, never by the guard's counters.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::Json;
+use axum::routing::post;
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use crate::gates::config;
+use crate::testbed::*;
+
+const ENTRY: &str = "pods.policy.example.com";
+const UNLISTED_ENTRY: &str = "other.policy.example.com";
+const RECORD: &str = "initguard.io/bypassed-webhooks";
+const GRACE_S: u64 = 2;
+const RESTORE_GRACE_S: u64 = 3;
+
+/// An HTTPS admission webhook that allows everything, on a fixed port so it can come back.
+struct WebhookServer {
+    addr: SocketAddr,
+    ca_pem: String,
+    tls: Arc<rustls::ServerConfig>,
+    calls: Arc<AtomicUsize>,
+    handle: Option<axum_server::Handle<SocketAddr>>,
+}
+
+impl WebhookServer {
+    async fn start() -> WebhookServer {
+        let key = rcgen::KeyPair::generate().unwrap_or_else(|e| panic!("webhook key: {e}"));
+        let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+            .unwrap_or_else(|e| panic!("webhook certificate params: {e}"));
+        let cert = params
+            .self_signed(&key)
+            .unwrap_or_else(|e| panic!("webhook certificate: {e}"));
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap_or_else(|e| panic!("webhook TLS versions: {e}"))
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap_or_else(|e| panic!("webhook TLS config: {e}"));
+        let mut server = WebhookServer {
+            addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            ca_pem: cert.pem(),
+            tls: Arc::new(tls),
+            calls: Arc::new(AtomicUsize::new(0)),
+            handle: None,
+        };
+        server.serve();
+        server
+    }
+
+    fn serve(&mut self) {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap_or_else(|e| panic!("socket: {e}"));
+        socket
+            .set_reuseaddr(true)
+            .unwrap_or_else(|e| panic!("SO_REUSEADDR: {e}"));
+        socket
+            .bind(self.addr)
+            .unwrap_or_else(|e| panic!("webhook bind {}: {e}", self.addr));
+        let listener = socket
+            .listen(64)
+            .unwrap_or_else(|e| panic!("webhook listen: {e}"))
+            .into_std()
+            .unwrap_or_else(|e| panic!("webhook listener: {e}"));
+        let calls = self.calls.clone();
+        let app = axum::Router::new().route(
+            "/validate",
+            post(move |Json(review): Json<Value>| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                let uid = review["request"]["uid"].clone();
+                async move {
+                    Json(json!({
+                        "apiVersion": "admission.k8s.io/v1",
+                        "kind": "AdmissionReview",
+                        "response": { "uid": uid, "allowed": true },
+                    }))
+                }
+            }),
+        );
+        let config = axum_server::tls_rustls::RustlsConfig::from_config(self.tls.clone());
+        let handle = axum_server::Handle::new();
+        self.handle = Some(handle.clone());
+        // Its own thread and runtime: the scenario blocks its worker on kubectl, and a task
+        // left in that worker's LIFO slot would never be served.
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap_or_else(|e| panic!("webhook runtime: {e}"));
+            runtime.block_on(async move {
+                let server = axum_server::tls_rustls::from_tcp_rustls(listener, config)
+                    .unwrap_or_else(|e| panic!("webhook server: {e}"));
+                let _ = server.handle(handle).serve(app.into_make_service()).await;
+            });
+        });
+    }
+
+    /// Die at once: the listener closes and open connections drop.
+    async fn stop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            handle.shutdown();
+        }
+        let addr = self.addr;
+        crate::wait::until(format!("the webhook server on {addr} to stop"), || {
+            std::net::TcpStream::connect(addr).is_err()
+        })
+        .await;
+    }
+
+    fn ca_bundle(&self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(&self.ca_pem)
+    }
+}
+
+impl Drop for WebhookServer {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            handle.shutdown();
+        }
+    }
+}
+
+fn configuration(name: &str, prefix: &str, server: &WebhookServer) -> Value {
+    let entry = |entry: &str, policy: &str| {
+        json!({
+            "name": entry,
+            "clientConfig": {
+                "url": format!("https://{}/validate", server.addr),
+                "caBundle": server.ca_bundle(),
+            },
+            "rules": [{ "operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                        "resources": ["pods"] }],
+            // Only this scenario's namespaces: nothing else on the test bed is affected.
+            "namespaceSelector": { "matchLabels": { "webhook-test": prefix } },
+            "failurePolicy": policy,
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+        })
+    };
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": { "name": name },
+        // The unlisted entry fails open, so only the listed one decides whether a pod is
+        // admitted while the server is down; the guard must leave it alone all the same.
+        "webhooks": [entry(UNLISTED_ENTRY, "Ignore"), entry(ENTRY, "Fail")],
+    })
+}
+
+fn get_configuration(tb: &Testbed, name: &str) -> Value {
+    let text = tb.kubectl(&["get", "validatingwebhookconfiguration", name, "-o", "json"]);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("configuration {name}: {e}: {text}"))
+}
+
+/// Create a pod as admin; Ok, or Err with kubectl's stderr.
+fn create_pod(tb: &Testbed, ns: &str, name: &str, opted_in: bool) -> Result<(), String> {
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": name, "namespace": ns, "labels": { "app": "webhook-test" } },
+        "spec": { "containers": [{ "name": "main", "image": "registry.k8s.io/pause:3.10" }] },
+    });
+    if opted_in {
+        pod["metadata"]["labels"][OPT_IN] = json!("true");
+    }
+    let out = tb.kubectl_with("admin", &["create", "-f", "-"], Some(&pod.to_string()));
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// The guard's writes to webhook configurations received since `since`, in the server's
+/// order.
+fn configuration_writes(tb: &Testbed, since: jiff::Timestamp) -> Vec<Audit> {
+    let mut writes: Vec<Audit> = tb
+        .audit()
+        .into_iter()
+        .filter(|a| {
+            a.user == GUARD_USER
+                && a.is_write()
+                && a.resource.ends_with("webhookconfigurations")
+                && timestamp(&a.received) >= since
+        })
+        .collect();
+    writes.sort_by(|a, b| a.received.cmp(&b.received));
+    writes
+}
+
+/// RBAC for exactly `name`, as deploy/README.md tells operators to generate it.
+fn grant(tb: &Testbed, prefix: &str, name: &str) {
+    tb.apply(&json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": { "name": format!("{prefix}-initguard-webhooks") },
+        "rules": [{
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingwebhookconfigurations"],
+            "resourceNames": [name],
+            "verbs": ["get", "list", "watch", "patch"],
+        }],
+    }));
+    tb.apply(&json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": { "name": format!("{prefix}-initguard-webhooks") },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": format!("{prefix}-initguard-webhooks") },
+        "subjects": [{ "apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": GUARD_USER }],
+    }));
+}
+
+fn cleanup(tb: &Testbed, prefix: &str, name: &str) {
+    let role = format!("{prefix}-initguard-webhooks");
+    tb.kubectl(&[
+        "delete",
+        "validatingwebhookconfiguration",
+        name,
+        "--ignore-not-found",
+    ]);
+    tb.kubectl(&["delete", "clusterrolebinding", &role, "--ignore-not-found"]);
+    tb.kubectl(&["delete", "clusterrole", &role, "--ignore-not-found"]);
+}
+
+fn guard_config(name: &str, system: &str, via: &str, dry_run: bool) -> String {
+    config(&format!(
+        "dryRun: {dry_run}\n\
+         webhooks:\n\
+         \x20 - name: validating/{name}/{ENTRY}\n\
+         \x20   owner: {{ lease: {system}/policy-webhook }}\n\
+         \x20   ownerDownGrace: {GRACE_S}s\n\
+         \x20   restoreGrace: {RESTORE_GRACE_S}s\n\
+         \x20   exemptNamespaces: [{system}]\n\
+         \x20   bypassVia: {via}\n"
+    ))
+}
+
+pub async fn webhook_bypassed_via_match_conditions_and_restored(tb: Arc<Testbed>) {
+    bypass_and_restore(tb, "whm", "auto").await;
+}
+
+pub async fn webhook_bypassed_via_selectors_and_restored(tb: Arc<Testbed>) {
+    bypass_and_restore(tb, "whs", "selectors").await;
+}
+
+async fn bypass_and_restore(tb: Arc<Testbed>, prefix: &str, via: &str) {
+    let started = jiff::Timestamp::now();
+    let (apps, system) = (format!("{prefix}-apps"), format!("{prefix}-system"));
+    let name = format!("{prefix}-policy");
+    for ns in [&apps, &system] {
+        tb.namespace(ns);
+        tb.kubectl(&["label", "namespace", ns, &format!("webhook-test={prefix}")]);
+    }
+    let mut server = WebhookServer::start().await;
+    let mut lease = OwnerLease::start(&tb, &system, "policy-webhook");
+    tb.apply(&configuration(&name, prefix, &server));
+    grant(&tb, prefix, &name);
+    // Exactly the listed configuration: any other is forbidden to the guard.
+    let other = tb.kubectl_with(
+        "initguard",
+        &[
+            "auth",
+            "can-i",
+            "patch",
+            "validatingwebhookconfigurations/someone-elses",
+        ],
+        None,
+    );
+    assert_eq!(String::from_utf8_lossy(&other.stdout).trim(), "no");
+    let baseline = get_configuration(&tb, &name);
+
+    let guard = tb
+        .guard(
+            prefix,
+            "initguard",
+            &guard_config(&name, &system, via, false),
+        )
+        .await;
+    // Up: creates go through the webhook.
+    create_pod(&tb, &apps, "before", false).unwrap_or_else(|e| panic!("webhook up: {e}"));
+    assert!(
+        server.calls.load(Ordering::SeqCst) >= 2,
+        "both entries called"
+    );
+
+    server.stop().await;
+    let last_renewal = lease.kill(&tb);
+    let rejected = create_pod(&tb, &apps, "rejected", true)
+        .expect_err("the webhook is down and fails closed: creates are rejected");
+    assert!(rejected.contains("failed calling webhook"), "{rejected}");
+
+    // The guard bypasses the entry: an opted-in pod is admitted.
+    let mut attempt = 0;
+    eventually("an opted-in pod admitted while the webhook is down", || {
+        attempt += 1;
+        create_pod(&tb, &apps, &format!("opted-in-{attempt}"), true).ok()
+    })
+    .await;
+    let plain = create_pod(&tb, &apps, "plain", false)
+        .expect_err("a pod that did not opt in still goes to the dead webhook");
+    assert!(
+        plain.contains(ENTRY),
+        "rejected by the listed entry: {plain}"
+    );
+    let bypassed = get_configuration(&tb, &name);
+    assert_eq!(
+        bypassed["webhooks"][0], baseline["webhooks"][0],
+        "the unlisted entry is not touched"
+    );
+    let entry = &bypassed["webhooks"][1];
+    assert_eq!(
+        entry["failurePolicy"], "Fail",
+        "failurePolicy never changes"
+    );
+    let record: Value = serde_json::from_str(
+        bypassed["metadata"]["annotations"][RECORD]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {RECORD} annotation: {bypassed:#}")),
+    )
+    .unwrap_or_else(|e| panic!("{RECORD} is JSON: {e}"));
+    assert_eq!(record[ENTRY]["reason"], "owner_down", "{record:#}");
+    match via {
+        "auto" => {
+            let condition = &entry["matchConditions"][0];
+            assert_eq!(condition["name"], "initguard-bypass", "{entry:#}");
+            assert_eq!(record[ENTRY]["added"]["matchCondition"], *condition);
+        }
+        _ => {
+            assert_eq!(entry.get("matchConditions"), None, "{entry:#}");
+            let object = &entry["objectSelector"]["matchExpressions"][0];
+            assert_eq!(
+                *object,
+                json!({ "key": OPT_IN, "operator": "DoesNotExist" })
+            );
+            let namespace = &entry["namespaceSelector"];
+            assert_eq!(namespace["matchLabels"], json!({ "webhook-test": prefix }));
+            assert_eq!(
+                namespace["matchExpressions"][0],
+                json!({ "key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                        "values": [system] })
+            );
+        }
+    }
+    // Everything but the listed entry and the record is as it was.
+    let strip = |c: &Value| {
+        let mut c = c.clone();
+        c["webhooks"][1] = Value::Null;
+        c["metadata"] = Value::Null;
+        c
+    };
+    assert_eq!(strip(&bypassed), strip(&baseline));
+
+    // The write came after the owner's lease ran out plus the grace (server's clock).
+    let writes = configuration_writes(&tb, started);
+    let first = writes
+        .iter()
+        .find(|a| a.verb == "patch" && a.ok() && a.name == name)
+        .unwrap_or_else(|| panic!("no patch by {GUARD_USER}: {writes:#?}"));
+    let written = timestamp(&first.received);
+    let earliest =
+        last_renewal + jiff::SignedDuration::from_secs((OWNER_LEASE_SECONDS + GRACE_S) as i64);
+    assert!(
+        written >= earliest,
+        "bypassed at {written}, before the lease ran out plus the grace ({earliest})"
+    );
+    assert!(
+        writes.iter().all(|a| a.name == name),
+        "the guard wrote only the listed configuration: {writes:#?}"
+    );
+    // /status shows it: state, since and what was added, as the record on the server says.
+    let (code, body) = curl(&format!("http://127.0.0.1:{}/status", guard.port));
+    assert_eq!(code, 200, "{body}");
+    let status: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let shown = &status["webhooks"][0];
+    assert_eq!(
+        shown["webhook"],
+        format!("validating/{name}/{ENTRY}"),
+        "{status:#}"
+    );
+    assert_eq!(shown["state"], "bypassed", "{status:#}");
+    assert_eq!(shown["owner"]["state"], "down", "{status:#}");
+    assert_eq!(shown["bypassedSince"], record[ENTRY]["since"], "{status:#}");
+    assert_eq!(shown["added"], record[ENTRY]["added"], "{status:#}");
+    // The exempt namespace (the webhook's own) can create its pods.
+    create_pod(&tb, &system, "webhook-pod", false)
+        .unwrap_or_else(|e| panic!("the exempt namespace is not sent to the webhook: {e}"));
+    let events = tb.list("events", "default", None);
+    assert!(
+        events.iter().any(|e| e["reason"] == "WebhookBypassed"
+            && e["involvedObject"]["name"] == json!(name)),
+        "a WebhookBypassed Event on the configuration"
+    );
+
+    // Revive: after restoreGrace the entry is exactly as before.
+    server.serve();
+    let lease = OwnerLease::start(&tb, &system, "policy-webhook");
+    let revived = tb
+        .audit()
+        .into_iter()
+        .filter(|a| {
+            a.resource == "leases"
+                && a.name == "policy-webhook"
+                && a.namespace == system
+                && a.is_write()
+                && a.ok()
+        })
+        .map(|a| a.received)
+        .max()
+        .map(|t| timestamp(&t))
+        .unwrap_or_else(|| panic!("no lease write after the revival"));
+    eventually(
+        "the entry restored exactly after the owner came back",
+        || {
+            let now = get_configuration(&tb, &name);
+            let restored = now["webhooks"] == baseline["webhooks"]
+                && now["metadata"]["annotations"].get(RECORD).is_none();
+            restored.then_some(())
+        },
+    )
+    .await;
+    let restore = configuration_writes(&tb, started)
+        .into_iter()
+        .rfind(|a| a.verb == "patch" && a.ok() && a.name == name)
+        .unwrap_or_else(|| panic!("no restore patch"));
+    let restored_at = timestamp(&restore.received);
+    assert!(
+        restored_at >= revived + jiff::SignedDuration::from_secs(RESTORE_GRACE_S as i64),
+        "restored at {restored_at}, less than restoreGrace after the owner came back ({revived})"
+    );
+    let calls = server.calls.load(Ordering::SeqCst);
+    create_pod(&tb, &apps, "after", false).unwrap_or_else(|e| panic!("webhook back: {e}"));
+    assert!(server.calls.load(Ordering::SeqCst) > calls, "called again");
+
+    guard.stop();
+    drop(lease);
+    cleanup(&tb, prefix, &name);
+}
+
+pub async fn webhook_dry_run_writes_nothing(tb: Arc<Testbed>) {
+    let prefix = "whd";
+    let started = jiff::Timestamp::now();
+    let (apps, system) = (format!("{prefix}-apps"), format!("{prefix}-system"));
+    let name = format!("{prefix}-policy");
+    for ns in [&apps, &system] {
+        tb.namespace(ns);
+        tb.kubectl(&["label", "namespace", ns, &format!("webhook-test={prefix}")]);
+    }
+    let mut server = WebhookServer::start().await;
+    let mut lease = OwnerLease::start(&tb, &system, "policy-webhook");
+    tb.apply(&configuration(&name, prefix, &server));
+    grant(&tb, prefix, &name);
+    let baseline = get_configuration(&tb, &name);
+    let guard = tb
+        .guard(
+            prefix,
+            "initguard",
+            &guard_config(&name, &system, "auto", true),
+        )
+        .await;
+    server.stop().await;
+    lease.kill(&tb);
+    eventually("the dry-run decision in the guard's log", || {
+        guard
+            .log_text()
+            .contains("dry-run: would bypass webhook")
+            .then_some(())
+    })
+    .await;
+    create_pod(&tb, &apps, "still-rejected", true)
+        .expect_err("dry-run: the webhook is still called and still fails");
+    let writes = configuration_writes(&tb, started);
+    assert!(writes.is_empty(), "dry-run wrote: {writes:#?}");
+    assert_eq!(
+        get_configuration(&tb, &name)["webhooks"],
+        baseline["webhooks"]
+    );
+    guard.stop();
+    cleanup(&tb, prefix, &name);
+}
+
+/// Everything a scenario with one guarded configuration needs, and its clean-up.
+struct Bed {
+    tb: Arc<Testbed>,
+    prefix: &'static str,
+    apps: String,
+    system: String,
+    name: String,
+    server: WebhookServer,
+    lease: OwnerLease,
+    baseline: Value,
+    started: jiff::Timestamp,
+}
+
+impl Bed {
+    async fn new(tb: Arc<Testbed>, prefix: &'static str) -> Bed {
+        let started = jiff::Timestamp::now();
+        let (apps, system) = (format!("{prefix}-apps"), format!("{prefix}-system"));
+        let name = format!("{prefix}-policy");
+        for ns in [&apps, &system] {
+            tb.namespace(ns);
+            tb.kubectl(&["label", "namespace", ns, &format!("webhook-test={prefix}")]);
+        }
+        let server = WebhookServer::start().await;
+        let lease = OwnerLease::start(&tb, &system, "policy-webhook");
+        tb.apply(&configuration(&name, prefix, &server));
+        grant(&tb, prefix, &name);
+        let baseline = get_configuration(&tb, &name);
+        Bed {
+            tb,
+            prefix,
+            apps,
+            system,
+            name,
+            server,
+            lease,
+            baseline,
+            started,
+        }
+    }
+
+    async fn kill_owner(&mut self) -> jiff::Timestamp {
+        self.server.stop().await;
+        self.lease.kill(&self.tb)
+    }
+
+    fn revive_owner(&mut self) {
+        self.server.serve();
+        self.lease = OwnerLease::start(&self.tb, &self.system, "policy-webhook");
+    }
+
+    fn entry(&self) -> Value {
+        get_configuration(&self.tb, &self.name)["webhooks"][1].clone()
+    }
+
+    fn events(&self, reason: &str) -> usize {
+        self.tb
+            .list("events", "default", None)
+            .iter()
+            .filter(|e| e["reason"] == reason && e["involvedObject"]["name"] == json!(self.name))
+            .count()
+    }
+
+    fn cleanup(self) {
+        cleanup(&self.tb, self.prefix, &self.name);
+    }
+}
+
+/// The self-deadlock at the API level: the webhook's own namespace matches the webhook, so
+/// while it is down its Deployment's ReplicaSet cannot create pods (the backend can never
+/// come back). With the guard exempting that namespace, the real ReplicaSet controller
+/// creates them; when the owner is back, the exemption is removed.
+pub async fn webhook_own_pods_created_through_the_exemption(tb: Arc<Testbed>) {
+    let mut bed = Bed::new(tb.clone(), "whx").await;
+    bed.kill_owner().await;
+    tb.apply(&json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": { "name": "policy-webhook", "namespace": bed.system },
+        "spec": {
+            "replicas": 2,
+            "selector": { "matchLabels": { "app": "policy-webhook" } },
+            "template": {
+                "metadata": { "labels": { "app": "policy-webhook" } },
+                "spec": { "containers": [{ "name": "webhook", "image": "registry.k8s.io/pause:3.10" }] },
+            },
+        },
+    }));
+    // Without the guard the ReplicaSet's creates are rejected by the dead webhook.
+    let system = bed.system.clone();
+    let rejected = |tb: &Testbed| {
+        tb.audit().into_iter().any(|a| {
+            a.resource == "pods"
+                && a.subresource.is_empty()
+                && a.verb == "create"
+                && a.namespace == system
+                && a.user.contains("replicaset-controller")
+                && !a.ok()
+        })
+    };
+    eventually(
+        "the ReplicaSet's pod creates rejected by the dead webhook",
+        || rejected(&tb).then_some(()),
+    )
+    .await;
+    assert!(
+        tb.list("pods", &bed.system, Some("app=policy-webhook"))
+            .is_empty()
+    );
+
+    let guard = tb
+        .guard(
+            bed.prefix,
+            "initguard",
+            &guard_config(&bed.name, &bed.system, "auto", false),
+        )
+        .await;
+    eventually(
+        "the ReplicaSet controller's pods created through the exemption",
+        || {
+            (tb.list("pods", &bed.system, Some("app=policy-webhook"))
+                .len()
+                == 2)
+                .then_some(())
+        },
+    )
+    .await;
+    let created: Vec<Audit> = tb
+        .audit()
+        .into_iter()
+        .filter(|a| {
+            a.resource == "pods"
+                && a.subresource.is_empty()
+                && a.verb == "create"
+                && a.namespace == bed.system
+                && a.ok()
+        })
+        .collect();
+    assert!(
+        created
+            .iter()
+            .all(|a| a.user.contains("replicaset-controller")),
+        "created by the real ReplicaSet controller: {created:#?}"
+    );
+    // Caused by the bypass: no pod was admitted before the guard's patch.
+    let patched = configuration_writes(&tb, bed.started)
+        .into_iter()
+        .find(|a| a.verb == "patch" && a.ok() && a.name == bed.name)
+        .unwrap_or_else(|| panic!("no bypass patch"));
+    assert!(created.iter().all(|a| a.received > patched.received));
+    // A pod of the apps namespace that did not opt in is still rejected.
+    create_pod(&tb, &bed.apps, "plain", false).expect_err("not exempt, not opted in");
+
+    bed.revive_owner();
+    let baseline_entry = bed.baseline["webhooks"][1].clone();
+    eventually("the exemption removed once the owner is back", || {
+        (bed.entry() == baseline_entry).then_some(())
+    })
+    .await;
+    guard.stop();
+    tb.kubectl(&["delete", "deployment", "policy-webhook", "-n", &bed.system]);
+    bed.cleanup();
+}
+
+/// Others' edits win: a writer that keeps undoing the bypass makes it flapping (the guard
+/// stops re-applying it, Warning Event), and when the owner is back the entry as that writer
+/// left it is not overwritten (a conflict, Warning Event), the record is dropped.
+pub async fn webhook_edits_by_others_are_not_overwritten(tb: Arc<Testbed>) {
+    let mut bed = Bed::new(tb.clone(), "whe").await;
+    let guard = tb
+        .guard(
+            bed.prefix,
+            "initguard",
+            &guard_config(&bed.name, &bed.system, "auto", false),
+        )
+        .await;
+    bed.kill_owner().await;
+    let bypassed = |bed: &Bed| {
+        bed.entry()["matchConditions"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|c| c["name"] == "initguard-bypass"))
+    };
+    let mut last_undo = String::new();
+    for round in 1..=3 {
+        eventually(format!("bypass {round} in force"), || {
+            bypassed(&bed).then_some(())
+        })
+        .await;
+        // Another writer (a webhook manager) puts its own version back; the third time it
+        // also changes the timeout.
+        let mut patch = vec![json!({ "op": "remove", "path": "/webhooks/1/matchConditions" })];
+        if round == 3 {
+            patch
+                .push(json!({ "op": "replace", "path": "/webhooks/1/timeoutSeconds", "value": 7 }));
+        }
+        tb.kubectl(&[
+            "patch",
+            "validatingwebhookconfiguration",
+            &bed.name,
+            "--type",
+            "json",
+            "-p",
+            &Value::Array(patch).to_string(),
+        ]);
+        last_undo = tb
+            .audit()
+            .into_iter()
+            .filter(|a| {
+                a.resource == "validatingwebhookconfigurations"
+                    && a.name == bed.name
+                    && a.verb == "patch"
+                    && a.user == "system:admin"
+            })
+            .map(|a| a.received)
+            .max()
+            .unwrap_or_default();
+    }
+    eventually("the flapping Event", || {
+        (bed.events("WebhookBypassFlapping") == 1).then_some(())
+    })
+    .await;
+    let after: Vec<Audit> = configuration_writes(&tb, bed.started)
+        .into_iter()
+        .filter(|a| a.name == bed.name && a.received > last_undo)
+        .collect();
+    assert!(
+        after.is_empty(),
+        "re-applied after the third undo: {after:#?}"
+    );
+    assert!(!bypassed(&bed));
+
+    bed.revive_owner();
+    eventually("the conflict Event once the owner is back", || {
+        (bed.events("WebhookRestoreConflict") == 1).then_some(())
+    })
+    .await;
+    eventually("the record dropped", || {
+        let now = get_configuration(&tb, &bed.name);
+        now["metadata"]["annotations"]
+            .get(RECORD)
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let entry = bed.entry();
+    assert_eq!(
+        entry["timeoutSeconds"], 7,
+        "the other writer's change stays: {entry:#}"
+    );
+    assert_eq!(entry.get("matchConditions"), None);
+    let mut expected = bed.baseline["webhooks"][1].clone();
+    expected["timeoutSeconds"] = json!(7);
+    assert_eq!(entry, expected, "nothing else changed");
+    guard.stop();
+    bed.cleanup();
+}
