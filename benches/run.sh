@@ -36,7 +36,7 @@ if [ -z "$out" ] && [ "$quick" = 0 ]; then
 fi
 
 # Build first, so compiling neither delays nor disturbs the measurements.
-cargo bench --no-run --bench guard --bench decode --bench real
+cargo bench --no-run --bench guard --bench decode --bench real --bench webhook
 # Section 6 compares the default build with the shipped one (deploy/Dockerfile).
 cargo build --release --bin initguard
 cargo build --locked --profile dist --no-default-features --bin initguard
@@ -92,6 +92,14 @@ started=$(date -u +%s)
   fi
   echo
   sizes
+  echo
+  if [ "$real_bed" = 1 ]; then
+    cargo bench --quiet --bench webhook -- $( [ "$quick" = 1 ] && echo --runs 2 )
+  else
+    echo "## 7. Admission webhooks: a dead backend, against the real API server"
+    echo
+    echo "_Not run: the test bed is not built (tests/testbed/build)._"
+  fi
   echo
   echo "_Total benchmark time: $(( $(date -u +%s) - started )) s; load average after the run: $(cut -d' ' -f1-3 /proc/loadavg)._"
   # The profiling notes live in README.md, so that regenerating keeps them.

@@ -8,3 +8,4 @@ pub mod promql;
 pub mod testbed;
 pub mod tools;
 pub mod wait;
+pub mod webhook;

@@ -1,0 +1,207 @@
+//! The webhook guard against the real API server (tests/testbed/), the figures of
+//! benches/RESULTS.md section 7: a real HTTPS admission webhook with `failurePolicy: Fail`,
+//! owned by a Lease (5 s) that stops being renewed when the webhook server dies.
+//!
+//! * death → admitted: from the webhook server's death to the first opted-in pod create the API
+//!   server admits (a client retries as fast as kubectl goes), and the guard's own part of it:
+//!   its patch's arrival minus the earliest instant it may bypass (last renewal + lease
+//!   duration + `ownerDownGrace`, here 0 s);
+//! * return → restored: from the owner's first renewal after the webhook is back to the restore
+//!   patch, with `restoreGrace` 0 s.
+//!
+//! Times are the API server's (audit log `requestReceivedTimestamp`) except the death, taken on
+//! the same machine's clock when the server has closed its port. Prints Markdown on stdout.
+//! Usage: `cargo bench --bench webhook -- [--runs N]`.
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use initguard_test_support::testbed::{
+    self, GUARD_USER, OPT_IN, OWNER_LEASE_SECONDS, OwnerLease, Testbed, eventually, timestamp,
+};
+use initguard_test_support::webhook::{
+    WebhookServer, cleanup, configuration, create_pod, get_configuration, grant,
+};
+
+struct Measured {
+    death_to_admitted: Duration,
+    guard_bypass: Duration,
+    return_to_restored: Duration,
+}
+
+fn main() -> ExitCode {
+    let mut runs = 5;
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--runs" => match args.next().and_then(|n| n.parse().ok()) {
+                Some(n) if n > 0 => runs = n,
+                _ => {
+                    eprintln!("webhook: --runs takes a number of at least 1");
+                    return ExitCode::from(2);
+                }
+            },
+            // cargo bench passes --bench.
+            "--bench" => {}
+            other => {
+                eprintln!("webhook: unknown argument {other:?}; usage: --runs N");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    if let Some(why) = testbed::not_built() {
+        eprintln!("webhook: the test bed is not built: {why}");
+        return ExitCode::FAILURE;
+    }
+    let tb = match Testbed::up(env!("CARGO_BIN_EXE_initguard")) {
+        Ok(tb) => Arc::new(tb),
+        Err(e) => {
+            eprintln!("webhook: cannot start the test bed: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("webhook: no tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("## 7. Admission webhooks: a dead backend, against the real API server\n");
+    println!(
+        "Lease {OWNER_LEASE_SECONDS} s, `ownerDownGrace: 0s`, `restoreGrace: 0s`; {runs} runs per \
+         bypass path.\n"
+    );
+    println!(
+        "| bypassVia | death → opted-in pod admitted | of which the guard (after the lease ran out) | owner back → restored |"
+    );
+    println!("| --- | --- | --- | --- |");
+    for via in ["auto", "selectors"] {
+        let mut all = Vec::new();
+        for run in 0..runs {
+            let measured = runtime.block_on(measure(tb.clone(), via, run));
+            eprintln!(
+                "webhook: {via} run {run}: {:?} / {:?} / {:?}",
+                measured.death_to_admitted, measured.guard_bypass, measured.return_to_restored
+            );
+            all.push(measured);
+        }
+        let summary = |f: fn(&Measured) -> Duration| {
+            let mut v: Vec<Duration> = all.iter().map(f).collect();
+            v.sort();
+            format!(
+                "median {} (min {}, max {})",
+                ms(v[v.len() / 2]),
+                ms(v[0]),
+                ms(v[v.len() - 1])
+            )
+        };
+        println!(
+            "| {via} | {} | {} | {} |",
+            summary(|m| m.death_to_admitted),
+            summary(|m| m.guard_bypass),
+            summary(|m| m.return_to_restored)
+        );
+    }
+    drop(runtime);
+    ExitCode::SUCCESS
+}
+
+fn ms(d: Duration) -> String {
+    format!("{} ms", d.as_millis())
+}
+
+fn between(from: jiff::Timestamp, to: jiff::Timestamp) -> Duration {
+    Duration::try_from(to.duration_since(from)).unwrap_or_default()
+}
+
+async fn measure(tb: Arc<Testbed>, via: &str, run: usize) -> Measured {
+    let prefix = format!("bw{}{run}", if via == "auto" { "m" } else { "s" });
+    let (apps, system) = (format!("{prefix}-apps"), format!("{prefix}-system"));
+    let name = format!("{prefix}-policy");
+    for ns in [&apps, &system] {
+        tb.namespace(ns);
+        tb.kubectl(&["label", "namespace", ns, &format!("webhook-test={prefix}")]);
+    }
+    let mut server = WebhookServer::start().await;
+    let mut lease = OwnerLease::start(&tb, &system, "policy-webhook");
+    tb.apply(&configuration(&name, &prefix, &server));
+    grant(&tb, &prefix, &name);
+    let config = format!(
+        "mechanism: schedulingGates\noptIn: {{ label: {OPT_IN} }}\n\
+         leaderElection: {{ enabled: false }}\n\
+         webhooks:\n\
+         \x20 - name: validating/{name}/pods.policy.example.com\n\
+         \x20   owner: {{ lease: {system}/policy-webhook }}\n\
+         \x20   ownerDownGrace: 0s\n\
+         \x20   restoreGrace: 0s\n\
+         \x20   bypassVia: {via}\n"
+    );
+    let guard = tb.guard(&prefix, "initguard", &config).await;
+
+    server.stop().await;
+    let death = jiff::Timestamp::now();
+    let last_renewal = lease.kill(&tb);
+    let mut attempt = 0;
+    let admitted_name = eventually("an opted-in pod admitted", || {
+        attempt += 1;
+        let pod = format!("p-{attempt}");
+        create_pod(&tb, &apps, &pod, true).ok().map(|()| pod)
+    })
+    .await;
+    let audit = tb.audit();
+    let admitted = audit
+        .iter()
+        .find(|a| {
+            a.resource == "pods"
+                && a.verb == "create"
+                && a.namespace == apps
+                && a.ok()
+                && a.request["metadata"]["name"] == admitted_name.as_str()
+        })
+        .map(|a| timestamp(&a.received))
+        .unwrap_or_else(|| panic!("no admitted create of {admitted_name} in the audit log"));
+    let bypass = audit
+        .iter()
+        .find(|a| a.user == GUARD_USER && a.verb == "patch" && a.name == name && a.ok())
+        .map(|a| timestamp(&a.received))
+        .unwrap_or_else(|| panic!("no bypass patch"));
+    let may_bypass = last_renewal + jiff::SignedDuration::from_secs(OWNER_LEASE_SECONDS as i64);
+
+    server.serve();
+    let revived_lease = OwnerLease::start(&tb, &system, "policy-webhook");
+    eventually("the configuration restored", || {
+        let now = get_configuration(&tb, &name);
+        now["metadata"]["annotations"]
+            .get("initguard.io/bypassed-webhooks")
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    let audit = tb.audit();
+    let back = audit
+        .iter()
+        .filter(|a| a.resource == "leases" && a.namespace == system && a.is_write() && a.ok())
+        .map(|a| timestamp(&a.received))
+        .filter(|t| *t > bypass)
+        .min()
+        .unwrap_or_else(|| panic!("no renewal after the revival"));
+    let restored = audit
+        .iter()
+        .filter(|a| a.user == GUARD_USER && a.verb == "patch" && a.name == name && a.ok())
+        .map(|a| timestamp(&a.received))
+        .max()
+        .unwrap_or_else(|| panic!("no restore patch"));
+    guard.stop();
+    drop(revived_lease);
+    cleanup(&tb, &prefix, &name);
+    Measured {
+        death_to_admitted: between(death, admitted),
+        guard_bypass: between(may_bypass, bypass),
+        return_to_restored: between(back, restored),
+    }
+}

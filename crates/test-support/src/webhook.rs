@@ -1,0 +1,243 @@
+//! Admission webhooks for the real-cluster tests and benchmarks: a real HTTPS webhook server on
+//! 127.0.0.1 (the test bed has no kube-proxy, so configurations call it by URL), the
+//! configuration the scenarios guard, and the RBAC an operator grants for it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::Json;
+use axum::routing::post;
+use base64::Engine as _;
+use serde_json::{Value, json};
+
+use crate::testbed::{Audit, GUARD_USER, OPT_IN, Testbed, free_port, timestamp};
+
+/// The listed entry of [`configuration`].
+pub const ENTRY: &str = "pods.policy.example.com";
+/// The entry the guard must leave alone.
+pub const UNLISTED_ENTRY: &str = "other.policy.example.com";
+/// The record annotation the guard writes.
+pub const RECORD: &str = "initguard.io/bypassed-webhooks";
+
+/// An HTTPS admission webhook that allows everything, on a fixed port so it can come back.
+pub struct WebhookServer {
+    /// Where it listens (fixed, so that it can come back).
+    pub addr: SocketAddr,
+    /// Requests answered so far.
+    pub calls: Arc<AtomicUsize>,
+    ca_pem: String,
+    tls: Arc<rustls::ServerConfig>,
+    handle: Option<axum_server::Handle<SocketAddr>>,
+}
+
+impl WebhookServer {
+    /// Start it with a fresh self-signed certificate for 127.0.0.1.
+    pub async fn start() -> WebhookServer {
+        let key = rcgen::KeyPair::generate().unwrap_or_else(|e| panic!("webhook key: {e}"));
+        let params = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+            .unwrap_or_else(|e| panic!("webhook certificate params: {e}"));
+        let cert = params
+            .self_signed(&key)
+            .unwrap_or_else(|e| panic!("webhook certificate: {e}"));
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap_or_else(|e| panic!("webhook TLS versions: {e}"))
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            )
+            .unwrap_or_else(|e| panic!("webhook TLS config: {e}"));
+        let mut server = WebhookServer {
+            addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
+            ca_pem: cert.pem(),
+            tls: Arc::new(tls),
+            calls: Arc::new(AtomicUsize::new(0)),
+            handle: None,
+        };
+        server.serve();
+        server
+    }
+
+    /// (Re)start serving on [`WebhookServer::addr`].
+    pub fn serve(&mut self) {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap_or_else(|e| panic!("socket: {e}"));
+        socket
+            .set_reuseaddr(true)
+            .unwrap_or_else(|e| panic!("SO_REUSEADDR: {e}"));
+        socket
+            .bind(self.addr)
+            .unwrap_or_else(|e| panic!("webhook bind {}: {e}", self.addr));
+        let listener = socket
+            .listen(64)
+            .unwrap_or_else(|e| panic!("webhook listen: {e}"))
+            .into_std()
+            .unwrap_or_else(|e| panic!("webhook listener: {e}"));
+        let calls = self.calls.clone();
+        let app = axum::Router::new().route(
+            "/validate",
+            post(move |Json(review): Json<Value>| {
+                calls.fetch_add(1, Ordering::SeqCst);
+                let uid = review["request"]["uid"].clone();
+                async move {
+                    Json(json!({
+                        "apiVersion": "admission.k8s.io/v1",
+                        "kind": "AdmissionReview",
+                        "response": { "uid": uid, "allowed": true },
+                    }))
+                }
+            }),
+        );
+        let config = axum_server::tls_rustls::RustlsConfig::from_config(self.tls.clone());
+        let handle = axum_server::Handle::new();
+        self.handle = Some(handle.clone());
+        // Its own thread and runtime: the scenario blocks its worker on kubectl, and a task
+        // left in that worker's LIFO slot would never be served.
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap_or_else(|e| panic!("webhook runtime: {e}"));
+            runtime.block_on(async move {
+                let server = axum_server::tls_rustls::from_tcp_rustls(listener, config)
+                    .unwrap_or_else(|e| panic!("webhook server: {e}"));
+                let _ = server.handle(handle).serve(app.into_make_service()).await;
+            });
+        });
+    }
+
+    /// Die at once: the listener closes and open connections drop.
+    pub async fn stop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            handle.shutdown();
+        }
+        let addr = self.addr;
+        crate::wait::until(format!("the webhook server on {addr} to stop"), || {
+            std::net::TcpStream::connect(addr).is_err()
+        })
+        .await;
+    }
+
+    /// The `caBundle` of a configuration calling it.
+    pub fn ca_bundle(&self) -> String {
+        base64::engine::general_purpose::STANDARD.encode(&self.ca_pem)
+    }
+}
+
+impl Drop for WebhookServer {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            handle.shutdown();
+        }
+    }
+}
+
+/// A ValidatingWebhookConfiguration `name` calling `server` for pod creates in namespaces
+/// labelled `webhook-test=PREFIX`: the unlisted entry fails open, [`ENTRY`] fails closed.
+pub fn configuration(name: &str, prefix: &str, server: &WebhookServer) -> Value {
+    let entry = |entry: &str, policy: &str| {
+        json!({
+            "name": entry,
+            "clientConfig": {
+                "url": format!("https://{}/validate", server.addr),
+                "caBundle": server.ca_bundle(),
+            },
+            "rules": [{ "operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                        "resources": ["pods"] }],
+            // Only this scenario's namespaces: nothing else on the test bed is affected.
+            "namespaceSelector": { "matchLabels": { "webhook-test": prefix } },
+            "failurePolicy": policy,
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+        })
+    };
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": { "name": name },
+        // The unlisted entry fails open, so only the listed one decides whether a pod is
+        // admitted while the server is down; the guard must leave it alone all the same.
+        "webhooks": [entry(UNLISTED_ENTRY, "Ignore"), entry(ENTRY, "Fail")],
+    })
+}
+
+/// The configuration as the server holds it.
+pub fn get_configuration(tb: &Testbed, name: &str) -> Value {
+    let text = tb.kubectl(&["get", "validatingwebhookconfiguration", name, "-o", "json"]);
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("configuration {name}: {e}: {text}"))
+}
+
+/// Create a pod as admin; Ok, or Err with kubectl's stderr.
+pub fn create_pod(tb: &Testbed, ns: &str, name: &str, opted_in: bool) -> Result<(), String> {
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": name, "namespace": ns, "labels": { "app": "webhook-test" } },
+        "spec": { "containers": [{ "name": "main", "image": "registry.k8s.io/pause:3.10" }] },
+    });
+    if opted_in {
+        pod["metadata"]["labels"][OPT_IN] = json!("true");
+    }
+    let out = tb.kubectl_with("admin", &["create", "-f", "-"], Some(&pod.to_string()));
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// The guard's writes to webhook configurations received since `since`, in the server's
+/// order.
+pub fn configuration_writes(tb: &Testbed, since: jiff::Timestamp) -> Vec<Audit> {
+    let mut writes: Vec<Audit> = tb
+        .audit()
+        .into_iter()
+        .filter(|a| {
+            a.user == GUARD_USER
+                && a.is_write()
+                && a.resource.ends_with("webhookconfigurations")
+                && timestamp(&a.received) >= since
+        })
+        .collect();
+    writes.sort_by(|a, b| a.received.cmp(&b.received));
+    writes
+}
+
+/// RBAC for exactly `name`, as deploy/README.md tells operators to generate it.
+pub fn grant(tb: &Testbed, prefix: &str, name: &str) {
+    tb.apply(&json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": { "name": format!("{prefix}-initguard-webhooks") },
+        "rules": [{
+            "apiGroups": ["admissionregistration.k8s.io"],
+            "resources": ["validatingwebhookconfigurations"],
+            "resourceNames": [name],
+            "verbs": ["get", "list", "watch", "patch"],
+        }],
+    }));
+    tb.apply(&json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": { "name": format!("{prefix}-initguard-webhooks") },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": format!("{prefix}-initguard-webhooks") },
+        "subjects": [{ "apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": GUARD_USER }],
+    }));
+}
+
+/// Delete the configuration and the RBAC of [`grant`].
+pub fn cleanup(tb: &Testbed, prefix: &str, name: &str) {
+    let role = format!("{prefix}-initguard-webhooks");
+    tb.kubectl(&[
+        "delete",
+        "validatingwebhookconfiguration",
+        name,
+        "--ignore-not-found",
+    ]);
+    tb.kubectl(&["delete", "clusterrolebinding", &role, "--ignore-not-found"]);
+    tb.kubectl(&["delete", "clusterrole", &role, "--ignore-not-found"]);
+}
