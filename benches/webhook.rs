@@ -18,11 +18,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use initguard_test_support::testbed::{
-    self, GUARD_USER, OPT_IN, OWNER_LEASE_SECONDS, OwnerLease, Testbed, eventually, timestamp,
+    self, GUARD_USER, OPT_IN, OWNER_LEASE_SECONDS, Testbed, eventually, timestamp,
 };
-use initguard_test_support::webhook::{
-    WebhookServer, cleanup, configuration, create_pod, get_configuration, grant,
-};
+use initguard_test_support::webhook::{Bed, create_pod, get_configuration};
 
 struct Measured {
     death_to_admitted: Duration,
@@ -121,16 +119,8 @@ fn between(from: jiff::Timestamp, to: jiff::Timestamp) -> Duration {
 
 async fn measure(tb: Arc<Testbed>, via: &str, run: usize) -> Measured {
     let prefix = format!("bw{}{run}", if via == "auto" { "m" } else { "s" });
-    let (apps, system) = (format!("{prefix}-apps"), format!("{prefix}-system"));
-    let name = format!("{prefix}-policy");
-    for ns in [&apps, &system] {
-        tb.namespace(ns);
-        tb.kubectl(&["label", "namespace", ns, &format!("webhook-test={prefix}")]);
-    }
-    let mut server = WebhookServer::start().await;
-    let mut lease = OwnerLease::start(&tb, &system, "policy-webhook");
-    tb.apply(&configuration(&name, &prefix, &server));
-    grant(&tb, &prefix, &name);
+    let mut bed = Bed::new(tb.clone(), &prefix).await;
+    let (apps, system, name) = (bed.apps.clone(), bed.system.clone(), bed.name.clone());
     let config = format!(
         "mechanism: schedulingGates\noptIn: {{ label: {OPT_IN} }}\n\
          leaderElection: {{ enabled: false }}\n\
@@ -143,9 +133,9 @@ async fn measure(tb: Arc<Testbed>, via: &str, run: usize) -> Measured {
     );
     let guard = tb.guard(&prefix, "initguard", &config).await;
 
-    server.stop().await;
+    bed.server.stop().await;
     let death = jiff::Timestamp::now();
-    let last_renewal = lease.kill(&tb);
+    let last_renewal = bed.lease.kill(&tb);
     let mut attempt = 0;
     let admitted_name = eventually("an opted-in pod admitted", || {
         attempt += 1;
@@ -172,8 +162,7 @@ async fn measure(tb: Arc<Testbed>, via: &str, run: usize) -> Measured {
         .unwrap_or_else(|| panic!("no bypass patch"));
     let may_bypass = last_renewal + jiff::SignedDuration::from_secs(OWNER_LEASE_SECONDS as i64);
 
-    server.serve();
-    let revived_lease = OwnerLease::start(&tb, &system, "policy-webhook");
+    bed.revive_owner();
     eventually("the configuration restored", || {
         let now = get_configuration(&tb, &name);
         now["metadata"]["annotations"]
@@ -197,8 +186,7 @@ async fn measure(tb: Arc<Testbed>, via: &str, run: usize) -> Measured {
         .max()
         .unwrap_or_else(|| panic!("no restore patch"));
     guard.stop();
-    drop(revived_lease);
-    cleanup(&tb, &prefix, &name);
+    bed.cleanup();
     Measured {
         death_to_admitted: between(death, admitted),
         guard_bypass: between(may_bypass, bypass),

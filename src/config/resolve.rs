@@ -200,28 +200,19 @@ fn count(
 fn owner(problems: &mut Findings<'_>, path: &str, raw: RawOwner) -> Option<OwnerSpec> {
     let mut kinds = Vec::new();
     let mut specs = Vec::new();
-    if let Some(text) = raw.deployment {
-        kinds.push("deployment");
-        let p = format!("{path}.deployment");
+    // The kinds named by `namespace/name`.
+    type Named = (&'static str, Option<String>, fn(ObjectRef) -> OwnerSpec);
+    let named: [Named; 3] = [
+        ("deployment", raw.deployment, OwnerSpec::Deployment),
+        ("lease", raw.lease, OwnerSpec::Lease),
+        ("service", raw.service, OwnerSpec::Service),
+    ];
+    for (kind, text, spec) in named {
+        let Some(text) = text else { continue };
+        kinds.push(kind);
         match parse_object_ref(&text) {
-            Ok(r) => specs.push(OwnerSpec::Deployment(r)),
-            Err(e) => problems.value(&p, e),
-        }
-    }
-    if let Some(text) = raw.lease {
-        kinds.push("lease");
-        let p = format!("{path}.lease");
-        match parse_object_ref(&text) {
-            Ok(r) => specs.push(OwnerSpec::Lease(r)),
-            Err(e) => problems.value(&p, e),
-        }
-    }
-    if let Some(text) = raw.service {
-        kinds.push("service");
-        let p = format!("{path}.service");
-        match parse_object_ref(&text) {
-            Ok(r) => specs.push(OwnerSpec::Service(r)),
-            Err(e) => problems.value(&p, e),
+            Ok(r) => specs.push(spec(r)),
+            Err(e) => problems.value(&format!("{path}.{kind}"), e),
         }
     }
     if let Some(pods) = raw.pods {

@@ -46,6 +46,16 @@ fn changed_since_read(code: u16, message: &str) -> bool {
     code == 409 || (matches!(code, 422 | 500) && failed_test)
 }
 
+/// `failurePolicy` of an entry that omits it: `Fail` in admissionregistration.k8s.io/v1,
+/// `Ignore` in v1beta1.
+fn default_failure_policy(resource: &ApiResource) -> FailurePolicy {
+    if resource.version == "v1" {
+        FailurePolicy::Fail
+    } else {
+        FailurePolicy::Ignore
+    }
+}
+
 /// A listed configuration: which kind, which name.
 type Key = (WebhookKind, String);
 
@@ -113,12 +123,7 @@ impl WebhookGuard {
                      this configuration is not guarded");
                 continue;
             };
-            // v1beta1 entries default to failing open.
-            let default_policy = if resource.version == "v1" {
-                FailurePolicy::Fail
-            } else {
-                FailurePolicy::Ignore
-            };
+            let default_policy = default_failure_policy(&resource);
             resources.insert(key.clone(), (resource.clone(), default_policy));
             let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
             supervise::spawn(
@@ -454,11 +459,7 @@ impl WebhookGuard {
             return Step::default();
         }
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
-        let default_policy = if resource.version == "v1" {
-            FailurePolicy::Fail
-        } else {
-            FailurePolicy::Ignore
-        };
+        let default_policy = default_failure_policy(resource);
         let decode = |object: DynamicObject| {
             serde_json::to_value(object)
                 .ok()
@@ -737,11 +738,7 @@ pub async fn read_statuses(
             let configuration = match resource {
                 None => None,
                 Some(resource) => {
-                    let policy = if resource.version == "v1" {
-                        FailurePolicy::Fail
-                    } else {
-                        FailurePolicy::Ignore
-                    };
+                    let policy = default_failure_policy(&resource);
                     let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
                     match api.get_opt(&key.1).await {
                         Ok(o) => o

@@ -31,6 +31,17 @@ fn guard_config(name: &str, system: &str, via: &str, dry_run: bool) -> String {
     ))
 }
 
+/// The guard for `bed`'s configuration, as `system:initguard`.
+async fn start_guard(bed: &Bed, via: &str, dry_run: bool) -> GuardProcess {
+    bed.tb
+        .guard(
+            &bed.prefix,
+            "initguard",
+            &guard_config(&bed.name, &bed.system, via, dry_run),
+        )
+        .await
+}
+
 pub async fn webhook_bypassed_via_match_conditions_and_restored(tb: Arc<Testbed>) {
     bypass_and_restore(tb, "whm", "auto").await;
 }
@@ -40,17 +51,9 @@ pub async fn webhook_bypassed_via_selectors_and_restored(tb: Arc<Testbed>) {
 }
 
 async fn bypass_and_restore(tb: Arc<Testbed>, prefix: &str, via: &str) {
-    let started = jiff::Timestamp::now();
-    let (apps, system) = (format!("{prefix}-apps"), format!("{prefix}-system"));
-    let name = format!("{prefix}-policy");
-    for ns in [&apps, &system] {
-        tb.namespace(ns);
-        tb.kubectl(&["label", "namespace", ns, &format!("webhook-test={prefix}")]);
-    }
-    let mut server = WebhookServer::start().await;
-    let mut lease = OwnerLease::start(&tb, &system, "policy-webhook");
-    tb.apply(&configuration(&name, prefix, &server));
-    grant(&tb, prefix, &name);
+    let mut bed = Bed::new(tb.clone(), prefix).await;
+    let (apps, system, name) = (bed.apps.clone(), bed.system.clone(), bed.name.clone());
+    let started = bed.started;
     // Exactly the listed configuration: any other is forbidden to the guard.
     let other = tb.kubectl_with(
         "initguard",
@@ -63,24 +66,17 @@ async fn bypass_and_restore(tb: Arc<Testbed>, prefix: &str, via: &str) {
         None,
     );
     assert_eq!(String::from_utf8_lossy(&other.stdout).trim(), "no");
-    let baseline = get_configuration(&tb, &name);
+    let baseline = bed.baseline.clone();
 
-    let guard = tb
-        .guard(
-            prefix,
-            "initguard",
-            &guard_config(&name, &system, via, false),
-        )
-        .await;
+    let guard = start_guard(&bed, via, false).await;
     // Up: creates go through the webhook.
     create_pod(&tb, &apps, "before", false).unwrap_or_else(|e| panic!("webhook up: {e}"));
     assert!(
-        server.calls.load(Ordering::SeqCst) >= 2,
+        bed.server.calls.load(Ordering::SeqCst) >= 2,
         "both entries called"
     );
 
-    server.stop().await;
-    let last_renewal = lease.kill(&tb);
+    let last_renewal = bed.kill_owner().await;
     let rejected = create_pod(&tb, &apps, "rejected", true)
         .expect_err("the webhook is down and fails closed: creates are rejected");
     assert!(rejected.contains("failed calling webhook"), "{rejected}");
@@ -212,8 +208,7 @@ async fn bypass_and_restore(tb: Arc<Testbed>, prefix: &str, via: &str) {
     );
 
     // Revive: after restoreGrace the entry is exactly as before.
-    server.serve();
-    let lease = OwnerLease::start(&tb, &system, "policy-webhook");
+    bed.revive_owner();
     let revived = tb
         .audit()
         .into_iter()
@@ -247,38 +242,21 @@ async fn bypass_and_restore(tb: Arc<Testbed>, prefix: &str, via: &str) {
         restored_at >= revived + jiff::SignedDuration::from_secs(RESTORE_GRACE_S as i64),
         "restored at {restored_at}, less than restoreGrace after the owner came back ({revived})"
     );
-    let calls = server.calls.load(Ordering::SeqCst);
+    let calls = bed.server.calls.load(Ordering::SeqCst);
     create_pod(&tb, &apps, "after", false).unwrap_or_else(|e| panic!("webhook back: {e}"));
-    assert!(server.calls.load(Ordering::SeqCst) > calls, "called again");
+    assert!(
+        bed.server.calls.load(Ordering::SeqCst) > calls,
+        "called again"
+    );
 
     guard.stop();
-    drop(lease);
-    cleanup(&tb, prefix, &name);
+    bed.cleanup();
 }
 
 pub async fn webhook_dry_run_writes_nothing(tb: Arc<Testbed>) {
-    let prefix = "whd";
-    let started = jiff::Timestamp::now();
-    let (apps, system) = (format!("{prefix}-apps"), format!("{prefix}-system"));
-    let name = format!("{prefix}-policy");
-    for ns in [&apps, &system] {
-        tb.namespace(ns);
-        tb.kubectl(&["label", "namespace", ns, &format!("webhook-test={prefix}")]);
-    }
-    let mut server = WebhookServer::start().await;
-    let mut lease = OwnerLease::start(&tb, &system, "policy-webhook");
-    tb.apply(&configuration(&name, prefix, &server));
-    grant(&tb, prefix, &name);
-    let baseline = get_configuration(&tb, &name);
-    let guard = tb
-        .guard(
-            prefix,
-            "initguard",
-            &guard_config(&name, &system, "auto", true),
-        )
-        .await;
-    server.stop().await;
-    lease.kill(&tb);
+    let mut bed = Bed::new(tb.clone(), "whd").await;
+    let guard = start_guard(&bed, "auto", true).await;
+    bed.kill_owner().await;
     eventually("the dry-run decision in the guard's log", || {
         guard
             .log_text()
@@ -286,83 +264,16 @@ pub async fn webhook_dry_run_writes_nothing(tb: Arc<Testbed>) {
             .then_some(())
     })
     .await;
-    create_pod(&tb, &apps, "still-rejected", true)
+    create_pod(&tb, &bed.apps, "still-rejected", true)
         .expect_err("dry-run: the webhook is still called and still fails");
-    let writes = configuration_writes(&tb, started);
+    let writes = configuration_writes(&tb, bed.started);
     assert!(writes.is_empty(), "dry-run wrote: {writes:#?}");
     assert_eq!(
-        get_configuration(&tb, &name)["webhooks"],
-        baseline["webhooks"]
+        get_configuration(&tb, &bed.name)["webhooks"],
+        bed.baseline["webhooks"]
     );
     guard.stop();
-    cleanup(&tb, prefix, &name);
-}
-
-/// Everything a scenario with one guarded configuration needs, and its clean-up.
-struct Bed {
-    tb: Arc<Testbed>,
-    prefix: &'static str,
-    apps: String,
-    system: String,
-    name: String,
-    server: WebhookServer,
-    lease: OwnerLease,
-    baseline: Value,
-    started: jiff::Timestamp,
-}
-
-impl Bed {
-    async fn new(tb: Arc<Testbed>, prefix: &'static str) -> Bed {
-        let started = jiff::Timestamp::now();
-        let (apps, system) = (format!("{prefix}-apps"), format!("{prefix}-system"));
-        let name = format!("{prefix}-policy");
-        for ns in [&apps, &system] {
-            tb.namespace(ns);
-            tb.kubectl(&["label", "namespace", ns, &format!("webhook-test={prefix}")]);
-        }
-        let server = WebhookServer::start().await;
-        let lease = OwnerLease::start(&tb, &system, "policy-webhook");
-        tb.apply(&configuration(&name, prefix, &server));
-        grant(&tb, prefix, &name);
-        let baseline = get_configuration(&tb, &name);
-        Bed {
-            tb,
-            prefix,
-            apps,
-            system,
-            name,
-            server,
-            lease,
-            baseline,
-            started,
-        }
-    }
-
-    async fn kill_owner(&mut self) -> jiff::Timestamp {
-        self.server.stop().await;
-        self.lease.kill(&self.tb)
-    }
-
-    fn revive_owner(&mut self) {
-        self.server.serve();
-        self.lease = OwnerLease::start(&self.tb, &self.system, "policy-webhook");
-    }
-
-    fn entry(&self) -> Value {
-        get_configuration(&self.tb, &self.name)["webhooks"][1].clone()
-    }
-
-    fn events(&self, reason: &str) -> usize {
-        self.tb
-            .list("events", "default", None)
-            .iter()
-            .filter(|e| e["reason"] == reason && e["involvedObject"]["name"] == json!(self.name))
-            .count()
-    }
-
-    fn cleanup(self) {
-        cleanup(&self.tb, self.prefix, &self.name);
-    }
+    bed.cleanup();
 }
 
 /// The self-deadlock at the API level: the webhook's own namespace matches the webhook, so
@@ -407,13 +318,7 @@ pub async fn webhook_own_pods_created_through_the_exemption(tb: Arc<Testbed>) {
             .is_empty()
     );
 
-    let guard = tb
-        .guard(
-            bed.prefix,
-            "initguard",
-            &guard_config(&bed.name, &bed.system, "auto", false),
-        )
-        .await;
+    let guard = start_guard(&bed, "auto", false).await;
     eventually(
         "the ReplicaSet controller's pods created through the exemption",
         || {
@@ -466,13 +371,7 @@ pub async fn webhook_own_pods_created_through_the_exemption(tb: Arc<Testbed>) {
 /// left it is not overwritten (a conflict, Warning Event), the record is dropped.
 pub async fn webhook_edits_by_others_are_not_overwritten(tb: Arc<Testbed>) {
     let mut bed = Bed::new(tb.clone(), "whe").await;
-    let guard = tb
-        .guard(
-            bed.prefix,
-            "initguard",
-            &guard_config(&bed.name, &bed.system, "auto", false),
-        )
-        .await;
+    let guard = start_guard(&bed, "auto", false).await;
     bed.kill_owner().await;
     let bypassed = |bed: &Bed| {
         bed.entry()["matchConditions"]

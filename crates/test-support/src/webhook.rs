@@ -11,7 +11,7 @@ use axum::routing::post;
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use crate::testbed::{Audit, GUARD_USER, OPT_IN, Testbed, free_port, timestamp};
+use crate::testbed::{Audit, GUARD_USER, OPT_IN, OwnerLease, Testbed, free_port, timestamp};
 
 /// The listed entry of [`configuration`].
 pub const ENTRY: &str = "pods.policy.example.com";
@@ -240,4 +240,86 @@ pub fn cleanup(tb: &Testbed, prefix: &str, name: &str) {
     ]);
     tb.kubectl(&["delete", "clusterrolebinding", &role, "--ignore-not-found"]);
     tb.kubectl(&["delete", "clusterrole", &role, "--ignore-not-found"]);
+}
+
+/// Everything a scenario with one guarded configuration needs, and its clean-up.
+pub struct Bed {
+    pub tb: Arc<Testbed>,
+    pub prefix: String,
+    /// A namespace the webhook is called for.
+    pub apps: String,
+    /// The webhook's own namespace (also called for), where its owner Lease lives.
+    pub system: String,
+    /// The configuration's name.
+    pub name: String,
+    pub server: WebhookServer,
+    /// `SYSTEM/policy-webhook`, renewed every second until killed.
+    pub lease: OwnerLease,
+    /// The configuration as the server held it before the guard started.
+    pub baseline: Value,
+    /// When the scenario started (this machine's clock, which the API server shares).
+    pub started: jiff::Timestamp,
+}
+
+impl Bed {
+    /// Namespaces `PREFIX-apps` and `PREFIX-system`, the webhook server, its Lease, the
+    /// configuration `PREFIX-policy` and the guard's RBAC for it.
+    pub async fn new(tb: Arc<Testbed>, prefix: &str) -> Bed {
+        let prefix = prefix.to_owned();
+        let started = jiff::Timestamp::now();
+        let (apps, system) = (format!("{prefix}-apps"), format!("{prefix}-system"));
+        let name = format!("{prefix}-policy");
+        for ns in [&apps, &system] {
+            tb.namespace(ns);
+            tb.kubectl(&["label", "namespace", ns, &format!("webhook-test={prefix}")]);
+        }
+        let server = WebhookServer::start().await;
+        let lease = OwnerLease::start(&tb, &system, "policy-webhook");
+        tb.apply(&configuration(&name, &prefix, &server));
+        grant(&tb, &prefix, &name);
+        let baseline = get_configuration(&tb, &name);
+        Bed {
+            tb,
+            prefix,
+            apps,
+            system,
+            name,
+            server,
+            lease,
+            baseline,
+            started,
+        }
+    }
+
+    /// The webhook server dies and its Lease stops being renewed; the last renewal as the
+    /// API server received it.
+    pub async fn kill_owner(&mut self) -> jiff::Timestamp {
+        self.server.stop().await;
+        self.lease.kill(&self.tb)
+    }
+
+    /// The server and the Lease come back.
+    pub fn revive_owner(&mut self) {
+        self.server.serve();
+        self.lease = OwnerLease::start(&self.tb, &self.system, "policy-webhook");
+    }
+
+    /// The listed entry as the server holds it now.
+    pub fn entry(&self) -> Value {
+        get_configuration(&self.tb, &self.name)["webhooks"][1].clone()
+    }
+
+    /// Events with `reason` on the configuration.
+    pub fn events(&self, reason: &str) -> usize {
+        self.tb
+            .list("events", "default", None)
+            .iter()
+            .filter(|e| e["reason"] == reason && e["involvedObject"]["name"] == json!(self.name))
+            .count()
+    }
+
+    /// Delete the configuration and its RBAC.
+    pub fn cleanup(self) {
+        cleanup(&self.tb, &self.prefix, &self.name);
+    }
 }
