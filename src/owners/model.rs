@@ -419,6 +419,47 @@ mod tests {
             .unwrap()
     }
 
+    /// An EndpointSlice of Service `svc` whose endpoints have these `ready` conditions
+    /// (None: the condition is unset).
+    fn slice(name: &str, ready: &[Option<bool>]) -> EndpointSlice {
+        let endpoints: Vec<serde_json::Value> = ready
+            .iter()
+            .map(|r| match r {
+                Some(r) => json!({"addresses": ["10.0.0.1"], "conditions": {"ready": r}}),
+                None => json!({"addresses": ["10.0.0.1"]}),
+            })
+            .collect();
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns",
+                         "labels": {"kubernetes.io/service-name": "svc"}},
+            "addressType": "IPv4",
+            "endpoints": endpoints,
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_service_is_up_while_an_endpoint_is_ready_down_with_none_unknown_before_any_slice() {
+        let now = Instant::now();
+        let mut seen = false;
+        let mut model = EndpointsModel::default();
+        let (state, detail) = judge(model.evaluate(now), &mut seen, "EndpointSlice");
+        assert_eq!(state, Observed::Unknown, "{detail}");
+        model.apply(slice("a", &[Some(false), Some(false)]), now);
+        let (state, detail) = judge(model.evaluate(now), &mut seen, "EndpointSlice");
+        assert_eq!((state, detail.as_str()), (Observed::Down, "0 of 2 endpoints ready"));
+        // An unset condition counts as ready, as the API documents.
+        model.apply(slice("b", &[None]), now);
+        let (state, detail) = judge(model.evaluate(now), &mut seen, "EndpointSlice");
+        assert_eq!((state, detail.as_str()), (Observed::Up, "1 of 3 endpoints ready"));
+        model.delete(slice("b", &[]));
+        assert_eq!(judge(model.evaluate(now), &mut seen, "EndpointSlice").0, Observed::Down);
+        // Every slice gone after one was seen: down, not unknown.
+        model.delete(slice("a", &[]));
+        assert_eq!(judge(model.evaluate(now), &mut seen, "EndpointSlice").0, Observed::Down);
+        assert_eq!(slice_endpoints(&slice("c", &[Some(true), None, Some(false)])), (2, 3));
+    }
+
     fn pod(name: &str, ready: &str, deleting: bool) -> Pod {
         let mut value = json!({
             "metadata": {"name": name, "namespace": "ns"},
