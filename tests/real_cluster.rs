@@ -102,6 +102,14 @@ const SCENARIOS: &[(&str, Scenario)] = &[
         |tb| Box::pin(webhooks::webhook_own_pods_created_through_the_exemption(tb)),
     ),
     (
+        "webhooks::webhook_default_owner_is_the_services_endpoints",
+        |tb| {
+            Box::pin(webhooks::webhook_default_owner_is_the_services_endpoints(
+                tb,
+            ))
+        },
+    ),
+    (
         "webhooks::webhook_edits_by_others_are_not_overwritten",
         |tb| Box::pin(webhooks::webhook_edits_by_others_are_not_overwritten(tb)),
     ),

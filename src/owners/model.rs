@@ -447,17 +447,32 @@ mod tests {
         assert_eq!(state, Observed::Unknown, "{detail}");
         model.apply(slice("a", &[Some(false), Some(false)]), now);
         let (state, detail) = judge(model.evaluate(now), &mut seen, "EndpointSlice");
-        assert_eq!((state, detail.as_str()), (Observed::Down, "0 of 2 endpoints ready"));
+        assert_eq!(
+            (state, detail.as_str()),
+            (Observed::Down, "0 of 2 endpoints ready")
+        );
         // An unset condition counts as ready, as the API documents.
         model.apply(slice("b", &[None]), now);
         let (state, detail) = judge(model.evaluate(now), &mut seen, "EndpointSlice");
-        assert_eq!((state, detail.as_str()), (Observed::Up, "1 of 3 endpoints ready"));
+        assert_eq!(
+            (state, detail.as_str()),
+            (Observed::Up, "1 of 3 endpoints ready")
+        );
         model.delete(slice("b", &[]));
-        assert_eq!(judge(model.evaluate(now), &mut seen, "EndpointSlice").0, Observed::Down);
+        assert_eq!(
+            judge(model.evaluate(now), &mut seen, "EndpointSlice").0,
+            Observed::Down
+        );
         // Every slice gone after one was seen: down, not unknown.
         model.delete(slice("a", &[]));
-        assert_eq!(judge(model.evaluate(now), &mut seen, "EndpointSlice").0, Observed::Down);
-        assert_eq!(slice_endpoints(&slice("c", &[Some(true), None, Some(false)])), (2, 3));
+        assert_eq!(
+            judge(model.evaluate(now), &mut seen, "EndpointSlice").0,
+            Observed::Down
+        );
+        assert_eq!(
+            slice_endpoints(&slice("c", &[Some(true), None, Some(false)])),
+            (2, 3)
+        );
     }
 
     fn pod(name: &str, ready: &str, deleting: bool) -> Pod {

@@ -452,3 +452,128 @@ pub async fn webhook_edits_by_others_are_not_overwritten(tb: Arc<Testbed>) {
     guard.stop();
     bed.cleanup();
 }
+
+/// Without an `owner`, a webhook that calls a Service is owned by the Service's ready
+/// endpoints: read from the configuration at start, watched through EndpointSlices (which the
+/// test writes, as the EndpointSlice controller would: the test bed runs no kubelet), up while
+/// one endpoint is ready and down, so bypassed, once none is.
+pub async fn webhook_default_owner_is_the_services_endpoints(tb: Arc<Testbed>) {
+    let started = jiff::Timestamp::now();
+    let (prefix, system) = ("whv", "whv-system");
+    let name = "whv-policy";
+    tb.namespace(system);
+    tb.kubectl(&["label", "namespace", system, "webhook-test=whv"]);
+    tb.kubectl(&[
+        "-n",
+        system,
+        "create",
+        "service",
+        "clusterip",
+        "policy-webhook",
+        "--tcp=443:9443",
+    ]);
+    let slice = |ready: bool| {
+        json!({
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "metadata": { "name": "policy-webhook-1", "namespace": system,
+                          "labels": { "kubernetes.io/service-name": "policy-webhook" } },
+            "addressType": "IPv4",
+            "endpoints": [{ "addresses": ["10.0.0.99"], "conditions": { "ready": ready } }],
+            "ports": [{ "name": "", "port": 9443, "protocol": "TCP" }],
+        })
+    };
+    tb.apply(&slice(true));
+    tb.apply(&json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": { "name": name },
+        "webhooks": [{
+            "name": ENTRY,
+            "clientConfig": { "service": { "namespace": system, "name": "policy-webhook",
+                                           "path": "/validate" } },
+            "rules": [{ "operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                        "resources": ["pods"] }],
+            "namespaceSelector": { "matchLabels": { "webhook-test": prefix } },
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+        }],
+    }));
+    grant(&tb, prefix, name);
+    // The chart's rule for Service owners.
+    tb.kubectl(&[
+        "create",
+        "clusterrole",
+        "whv-endpointslices",
+        "--verb=list,watch",
+        "--resource=endpointslices.discovery.k8s.io",
+    ]);
+    tb.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "whv-endpointslices",
+        "--clusterrole=whv-endpointslices",
+        &format!("--user={GUARD_USER}"),
+    ]);
+    let guard = tb
+        .guard(
+            prefix,
+            "initguard",
+            &config(&format!(
+                "webhooks:\n\
+                 \x20 - name: validating/{name}/{ENTRY}\n\
+                 \x20   ownerDownGrace: 1s\n\
+                 \x20   restoreGrace: 1s\n"
+            )),
+        )
+        .await;
+    let webhook = format!("validating/{name}/{ENTRY}");
+    let owner_of = |state: &str| {
+        let (code, body) = curl(&format!("http://127.0.0.1:{}/status", guard.port));
+        let status: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        let owner = status["owners"].as_array().and_then(|o| {
+            o.iter()
+                .find(|o| o["initializer"] == webhook.as_str())
+                .cloned()
+        });
+        owner.filter(|o| code == 200 && o["ownerKind"] == "service" && o["state"] == state)
+    };
+    let up = eventually("the Service's endpoints seen ready", || owner_of("up")).await;
+    assert_eq!(up["target"], format!("{system}/policy-webhook"), "{up:#}");
+
+    tb.apply(&slice(false));
+    eventually("the owner down once no endpoint is ready", || {
+        owner_of("down")
+    })
+    .await;
+    let record = eventually("the bypass record", || {
+        let now = get_configuration(&tb, name);
+        now["metadata"]["annotations"][RECORD]
+            .as_str()
+            .and_then(|r| serde_json::from_str::<Value>(r).ok())
+    })
+    .await;
+    assert_eq!(
+        record[ENTRY]["owner"],
+        format!("service {system}/policy-webhook"),
+        "{record:#}"
+    );
+    let writes = configuration_writes(&tb, started);
+    let sliced = tb
+        .audit()
+        .into_iter()
+        .filter(|a| a.resource == "endpointslices" && a.user == "system:admin" && a.is_write())
+        .map(|a| a.received)
+        .max()
+        .unwrap_or_default();
+    assert!(
+        writes.iter().all(|w| w.received > sliced),
+        "bypassed before the endpoint was unready: {writes:#?}"
+    );
+    guard.stop();
+    cleanup(&tb, prefix, name);
+    for kind in ["clusterrolebinding", "clusterrole"] {
+        tb.kubectl(&["delete", kind, "whv-endpointslices", "--ignore-not-found"]);
+    }
+}
