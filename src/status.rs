@@ -79,9 +79,14 @@ pub async fn gather(
     config: Arc<Config>,
 ) -> Result<Report, StatusError> {
     let Connection { client, clock } = connection.into();
-    // Webhooks without an owner are owned by their Service, as in the running guard.
-    let config = {
-        let derived = crate::guard::webhooks::default_owners(&client, &config).await;
+    // One read of the listed webhook configurations serves their status and the owners of
+    // those without one (their Service, as in the running guard).
+    let configurations =
+        crate::guard::webhooks::read_configurations(&client, &config, |_| true).await;
+    let derived = crate::guard::webhooks::service_owners(&config, &configurations);
+    let config = if derived.is_empty() {
+        config
+    } else {
         let mut resolved = (*config).clone();
         for (index, owner) in derived {
             resolved.webhooks[index].owner = Some(owner);
@@ -123,7 +128,7 @@ pub async fn gather(
         now,
     };
     let waiting_pods = pod_statuses(&tracker, &env, &config, now, usize::MAX);
-    let webhooks = crate::guard::webhooks::read_statuses(&client, &config, &owners).await;
+    let webhooks = crate::guard::webhooks::statuses(&config, &configurations, &owners);
     Ok(Report {
         mechanism: config.mechanism.as_str(),
         owners: owners.snapshot(),

@@ -57,7 +57,7 @@ fn default_failure_policy(resource: &ApiResource) -> FailurePolicy {
 }
 
 /// A listed configuration: which kind, which name.
-type Key = (WebhookKind, String);
+pub type Key = (WebhookKind, String);
 
 /// One update from a configuration's watch: the object, or None once it is gone.
 struct Update {
@@ -657,48 +657,68 @@ async fn watch_configuration(
     }
 }
 
-/// For each listed webhook without an owner: its Service, read once from the configuration,
-/// as a `service` owner. A configuration or entry that cannot be read leaves the owner unset
-/// (unknown: never bypassed), with an error in the log.
-pub async fn default_owners(client: &kube::Client, config: &Config) -> Vec<(usize, OwnerSpec)> {
-    let mut found = Vec::new();
-    if config.webhooks.iter().all(|w| w.owner.is_some()) {
-        return found;
+/// Each distinct configuration of the listed webhooks, read once (None: not served, not
+/// found, unreadable, logged); for `initguard status` and the default owners.
+pub type Configurations = BTreeMap<Key, Option<Configuration>>;
+
+/// Read every configuration that a listed webhook matching `wanted` lives in.
+pub async fn read_configurations(
+    client: &kube::Client,
+    config: &Config,
+    wanted: impl Fn(&WebhookConfig) -> bool,
+) -> Configurations {
+    let mut read = Configurations::new();
+    if !config.webhooks.iter().any(&wanted) {
+        return read;
     }
     let surface = match kube_common::ApiSurface::read(client).await {
-        Ok(s) => s,
+        Ok(s) => Some(s),
         Err(e) => {
-            error!(error = %e, "cannot read the served APIs to find the webhooks' Services");
-            return found;
+            error!(error = %e, "cannot read the served APIs to read the webhook configurations");
+            None
         }
     };
-    let mut read: BTreeMap<Key, Option<Value>> = BTreeMap::new();
+    for listed in config.webhooks.iter().filter(|w| wanted(w)) {
+        let key = (listed.id.kind, listed.id.configuration.clone());
+        if read.contains_key(&key) {
+            continue;
+        }
+        let resource = surface
+            .as_ref()
+            .and_then(|s| s.webhook_configurations(key.0.object_kind(), key.0.resource()));
+        let configuration = match resource {
+            None => None,
+            Some(resource) => {
+                let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+                match api.get_opt(&key.1).await {
+                    Ok(o) => o.and_then(|o| serde_json::to_value(o).ok()).and_then(|v| {
+                        Configuration::decode(key.0, &v, default_failure_policy(&resource)).ok()
+                    }),
+                    Err(e) => {
+                        error!(webhook = %listed.id, error = %e, "cannot read the webhook configuration");
+                        None
+                    }
+                }
+            }
+        };
+        read.insert(key, configuration);
+    }
+    read
+}
+
+/// For each listed webhook without an owner: its Service, from `read`, as a `service` owner.
+/// A configuration or entry that cannot be read leaves the owner unset (unknown: never
+/// bypassed), with an error in the log.
+pub fn service_owners(config: &Config, read: &Configurations) -> Vec<(usize, OwnerSpec)> {
+    let mut found = Vec::new();
     for (i, listed) in config.webhooks.iter().enumerate() {
         if listed.owner.is_some() {
             continue;
         }
         let key = (listed.id.kind, listed.id.configuration.clone());
-        if !read.contains_key(&key) {
-            let object = match surface.webhook_configurations(key.0.object_kind(), key.0.resource())
-            {
-                None => None,
-                Some(resource) => {
-                    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-                    match api.get_opt(&key.1).await {
-                        Ok(o) => o.and_then(|o| serde_json::to_value(o).ok()),
-                        Err(e) => {
-                            error!(webhook = %listed.id, error = %e, "cannot read the webhook configuration");
-                            None
-                        }
-                    }
-                }
-            };
-            read.insert(key.clone(), object);
-        }
         let service = read
             .get(&key)
             .and_then(Option::as_ref)
-            .and_then(|o| Configuration::decode(key.0, o, FailurePolicy::Fail).ok())
             .and_then(|c| c.service(c.index_of(&listed.id.webhook)?));
         match service {
             Some((namespace, name)) => {
@@ -717,48 +737,29 @@ pub async fn default_owners(client: &kube::Client, config: &Config) -> Vec<(usiz
     found
 }
 
-/// Each listed webhook's status from one read of its configuration (`initguard status`).
-pub async fn read_statuses(
-    client: &kube::Client,
+/// [`service_owners`] from one read of the configurations of the webhooks without an owner
+/// (no request at all when every webhook has one).
+pub async fn default_owners(client: &kube::Client, config: &Config) -> Vec<(usize, OwnerSpec)> {
+    let read = read_configurations(client, config, |w| w.owner.is_none()).await;
+    service_owners(config, &read)
+}
+
+/// Each listed webhook's status from `read` (`initguard status`).
+pub fn statuses(
     config: &Config,
+    read: &Configurations,
     owners: &Owners,
 ) -> Vec<crate::webhook::WebhookStatus> {
-    if config.webhooks.is_empty() {
-        return Vec::new();
-    }
-    let surface = kube_common::ApiSurface::read(client).await.ok();
-    let mut read: BTreeMap<Key, Option<Configuration>> = BTreeMap::new();
-    let mut statuses = Vec::new();
-    for listed in &config.webhooks {
-        let key = (listed.id.kind, listed.id.configuration.clone());
-        if !read.contains_key(&key) {
-            let resource = surface
-                .as_ref()
-                .and_then(|s| s.webhook_configurations(key.0.object_kind(), key.0.resource()));
-            let configuration = match resource {
-                None => None,
-                Some(resource) => {
-                    let policy = default_failure_policy(&resource);
-                    let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
-                    match api.get_opt(&key.1).await {
-                        Ok(o) => o
-                            .and_then(|o| serde_json::to_value(o).ok())
-                            .and_then(|v| Configuration::decode(key.0, &v, policy).ok()),
-                        Err(e) => {
-                            warn!(webhook = %listed.id, error = %e, "cannot read the webhook configuration");
-                            None
-                        }
-                    }
-                }
-            };
-            read.insert(key.clone(), configuration);
-        }
-        let configuration = read.get(&key).and_then(Option::as_ref);
-        statuses.push(crate::webhook::status(
-            listed,
-            configuration,
-            owners.state(&listed.id.to_string()),
-        ));
-    }
-    statuses
+    config
+        .webhooks
+        .iter()
+        .map(|listed| {
+            let key = (listed.id.kind, listed.id.configuration.clone());
+            crate::webhook::status(
+                listed,
+                read.get(&key).and_then(Option::as_ref),
+                owners.state(&listed.id.to_string()),
+            )
+        })
+        .collect()
 }
