@@ -3,7 +3,7 @@
 //! since the read, a rejected write (409) is never retried blindly, and a pod found gone
 //! (404) is forgotten at once.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use initguard::bypass::BYPASSED_ANNOTATION;
 use initguard::config::Mechanism;
@@ -153,6 +153,123 @@ async fn a_leader_cut_off_stops_writing_before_the_other_takes_over(mechanism: M
         assert_eq!(removed, [AUDIT, SIDECAR], "{name}");
     }
     survivor.shutdown().await;
+}
+
+/// The fence, not the step-down, is what stops writes when renewals hang. Lease 9 s: renew
+/// deadline 6 s, write timeout 1.5 s, a renew round every 1.2 s that gives up after 1.2 s. The
+/// leader's requests on its Lease are then held open unanswered while its pod writes still go
+/// through, and opted-in pods keep falling due. Its rounds time out and it steps down only at
+/// the first failed round past the renew deadline (about 7.2 s after its last renew), but no
+/// write may start later than the renew deadline minus the write timeout. Judged from the
+/// server's record: every pod PATCH it sent arrived within the renew deadline of its last
+/// committed Lease renew, while pods did fall due between that deadline and the step-down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_renewals_hang_writes_nothing_past_the_renew_deadline() {
+    const USER: &str = "system:initguard-a";
+    let renew_deadline = Duration::from_secs(6);
+    let deadline = Duration::from_secs(1);
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!(
+            "leaderElection: {{ enabled: true, namespace: kube-system, name: initguard, \
+             leaseDuration: 9s }}\ninitializers:\n  - {{ name: {SIDECAR}, deadline: 1s }}\n"
+        ),
+    );
+    let guard = c.guard_as(&config, "guard-a", USER).await;
+    let shared = guard.shared.clone();
+    until("the guard to lead", || shared.is_leader()).await;
+
+    let stalled_at = SystemTime::now();
+    c.sim.faults().stall(USER, "leases");
+    // A pod every 150 ms until the guard has stepped down.
+    let mut pods = Vec::new();
+    let stepped_down = loop {
+        let name = format!("p-{}", pods.len());
+        c.pod("default", &name, true, &[SIDECAR]).await;
+        pods.push(name);
+        if !shared.is_leader() {
+            break SystemTime::now();
+        }
+        assert!(
+            pods.len() < 400,
+            "the guard still leads a minute after its renewals began to hang"
+        );
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    };
+    c.sim.faults().unstall(USER, "leases");
+    until("the guard to lead again and bypass every pod", || {
+        pods.iter().all(|n| c.pending("default", n).is_empty())
+    })
+    .await;
+    c.finish(guard).await;
+
+    let history = c.sim.object_history();
+    let renewals: Vec<SystemTime> = history
+        .iter()
+        .filter(|ch| ch.resource == "leases" && ch.name == "initguard" && ch.user == USER)
+        .map(|ch| ch.time)
+        .collect();
+    let patches = pod_patches_by(&c, USER);
+    let late: Vec<String> = patches
+        .iter()
+        .filter_map(|p| {
+            let renewed = renewals.iter().filter(|t| **t <= p.time).max()?;
+            let since = p.time.duration_since(*renewed).unwrap_or_default();
+            (since > renew_deadline).then(|| format!("{:?} {since:?} after a renew", p.name))
+        })
+        .collect();
+    assert_eq!(late, Vec::<String>::new(), "writes past the renew deadline");
+    assert!(
+        patches
+            .iter()
+            .all(|p| renewals.iter().any(|t| *t <= p.time)),
+        "a write before the first renew"
+    );
+
+    // What happened is what the scenario needs: writes while renewals hung, pods falling due
+    // after the renew deadline and before the step-down, and a renew again after the heal.
+    let last_renew = renewals
+        .iter()
+        .filter(|t| **t <= stalled_at)
+        .max()
+        .copied()
+        .expect("a renew before the stall");
+    assert!(
+        renewals
+            .iter()
+            .all(|t| *t <= stalled_at || *t >= stepped_down),
+        "a renew committed while the Lease requests were held"
+    );
+    let fenced = last_renew + renew_deadline;
+    let during = patches
+        .iter()
+        .filter(|p| p.time > stalled_at && p.time < fenced)
+        .count();
+    assert!(
+        during >= 1,
+        "no write while the renewals hung and the lease was still fresh"
+    );
+    let due_while_fenced = history
+        .iter()
+        .filter(|ch| ch.resource == "pods" && ch.before.is_none())
+        .map(|ch| ch.time + deadline)
+        .filter(|due| *due > fenced + Duration::from_millis(300) && *due < stepped_down)
+        .count();
+    assert!(
+        due_while_fenced >= 2,
+        "only {due_while_fenced} pods fell due between the renew deadline and the step-down"
+    );
+    assert!(
+        renewals.iter().any(|t| *t >= stepped_down),
+        "no renew after the heal"
+    );
+    let by_others: Vec<_> = c
+        .removals()
+        .into_iter()
+        .filter(|r| r.user != USER)
+        .collect();
+    assert_eq!(by_others.len(), 0, "{by_others:?}");
 }
 
 /// Rules of the shipped RBAC without list and watch on pods: the guard's pod watch goes down

@@ -15,6 +15,8 @@ struct FaultState {
     exempt: HashSet<String>,
     hidden_groups: HashSet<String>,
     partitioned: HashSet<String>,
+    /// (user, resource) whose requests are held open unanswered.
+    stalled: HashSet<(String, String)>,
     /// (user, verb, resource, status): the next matching request gets that status, once each.
     fail_next: Vec<(String, String, String, u16)>,
 }
@@ -25,6 +27,8 @@ struct FaultState {
 pub struct Faults {
     state: Mutex<FaultState>,
     drops: watch::Sender<u64>,
+    /// Bumped whenever a stall is lifted.
+    unstalls: watch::Sender<u64>,
 }
 
 impl Default for Faults {
@@ -32,6 +36,7 @@ impl Default for Faults {
         Faults {
             state: Mutex::new(FaultState::default()),
             drops: watch::Sender::new(0),
+            unstalls: watch::Sender::new(0),
         }
     }
 }
@@ -99,6 +104,39 @@ impl Faults {
         self.state().partitioned.contains(user)
     }
 
+    /// Hold every request of `user` on `resource` (`leases`, `pods`…) open without an answer,
+    /// as a request lost behind a proxy that keeps the connection: only the client's own
+    /// timeout ends it. Other users and resources are served. Lasts until
+    /// [`Faults::unstall`], when requests still held are answered 503, never handled.
+    pub fn stall(&self, user: &str, resource: &str) {
+        self.state()
+            .stalled
+            .insert((user.to_owned(), resource.to_owned()));
+    }
+
+    /// End [`Faults::stall`] of `user` on `resource`.
+    pub fn unstall(&self, user: &str, resource: &str) {
+        self.state()
+            .stalled
+            .remove(&(user.to_owned(), resource.to_owned()));
+        self.unstalls.send_modify(|n| *n += 1);
+    }
+
+    /// Whether this request of `user` on `resource` was stalled: then it returns only once
+    /// the stall is lifted, and the request must not be handled.
+    pub(crate) async fn held(&self, user: &str, resource: &str) -> bool {
+        let key = (user.to_owned(), resource.to_owned());
+        let mut lifted = self.unstalls.subscribe();
+        let mut held = false;
+        while self.state().stalled.contains(&key) {
+            held = true;
+            if lifted.changed().await.is_err() {
+                break;
+            }
+        }
+        held
+    }
+
     /// Users never affected by faults (replaces the previous set).
     pub fn exempt_users(&self, users: &[&str]) {
         self.state().exempt = users.iter().map(|u| u.to_string()).collect();
@@ -125,6 +163,9 @@ impl Faults {
         s.gone_next_watch = false;
         s.hidden_groups.clear();
         s.fail_next.clear();
+        s.stalled.clear();
+        drop(s);
+        self.unstalls.send_modify(|n| *n += 1);
     }
 
     /// Whether `group` is hidden by [`Faults::hide_groups`].
@@ -212,6 +253,31 @@ mod tests {
         assert_eq!(f.take_fail_next("u", "get", "pods"), None);
         assert_eq!(f.take_fail_next("u", "patch", "pods"), Some(409));
         assert_eq!(f.take_fail_next("u", "patch", "pods"), None, "once");
+    }
+
+    #[tokio::test]
+    async fn stall_holds_one_user_and_resource_until_lifted() {
+        let f = std::sync::Arc::new(Faults::default());
+        f.stall("a", "leases");
+        // Others are not held.
+        let others = tokio::time::timeout(Duration::from_secs(5), async {
+            (f.held("a", "pods").await, f.held("b", "leases").await)
+        })
+        .await
+        .expect("requests that are not stalled waited");
+        assert_eq!(others, (false, false));
+        let held = tokio::spawn({
+            let f = f.clone();
+            async move { f.held("a", "leases").await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!held.is_finished(), "a stalled request went on");
+        f.unstall("a", "leases");
+        let held = tokio::time::timeout(Duration::from_secs(5), held)
+            .await
+            .expect("the stalled request was not released by unstall")
+            .unwrap();
+        assert!(held, "a released request must be answered, not handled");
     }
 
     #[test]

@@ -615,6 +615,9 @@ async fn resource_request(
     if let Some(delay) = shared.faults.latency_for(&user) {
         tokio::time::sleep(delay).await;
     }
+    if shared.faults.held(&user, &record.resource).await {
+        return error_response(&ApiError::injected(503));
+    }
     if let Some(code) = shared.faults.injected_error(&user) {
         return error_response(&ApiError::injected(code));
     }
