@@ -79,15 +79,20 @@ pub struct LeaderRecord {
 
 /// A unique identity for this replica: `$POD_NAME` or the host name, plus a random suffix.
 pub fn identity() -> String {
-    let base = std::env::var("POD_NAME")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .or_else(|| {
-            std::fs::read_to_string("/etc/hostname")
-                .ok()
-                .map(|s| s.trim().to_owned())
-        })
-        .filter(|s| !s.is_empty())
+    identity_from([
+        std::env::var("POD_NAME").ok(),
+        std::env::var("HOSTNAME").ok(),
+        std::fs::read_to_string("/etc/hostname").ok(),
+    ])
+}
+
+/// The first non-blank candidate (else `initguard`), `_`, 8 random lowercase alphanumerics.
+fn identity_from(candidates: impl IntoIterator<Item = Option<String>>) -> String {
+    let base = candidates
+        .into_iter()
+        .flatten()
+        .map(|s| s.trim().to_owned())
+        .find(|s| !s.is_empty())
         .unwrap_or_else(|| "initguard".into());
     let suffix: String = rand::rng()
         .sample_iter(rand::distr::Alphanumeric)
@@ -524,5 +529,31 @@ mod tests {
     #[test]
     fn identities_are_unique() {
         assert_ne!(identity(), identity());
+    }
+
+    #[test]
+    fn identity_is_the_first_name_given_and_a_suffix() {
+        let suffix = |id: &str, base: &str| {
+            let rest = id
+                .strip_prefix(base)
+                .and_then(|r| r.strip_prefix('_'))
+                .unwrap_or_else(|| panic!("{id:?} does not start with {base}_"));
+            assert_eq!(rest.len(), 8, "{id:?}");
+            assert!(
+                rest.chars()
+                    .all(|c| c.is_ascii_digit() || c.is_ascii_lowercase()),
+                "{id:?}"
+            );
+        };
+        let pod = || Some("initguard-master-1".to_owned());
+        suffix(
+            &identity_from([pod(), Some("host".into())]),
+            "initguard-master-1",
+        );
+        suffix(
+            &identity_from([None, Some(" \n".into()), Some("master-1\n".into())]),
+            "master-1",
+        );
+        suffix(&identity_from([None, Some(String::new())]), "initguard");
     }
 }

@@ -76,6 +76,36 @@ fn lock_writes_by(c: &Cluster, user: &str) -> Vec<SystemTime> {
         .collect()
 }
 
+/// (holderIdentity, transitions) of the leader lock as the server stores it: a Lease's spec,
+/// or client-go's annotation on a ConfigMap before 1.12. Read with this test's own code.
+fn lock_record(c: &Cluster) -> (String, i64) {
+    if let Some(lease) = c.sim.get_object("leases", Some("kube-system"), "initguard") {
+        let spec = &lease["spec"];
+        return (
+            spec["holderIdentity"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            spec["leaseTransitions"].as_i64().unwrap_or_default(),
+        );
+    }
+    let map = c
+        .sim
+        .get_object("configmaps", Some("kube-system"), "initguard")
+        .expect("no leader lock");
+    let text = map["metadata"]["annotations"]["control-plane.alpha.kubernetes.io/leader"]
+        .as_str()
+        .expect("a ConfigMap lock without client-go's annotation");
+    let record: serde_json::Value = serde_json::from_str(text).expect("the lock's record");
+    (
+        record["holderIdentity"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        record["leaderTransitions"].as_i64().unwrap_or_default(),
+    )
+}
+
 /// Every pod PATCH by a replica came from the lock's holder at the time: the replica whose
 /// successful lock write is the latest before the patch, and within a lease of that write.
 fn assert_only_the_holder_patched(c: &Cluster, lease: Duration) {
@@ -144,6 +174,7 @@ async fn replicas_bypass_each_initializer_once_across_a_failover(mechanism: Mech
     let leader = sole_leader(&replicas).await;
     let follower = 1 - leader;
     let (dead, heir) = (REPLICAS[leader].1, REPLICAS[follower].1);
+    let (_, transitions_before) = lock_record(&c);
     replicas[leader].take().unwrap().kill();
     // Created while nobody leads: they wait for the new leader.
     let second: Vec<String> = (0..4).map(|i| format!("second-{i}")).collect();
@@ -176,6 +207,13 @@ async fn replicas_bypass_each_initializer_once_across_a_failover(mechanism: Mech
         dead_last_renewal,
         took_over,
         LEASE - Duration::from_millis(50),
+    );
+    // The lock says so as client-go would write it: the heir holds it, one more transition.
+    let (holder, transitions) = lock_record(&c);
+    assert_eq!(holder, REPLICAS[follower].0, "the lock's holder");
+    assert!(
+        transitions > transitions_before,
+        "leader transitions {transitions_before} before the takeover, {transitions} after"
     );
     for name in first.iter().chain(&second) {
         assert_bypassed_once(&c, name, &[SIDECAR, AUDIT]);
