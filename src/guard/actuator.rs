@@ -634,7 +634,73 @@ mod tests {
     }
 
     #[test]
+    fn backoff_grows_with_the_attempt_up_to_the_cap() {
+        // The largest of 200 draws, uniform in [0, cap]: below cap/2 with probability 2^-200.
+        let largest = |attempt| (0..200).map(|_| backoff(attempt)).max().unwrap();
+        assert!(largest(0) <= BACKOFF_BASE);
+        assert!(largest(0) > BACKOFF_BASE / 2);
+        assert!(largest(2) <= BACKOFF_BASE * 4);
+        assert!(largest(2) > BACKOFF_BASE * 2);
+        assert!(largest(10) > BACKOFF_MAX / 2);
+    }
+
+    #[test]
+    fn the_event_names_the_pod_the_bypass_and_this_replica() {
+        let job = BypassJob {
+            key: "team-a/web-1".into(),
+            namespace: "team-a".into(),
+            name: "web-1".into(),
+            uid: "uid-1".into(),
+            resource_version: "7".into(),
+            index: 0,
+            initializer: "sidecar.example.com".into(),
+            reason: Reason::OwnerDown,
+            waited: Duration::from_millis(95_700),
+            annotations_present: false,
+            previous_record: None,
+            opt_in_label: None,
+            owner: "deployment kube-system/sidecar down".into(),
+        };
+        let now: jiff::Timestamp = "2026-11-25T10:00:00.5Z".parse().unwrap();
+        let event = serde_json::to_value(bypass_event(&job, "master-1_ab12cd34", now)).unwrap();
+        let name = event["metadata"]["name"].as_str().unwrap().to_owned();
+        let nanos = format!("{:x}", now.as_nanosecond());
+        assert!(name.starts_with(&format!("web-1.{nanos}")), "{name}");
+        assert_eq!(name.len(), "web-1.".len() + nanos.len() + 8, "{name}");
+        assert_eq!(
+            event,
+            serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": { "name": name, "namespace": "team-a" },
+                "involvedObject": {
+                    "apiVersion": "v1", "kind": "Pod", "name": "web-1",
+                    "namespace": "team-a", "uid": "uid-1"
+                },
+                "reason": "InitializerBypassed",
+                "message": "initguard removed initializer sidecar.example.com (owner_down) \
+                            after waiting 1m 35s; owner: deployment kube-system/sidecar down",
+                "type": "Warning",
+                "action": "Bypass",
+                "count": 1,
+                // metav1.Time has whole seconds.
+                "firstTimestamp": "2026-11-25T10:00:00Z",
+                "lastTimestamp": "2026-11-25T10:00:00Z",
+                "source": { "component": "initguard" },
+                "reportingComponent": "initguard",
+                "reportingInstance": "master-1_ab12cd34",
+            })
+        );
+        // Two bypasses of one pod in the same instant get an Event each.
+        let again = bypass_event(&job, "master-1_ab12cd34", now);
+        assert_ne!(again.metadata.name.as_deref(), Some(name.as_str()));
+    }
+
+    #[test]
     fn truncates_on_char_boundary() {
         assert_eq!(truncate("ééé".into(), 3), "é");
+        assert_eq!(truncate("ééé".into(), 4), "éé");
+        assert_eq!(truncate("abc".into(), 3), "abc");
+        assert_eq!(truncate("abc".into(), 2), "ab");
     }
 }

@@ -406,3 +406,82 @@ async fn every_failed_initializer_is_bypassed_in_turn(mechanism: Mechanism) {
     assert_eq!(groups, vec![String::new(); names.len() * 2]);
     c.finish(guard).await;
 }
+
+/// During a burst the write slots go to removing initializers: Events wait until no bypass is
+/// queued or in flight, and patches and Events together stay within `maxInFlight`. Six
+/// opted-in pods are all past their deadline when a guard with `maxInFlight: 2` starts and
+/// the server holds each of its requests 300 ms. By the server's log: every bypass PATCH
+/// arrives before the first `InitializerBypassed` Event, and a write arrives only once one of
+/// the two before it can have been answered (300 ms after the earlier one arrived).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_is_patched_before_any_event_is_written() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let names: Vec<String> = (0..6).map(|i| format!("burst-{i}")).collect();
+    for name in &names {
+        c.pod("default", name, true, &[SIDECAR]).await;
+    }
+    let last = c.created("default", &names[5]).timestamp;
+    until("every pod of the burst past its 1 s deadline", || {
+        SystemTime::now() >= last + Duration::from_secs(1)
+    })
+    .await;
+    c.sim.faults().exempt_users(&[ADMIN]);
+    c.sim.faults().set_latency(millis(300));
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!("maxInFlight: 2\ninitializers:\n  - {{ name: {SIDECAR}, deadline: 1s }}\n"),
+    );
+    let guard = c.guard(&config).await;
+    for name in &names {
+        eventually(
+            format!("the InitializerBypassed Event about {name}"),
+            || (!c.bypass_events(name).is_empty()).then_some(()),
+        )
+        .await;
+    }
+    c.sim.faults().clear();
+    c.finish(guard).await;
+
+    let log = c.sim.requests();
+    let patches: Vec<SystemTime> = log
+        .iter()
+        .filter(|r| r.user == GUARD_USER && r.verb == "patch" && r.resource == "pods")
+        .map(|r| r.time)
+        .collect();
+    assert_eq!(patches.len(), names.len(), "one PATCH per pod");
+    let first_event = log
+        .iter()
+        .filter(|r| r.user == GUARD_USER && r.verb == "create" && r.resource == "events")
+        .map(|r| r.time)
+        .min()
+        .expect("the guard wrote Events");
+    let last_patch = patches.iter().max().copied().unwrap_or(first_event);
+    assert!(
+        last_patch < first_event,
+        "an Event was written {:?} before the burst's last PATCH",
+        last_patch.duration_since(first_event).unwrap_or_default()
+    );
+    let mut writes: Vec<SystemTime> = log
+        .iter()
+        .filter(|r| {
+            r.user == GUARD_USER
+                && ((r.verb == "patch" && r.resource == "pods")
+                    || (r.verb == "create" && r.resource == "events"))
+        })
+        .map(|r| r.time)
+        .collect();
+    writes.sort();
+    assert_eq!(
+        writes.len(),
+        2 * names.len(),
+        "a PATCH and an Event per pod"
+    );
+    for (i, pair) in writes.windows(3).enumerate() {
+        let gap = pair[2].duration_since(pair[0]).unwrap_or_default();
+        assert!(
+            gap >= millis(300),
+            "writes {i} and {} arrived {gap:?} apart: more than two were in flight",
+            i + 2
+        );
+    }
+}
