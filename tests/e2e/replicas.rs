@@ -106,6 +106,29 @@ fn lock_record(c: &Cluster) -> (String, i64) {
     )
 }
 
+/// Requests of `user` on the leader lock: a round (a GET, then at most one write) at most
+/// every retry period, plus the first round and the release: no busy loop, whatever the load
+/// (a slower machine only makes fewer rounds).
+fn assert_lock_rounds_paced(c: &Cluster, user: &str, since: SystemTime, retry: Duration) {
+    let elapsed = SystemTime::now().duration_since(since).unwrap_or_default();
+    let requests = c
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.user == user
+                && matches!(r.resource.as_str(), "leases" | "configmaps")
+                && r.name.as_deref() == Some("initguard")
+        })
+        .count();
+    let rounds = (elapsed.as_secs_f64() / retry.as_secs_f64()).ceil() as usize + 2;
+    assert!(
+        requests <= 2 * rounds,
+        "{user}: {requests} lock requests in {elapsed:?}, at most {} expected",
+        2 * rounds
+    );
+}
+
 /// Every pod PATCH by a replica came from the lock's holder at the time: the replica whose
 /// successful lock write is the latest before the patch, and within a lease of that write.
 fn assert_only_the_holder_patched(c: &Cluster, lease: Duration) {
@@ -152,6 +175,7 @@ async fn replicas_bypass_each_initializer_once_across_a_failover(mechanism: Mech
             owned(AUDIT, "20s")
         ),
     );
+    let started = SystemTime::now();
     let mut replicas: Vec<Option<Guard>> = Vec::new();
     for (identity, user) in REPLICAS {
         replicas.push(Some(c.guard_as(&config, identity, user).await));
@@ -211,15 +235,20 @@ async fn replicas_bypass_each_initializer_once_across_a_failover(mechanism: Mech
     // The lock says so as client-go would write it: the heir holds it, one more transition.
     let (holder, transitions) = lock_record(&c);
     assert_eq!(holder, REPLICAS[follower].0, "the lock's holder");
-    assert!(
-        transitions > transitions_before,
-        "leader transitions {transitions_before} before the takeover, {transitions} after"
+    assert_eq!(
+        transitions,
+        transitions_before + 1,
+        "leader transitions before the takeover and after"
     );
     for name in first.iter().chain(&second) {
         assert_bypassed_once(&c, name, &[SIDECAR, AUDIT]);
     }
     assert_only_the_holder_patched(&c, LEASE);
     c.finish(survivor).await;
+    // Lease 3 s: a round every 400 ms.
+    for (_, user) in REPLICAS {
+        assert_lock_rounds_paced(&c, user, started, Duration::from_millis(400));
+    }
 }
 
 /// A guard shut down and replaced in the middle of a wait: the new one bypasses no earlier than
