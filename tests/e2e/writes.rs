@@ -155,6 +155,39 @@ async fn a_leader_cut_off_stops_writing_before_the_other_takes_over(mechanism: M
     survivor.shutdown().await;
 }
 
+/// A write the server answers 503 is retried by the actuator with backoff, six attempts in
+/// all, then counted once in `initguard_bypass_errors_total` (what InitguardBypassErrors pages
+/// on) and tried again by the loop later. The server answers the guard's first six PATCHes
+/// 503: by its log, six PATCHes failed and the seventh succeeded; the counter says one failed
+/// bypass, not none (retrying forever) and not six (giving up at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_write_is_retried_then_counted_once_and_tried_again_later() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let config = deadline_config(Mechanism::SchedulingGates, "1s", "");
+    let guard = c.guard(&config).await;
+    for _ in 0..6 {
+        c.sim.faults().fail_next(GUARD_USER, "patch", "pods", 503);
+    }
+    c.pod("default", "flaky", true, &[SIDECAR]).await;
+    until("the pod bypassed despite the failed writes", || {
+        c.pending("default", "flaky").is_empty()
+    })
+    .await;
+    let statuses: Vec<u16> = c
+        .guard_pod_patches("flaky")
+        .iter()
+        .map(|r| r.status)
+        .collect();
+    assert_eq!(statuses, [503, 503, 503, 503, 503, 503, 200]);
+    let metrics = guard.shared.metrics.render().unwrap();
+    assert_eq!(
+        metric_sum(&metrics, "initguard_bypass_errors_total", &[]),
+        1.0,
+        "failed bypasses counted"
+    );
+    c.finish(guard).await;
+}
+
 /// The fence, not the step-down, is what stops writes when renewals hang. Lease 9 s: renew
 /// deadline 6 s, write timeout 1.5 s, a renew round every 1.2 s that gives up after 1.2 s. The
 /// leader's requests on its Lease are then held open unanswered while its pod writes still go
