@@ -332,7 +332,9 @@ impl Worker {
         let api: Api<SlimPod> = Api::namespaced(self.client.clone(), &job.namespace);
         let mut attempt = 0;
         loop {
-            if (attempt > 0 && cancel.is_cancelled()) || !self.within_fence(cancel).await {
+            // Shutdown between retries is seen by the backoff's select below; a first attempt
+            // already started is sent (drained) rather than dropped.
+            if !self.within_fence(cancel).await {
                 return JobResult::Skipped { job };
             }
             attempt += 1;
