@@ -195,6 +195,71 @@ async fn replica_that_cannot_lock_says_so() {
     .await;
 }
 
+/// deploy/rbac.yaml with the guard's own Lease rule changed by `edit` (which must apply).
+fn rbac_with_lease_rule(edit: (&str, &str)) -> kube_sim::Rbac {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        text.contains(edit.0),
+        "deploy/rbac.yaml no longer has {:?}",
+        edit.0
+    );
+    kube_sim::Rbac::from_yaml_str(&text.replace(edit.0, edit.1), GUARD_USER).unwrap()
+}
+
+/// A replica that may read its Lease but not create it, or create it but not renew it, cannot
+/// take part in the election: a 403 is an error to report at once in /readyz (503), not a
+/// lost race (a 409) to wait out silently. It ends up not leading.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replica_denied_writing_its_lease_says_so() {
+    let create_rule = "  - apiGroups: [\"coordination.k8s.io\"]\n    resources: [\"leases\"]\n    \
+                       verbs: [\"create\"]\n";
+    let cases = [
+        ("create", (create_rule, "")),
+        (
+            "update",
+            (
+                "verbs: [\"get\", \"update\", \"patch\"]",
+                "verbs: [\"get\", \"patch\"]",
+            ),
+        ),
+    ];
+    for (denied, edit) in cases {
+        let c = Cluster::start(Mechanism::SchedulingGates).await;
+        c.sim
+            .enforce_rbac_policy(GUARD_USER, rbac_with_lease_rule(edit));
+        let config = config(
+            Mechanism::SchedulingGates,
+            "leaderElection: { enabled: true, namespace: kube-system, name: initguard, \
+             leaseDuration: 3s }\n",
+        );
+        let guard = Guard::start(c.guard_client(), config).await.unwrap();
+        let body = eventually_async(
+            format!("/readyz naming the leader election ({denied} denied)"),
+            || async {
+                let (status, body) = http_get(guard.addr, "/readyz").await;
+                (status == 503 && body.contains("leader election")).then_some(body)
+            },
+        )
+        .await;
+        assert!(body.contains("403"), "{denied} denied: {body}");
+        let shared = guard.shared.clone();
+        until(format!("the replica not to lead ({denied} denied)"), || {
+            !shared.is_leader()
+        })
+        .await;
+        let refused = c
+            .sim
+            .requests()
+            .into_iter()
+            .filter(|r| r.user == GUARD_USER && r.resource == "leases" && r.status == 403)
+            .map(|r| r.verb)
+            .collect::<Vec<_>>();
+        assert!(refused.contains(&denied.to_owned()), "{refused:?}");
+        guard.shutdown().await;
+    }
+}
+
 /// 1.7-1.13 servers refuse any update of an uninitialized pod without the `initialize` verb:
 /// under deploy/rbac.yaml alone the bypass is forbidden and nothing is removed; the shipped
 /// legacy RBAC (the e2e suite's default) grants it.
