@@ -252,7 +252,11 @@ async fn replica_denied_writing_its_lease_says_so() {
             },
         )
         .await;
-        assert!(body.contains("403"), "{denied} denied: {body}");
+        assert!(
+            body.contains("403")
+                && body.contains("kube-system/initguard (coordination.k8s.io/v1 Lease)"),
+            "{denied} denied: {body}"
+        );
         assert!(
             refused_then.len() <= 2 && refused_then.contains(&denied.to_owned()),
             "{denied} denied: /readyz named the problem after these refusals: {refused_then:?}"
