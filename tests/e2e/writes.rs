@@ -243,6 +243,17 @@ async fn a_leader_whose_renewals_hang_writes_nothing_past_the_renew_deadline() {
     })
     .await;
     c.finish(guard).await;
+    // Shut down gracefully while leading, it hands the Lease back: no holder, so a successor
+    // need not wait the lease out.
+    let lease = c
+        .sim
+        .get_object("leases", Some("kube-system"), "initguard")
+        .expect("the guard's Lease");
+    assert_eq!(
+        lease["spec"]["holderIdentity"].as_str().unwrap_or_default(),
+        "",
+        "{lease:#}"
+    );
 
     let history = c.sim.object_history();
     let renewals: Vec<SystemTime> = history
