@@ -443,15 +443,17 @@ async fn a_burst_is_patched_before_any_event_is_written() {
     c.finish(guard).await;
 
     let log = c.sim.requests();
-    let patches: Vec<SystemTime> = log
-        .iter()
-        .filter(|r| r.user == GUARD_USER && r.verb == "patch" && r.resource == "pods")
-        .map(|r| r.time)
-        .collect();
+    let is_patch = |r: &&kube_sim::RequestRecord| {
+        r.user == GUARD_USER && r.verb == "patch" && r.resource == "pods"
+    };
+    let is_event = |r: &&kube_sim::RequestRecord| {
+        r.user == GUARD_USER && r.verb == "create" && r.resource == "events"
+    };
+    let patches: Vec<SystemTime> = log.iter().filter(is_patch).map(|r| r.time).collect();
     assert_eq!(patches.len(), names.len(), "one PATCH per pod");
     let first_event = log
         .iter()
-        .filter(|r| r.user == GUARD_USER && r.verb == "create" && r.resource == "events")
+        .filter(is_event)
         .map(|r| r.time)
         .min()
         .expect("the guard wrote Events");
@@ -463,11 +465,7 @@ async fn a_burst_is_patched_before_any_event_is_written() {
     );
     let mut writes: Vec<SystemTime> = log
         .iter()
-        .filter(|r| {
-            r.user == GUARD_USER
-                && ((r.verb == "patch" && r.resource == "pods")
-                    || (r.verb == "create" && r.resource == "events"))
-        })
+        .filter(|r| is_patch(r) || is_event(r))
         .map(|r| r.time)
         .collect();
     writes.sort();

@@ -120,21 +120,24 @@ pub use crate::wait::{PATIENCE, eventually, eventually_async, until};
 pub use initguard_test_support::http::get as http_get;
 pub use initguard_test_support::metrics::sum as metric_sum;
 
+/// The text of `deploy/<file>`.
+pub fn deploy_file(file: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("deploy")
+        .join(file);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()))
+}
+
 /// The RBAC the guard's user gets from the shipped manifests: `deploy/rbac.yaml`, plus
 /// `deploy/rbac-legacy-initializers.yaml` on legacy clusters.
 pub fn shipped_rbac(mechanism: Mechanism) -> Rbac {
-    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
     let load = |file: &str| {
-        let path = deploy.join(file);
-        let text = std::fs::read_to_string(&path)
-            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-        let rbac = Rbac::from_yaml_str(&text, GUARD_USER)
-            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let rbac = Rbac::from_yaml_str(&deploy_file(file), GUARD_USER)
+            .unwrap_or_else(|e| panic!("deploy/{file}: {e}"));
         assert_ne!(
             rbac,
             Rbac::default(),
-            "{} grants nothing to {GUARD_USER}",
-            path.display()
+            "deploy/{file} grants nothing to {GUARD_USER}"
         );
         rbac
     };

@@ -59,17 +59,26 @@ fn assert_bypassed_once(c: &Cluster, name: &str, initializers: &[&str]) {
     );
 }
 
-/// Successful writes of `user` to the leader lock (a Lease, or a ConfigMap before 1.12), in
-/// the server's order.
-fn lock_writes_by(c: &Cluster, user: &str) -> Vec<SystemTime> {
+/// Requests of `user` on the leader lock (a Lease, or a ConfigMap before 1.12), in the
+/// server's order.
+fn lock_requests_by(c: &Cluster, user: &str) -> Vec<RequestRecord> {
     c.sim
         .requests()
         .into_iter()
         .filter(|r| {
             r.user == user
-                && matches!(r.verb.as_str(), "create" | "update" | "patch")
                 && matches!(r.resource.as_str(), "leases" | "configmaps")
                 && r.name.as_deref() == Some("initguard")
+        })
+        .collect()
+}
+
+/// Successful writes of `user` to the leader lock, in the server's order.
+fn lock_writes_by(c: &Cluster, user: &str) -> Vec<SystemTime> {
+    lock_requests_by(c, user)
+        .into_iter()
+        .filter(|r| {
+            matches!(r.verb.as_str(), "create" | "update" | "patch")
                 && (200..300).contains(&r.status)
         })
         .map(|r| r.time)
@@ -111,16 +120,7 @@ fn lock_record(c: &Cluster) -> (String, i64) {
 /// (a slower machine only makes fewer rounds).
 fn assert_lock_rounds_paced(c: &Cluster, user: &str, since: SystemTime, retry: Duration) {
     let elapsed = SystemTime::now().duration_since(since).unwrap_or_default();
-    let requests = c
-        .sim
-        .requests()
-        .into_iter()
-        .filter(|r| {
-            r.user == user
-                && matches!(r.resource.as_str(), "leases" | "configmaps")
-                && r.name.as_deref() == Some("initguard")
-        })
-        .count();
+    let requests = lock_requests_by(c, user).len();
     let rounds = (elapsed.as_secs_f64() / retry.as_secs_f64()).ceil() as usize + 2;
     assert!(
         requests <= 2 * rounds,

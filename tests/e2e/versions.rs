@@ -197,8 +197,7 @@ async fn replica_that_cannot_lock_says_so() {
 
 /// deploy/rbac.yaml with the guard's own Lease rule changed by `edit` (which must apply).
 fn rbac_with_lease_rule(edit: (&str, &str)) -> kube_sim::Rbac {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/rbac.yaml");
-    let text = std::fs::read_to_string(&path).unwrap();
+    let text = deploy_file("rbac.yaml");
     assert!(
         text.contains(edit.0),
         "deploy/rbac.yaml no longer has {:?}",

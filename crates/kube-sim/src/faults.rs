@@ -125,16 +125,24 @@ impl Faults {
     /// Whether this request of `user` on `resource` was stalled: then it returns only once
     /// the stall is lifted, and the request must not be handled.
     pub(crate) async fn held(&self, user: &str, resource: &str) -> bool {
-        let key = (user.to_owned(), resource.to_owned());
+        // Every request passes here: no allocation or subscription unless it is stalled.
+        let stalled = || {
+            self.state()
+                .stalled
+                .iter()
+                .any(|(u, r)| u == user && r == resource)
+        };
+        if !stalled() {
+            return false;
+        }
+        // Subscribed before looking again, so an unstall in between is not missed.
         let mut lifted = self.unstalls.subscribe();
-        let mut held = false;
-        while self.state().stalled.contains(&key) {
-            held = true;
+        while stalled() {
             if lifted.changed().await.is_err() {
                 break;
             }
         }
-        held
+        true
     }
 
     /// Users never affected by faults (replaces the previous set).
