@@ -1,4 +1,4 @@
-//! Deciding a large pile: many waiting pods under ONE controller (issue 12 item 1).
+//! Deciding a large pile: many waiting pods under ONE controller.
 //!
 //! 1. In process, no network: the tracker and the policy over N waiting pods of one Job, as the
 //!    control loop drives them during an initial list: today's path (take every pod in, then

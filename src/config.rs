@@ -37,8 +37,9 @@ pub use resolve::{
     validate_http_url,
 };
 pub use types::{
-    BypassVia, Config, Defaults, InitializerConfig, LeaderElection, ObjectRef, OptIn, OwnerSpec,
-    Pileup, PileupAction, ServingCert, UnlistedPolicy, WebhookConfig, WebhookId, WebhookKind,
+    BypassVia, Config, Defaults, InitializerConfig, LeaderElection, ObjectRef, OptIn, OptInMode,
+    OwnerSpec, Pileup, PileupAction, ServingCert, Trigger, UnlistedPolicy, WebhookConfig,
+    WebhookId, WebhookKind,
 };
 
 /// Largest configuration file accepted, checked before any parsing.
@@ -372,6 +373,13 @@ impl Config {
         writeln!(out, "initializers: {}", self.initializers.len())?;
         for i in &self.initializers {
             write!(out, "  {}: deadline {}", i.name, d(i.deadline))?;
+            if i.opt_in != types::OptInMode::Any {
+                write!(out, ", optIn {}", i.opt_in.as_str())?;
+            }
+            if i.bypass_on != types::Trigger::ALL {
+                let on: Vec<&str> = i.bypass_on.iter().map(|t| t.as_str()).collect();
+                write!(out, ", bypassOn {}", on.join(","))?;
+            }
             match &i.owner {
                 None => writeln!(out, ", no owner (deadline only)")?,
                 Some(owner @ OwnerSpec::Http { .. }) => writeln!(
@@ -441,9 +449,13 @@ impl Config {
                 } else {
                     format!(", exempt {}", w.exempt_namespaces.join(","))
                 };
+                let opt_in = match w.opt_in {
+                    types::OptInMode::Any => String::new(),
+                    mode => format!(", optIn {}", mode.as_str()),
+                };
                 writeln!(
                     out,
-                    "  {}: grace {}, restore after {}, via {via}{exempt}, {owner}",
+                    "  {}: grace {}, restore after {}, via {via}{exempt}{opt_in}, {owner}",
                     w.id,
                     d(w.owner_down_grace),
                     d(w.restore_grace)
@@ -485,7 +497,7 @@ mod tests {
                 key_file: key.clone()
             }
         );
-        // Empty strings, as DESIGN.md's example writes them, mean self-signed.
+        // Empty strings, as config/example.yaml may write them, mean self-signed.
         let text = "secureListen: 127.0.0.1:9778\ntls: { certFile: \"\", keyFile: \"\" }\n";
         let config = Config::from_yaml_str(text, "t.yaml").unwrap();
         assert_eq!(config.tls, ServingCert::SelfSigned);

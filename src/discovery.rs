@@ -1,10 +1,7 @@
-//! What this replica found it cannot do, and which leader lock the server allows. Which group
-//! versions a server serves is read by [`kube_common::ApiSurface`]; only what a configured
-//! owner or the leader lock needs is required, and each user of it reports what it misses
-//! itself ([`Problems`]).
-
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, PoisonError};
+//! Which leader lock the server allows. Which group versions a server serves is read by
+//! [`kube_common::ApiSurface`]; only what a configured owner or the leader lock needs is
+//! required, and each user of it reports what it misses itself
+//! ([`crate::supervise::Readiness`]).
 
 use kube_common::ApiSurface;
 
@@ -43,33 +40,6 @@ pub fn lock_kind(surface: &ApiSurface) -> LockKind {
     }
 }
 
-/// Reasons this replica cannot do part of its job (a needed API missing, the leader election
-/// failing), keyed by what they are about. Each is listed by `/readyz` (then 503) and
-/// `/status`; the component that found it clears it when it is solved. Cheap to clone.
-#[derive(Debug, Clone, Default)]
-pub struct Problems(Arc<Mutex<BTreeMap<String, String>>>);
-
-impl Problems {
-    /// Record (`Some`) or clear (`None`) the problem of `about`. Returns whether it changed.
-    pub fn set(&self, about: &str, problem: Option<String>) -> bool {
-        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        match problem {
-            Some(p) => map.insert(about.to_owned(), p.clone()).as_ref() != Some(&p),
-            None => map.remove(about).is_some(),
-        }
-    }
-
-    /// Every problem as `ABOUT: PROBLEM`, sorted.
-    pub fn list(&self) -> Vec<String> {
-        self.0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .map(|(about, p)| format!("{about}: {p}"))
-            .collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -85,15 +55,5 @@ mod tests {
         assert_eq!(lock_kind(&v113), LockKind::LeaseV1beta1);
         assert_eq!(lock_kind(&ApiSurface::default()), LockKind::ConfigMap);
         assert!(ApiSurface::default().serves("", "v1"));
-    }
-
-    #[test]
-    fn problems_are_set_listed_and_cleared() {
-        let p = Problems::default();
-        assert!(p.set("leader election", Some("forbidden".into())));
-        assert!(!p.set("leader election", Some("forbidden".into())));
-        assert_eq!(p.list(), ["leader election: forbidden"]);
-        assert!(p.set("leader election", None));
-        assert!(p.list().is_empty());
     }
 }

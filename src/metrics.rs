@@ -10,7 +10,7 @@ use prometheus::{
 };
 
 use crate::config::Config;
-use crate::policy::Reason;
+use crate::policy::{Reason, RefusedBy};
 
 /// Most distinct unlisted initializer names given their own label value; the rest are `other`.
 pub const MAX_UNLISTED_LABELS: usize = 50;
@@ -50,6 +50,7 @@ pub struct Metrics {
     pub wait_duration_seconds: HistogramVec,
     pub bypasses_total: IntCounterVec,
     pub bypass_errors_total: IntCounterVec,
+    pub bypass_refused_total: IntCounterVec,
     pub owner_up: IntGaugeVec,
     pub owner_state: IntGaugeVec,
     pub pileup_max_waiting_pods: IntGaugeVec,
@@ -106,9 +107,19 @@ impl Metrics {
             bypass_errors_total: IntCounterVec::new(
                 Opts::new(
                     "initguard_bypass_errors_total",
-                    "Bypass attempts that failed for good (after retries).",
+                    "Bypass attempts that failed for good (after retries) or were refused by the \
+                     API server.",
                 ),
                 &["initializer"],
+            )?,
+            bypass_refused_total: IntCounterVec::new(
+                Opts::new(
+                    "initguard_bypass_refused_total",
+                    "Pods not bypassed although a trigger held, because of the initializer's \
+                     optIn (reason opt_in) or bypassOn (reason trigger); once per pod and \
+                     initializer.",
+                ),
+                &["initializer", "reason"],
             )?,
             owner_up: IntGaugeVec::new(
                 Opts::new(
@@ -207,6 +218,7 @@ impl Metrics {
         r.register(Box::new(m.wait_duration_seconds.clone()))?;
         r.register(Box::new(m.bypasses_total.clone()))?;
         r.register(Box::new(m.bypass_errors_total.clone()))?;
+        r.register(Box::new(m.bypass_refused_total.clone()))?;
         r.register(Box::new(m.owner_up.clone()))?;
         r.register(Box::new(m.owner_state.clone()))?;
         r.register(Box::new(m.pileup_max_waiting_pods.clone()))?;
@@ -238,6 +250,10 @@ impl Metrics {
                     .with_label_values(&[&i.name, reason.as_str()]);
             }
             m.bypass_errors_total.with_label_values(&[&i.name]);
+            for refused in [RefusedBy::OptIn, RefusedBy::Trigger] {
+                m.bypass_refused_total
+                    .with_label_values(&[&i.name, refused.as_str()]);
+            }
             // Every owner starts unknown, and an alert needs the series from the start.
             if let Some(owner) = &i.owner {
                 m.set_owner_state(&i.name, owner.kind(), "unknown");
@@ -309,6 +325,14 @@ impl Metrics {
         let label = self.initializer_label(initializer);
         self.bypasses_total
             .with_label_values(&[label, reason.as_str()])
+            .inc();
+    }
+
+    /// Record a bypass refused by the initializer's own keys (once per pod and initializer).
+    pub fn bypass_refused(&self, initializer: &str, by: RefusedBy) {
+        let label = self.initializer_label(initializer);
+        self.bypass_refused_total
+            .with_label_values(&[label, by.as_str()])
             .inc();
     }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use crate::config::names::validate_initializer_name;
-use crate::config::{Config, Mechanism, PileupAction};
+use crate::config::{Config, Mechanism, OptInMode, PileupAction, Trigger};
 
 /// The pod's controlling owner (ownerReference with `controller: true`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -128,6 +128,42 @@ impl Plan {
     /// Outside the documented character set (which conformant API servers enforce): such a
     /// name could not be told apart from others in the `NAME=REASON@TIME` bypass record.
     pub const NEVER_INVALID_NAME: &'static str = "name outside the initializer charset";
+    /// Opted in by its own label only, and the initializer is `optIn: namespaces`.
+    pub const NEVER_OPT_IN_NAMESPACES: &'static str =
+        "optIn: namespaces (the pod's own label does not count)";
+    /// The initializer is `optIn: none`.
+    pub const NEVER_OPT_IN_NONE: &'static str = "optIn: none";
+    /// Only triggers that the initializer's `bypassOn` leaves out would act on it.
+    pub const NEVER_TRIGGER: &'static str = "only triggers outside bypassOn apply";
+}
+
+/// Why an opted-in pod was not bypassed although a trigger held
+/// (`initguard_bypass_refused_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusedBy {
+    /// The initializer's `optIn` mode does not accept how the pod opted in.
+    OptIn,
+    /// The trigger is not in the initializer's `bypassOn`.
+    Trigger,
+}
+
+impl RefusedBy {
+    /// Value of the `reason` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefusedBy::OptIn => "opt_in",
+            RefusedBy::Trigger => "trigger",
+        }
+    }
+}
+
+/// A bypass the rule would have made now, refused by the initializer's own keys.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Refusal {
+    pub initializer: String,
+    pub reason: Reason,
+    pub refused_by: RefusedBy,
 }
 
 /// Per pending initializer: its wait so far and the plan.
@@ -152,11 +188,33 @@ pub struct Outcome {
     pub next_wake: Option<SystemTime>,
     /// One entry per pending initializer, in pending order.
     pub plans: Vec<InitializerPlan>,
+    /// Bypasses due now that `optIn` or `bypassOn` refuse (counted once per pod and
+    /// initializer by the caller).
+    pub refusals: Vec<Refusal>,
 }
 
-/// Whether the guard may ever modify `pod` (opt-in label key present or opted-in namespace).
+/// Whether the guard may ever modify `pod` (opt-in label key present or opted-in namespace),
+/// before any initializer's own `optIn` mode.
 pub fn opted_in(pod: &PodView<'_>, config: &Config) -> bool {
     config.is_opted_in(pod.namespace, pod.labels)
+}
+
+/// Whether `pod` opted in for `initializer` under that initializer's `optIn` mode; the
+/// `Plan::NEVER_*` text otherwise.
+pub fn opted_in_for(
+    pod: &PodView<'_>,
+    initializer: &str,
+    config: &Config,
+) -> Result<(), &'static str> {
+    let by_namespace = config.namespace_opted_in(pod.namespace);
+    let by_label = pod.labels.contains_key(&config.opt_in.label);
+    match config.opt_in_mode(initializer) {
+        _ if !by_namespace && !by_label => Err(Plan::NEVER_NOT_OPTED_IN),
+        OptInMode::Any => Ok(()),
+        OptInMode::Namespaces if by_namespace => Ok(()),
+        OptInMode::Namespaces => Err(Plan::NEVER_OPT_IN_NAMESPACES),
+        OptInMode::None => Err(Plan::NEVER_OPT_IN_NONE),
+    }
 }
 
 /// Decide what to do about `pod` at `now`.
@@ -197,20 +255,60 @@ pub fn decide(
                 why: Plan::NEVER_INVALID_NAME,
             },
             Some(waited) => {
-                let plan = plan_initializer(pod, name, start, waited, env, config, now);
-                if let Plan::Bypass { reason } = plan {
-                    outcome.decisions.push(Decision {
-                        initializer: name.clone(),
-                        index,
-                        reason,
-                        waited,
-                    });
+                let allowed = |t: Trigger| config.bypasses_on(name, t);
+                let decided =
+                    plan_initializer(pod, name, start, waited, env, config, now, &allowed);
+                let refused = opted_in_for(pod, name, config).err();
+                // What the rule alone would do, to count refusals: evaluated again only for an
+                // initializer whose own keys restrict it.
+                let restricted = refused.is_some()
+                    || config
+                        .initializer(name)
+                        .is_some_and(|i| i.bypass_on != Trigger::ALL);
+                let would = restricted.then(|| {
+                    plan_initializer(pod, name, start, waited, env, config, now, &|_| true)
+                });
+                let acting = refused.is_none() && matches!(decided, Plan::Bypass { .. });
+                match would {
+                    Some(Plan::Bypass { reason }) if !acting => {
+                        outcome.refusals.push(Refusal {
+                            initializer: name.clone(),
+                            reason,
+                            refused_by: if refused.is_some() {
+                                RefusedBy::OptIn
+                            } else {
+                                RefusedBy::Trigger
+                            },
+                        });
+                    }
+                    // Wake when it would be due, to count the refusal then.
+                    Some(Plan::BypassAt { at, .. }) => wake_at(&mut outcome, at),
+                    _ => {}
                 }
-                plan
+                match (refused, decided) {
+                    (Some(why), _) => Plan::Never { why },
+                    (None, Plan::Bypass { reason }) => {
+                        outcome.decisions.push(Decision {
+                            initializer: name.clone(),
+                            index,
+                            reason,
+                            waited,
+                        });
+                        Plan::Bypass { reason }
+                    }
+                    (None, Plan::Never { .. })
+                        if matches!(would, Some(Plan::Bypass { .. } | Plan::BypassAt { .. })) =>
+                    {
+                        Plan::Never {
+                            why: Plan::NEVER_TRIGGER,
+                        }
+                    }
+                    (None, plan) => plan,
+                }
             }
         };
         if let Plan::BypassAt { at, .. } = plan {
-            outcome.next_wake = Some(outcome.next_wake.map_or(at, |w| w.min(at)));
+            wake_at(&mut outcome, at);
         }
         outcome.plans.push(InitializerPlan {
             initializer: name.clone(),
@@ -220,6 +318,11 @@ pub fn decide(
         });
     }
     outcome
+}
+
+/// Keep the earlier of `outcome`'s next wake-up and `at`.
+fn wake_at(outcome: &mut Outcome, at: SystemTime) {
+    outcome.next_wake = Some(outcome.next_wake.map_or(at, |w| w.min(at)));
 }
 
 /// When the pod started waiting for its in-progress initializers.
@@ -232,7 +335,9 @@ fn wait_start(pod: &PodView<'_>, mechanism: Mechanism, now: SystemTime) -> Syste
     }
 }
 
-/// The plan for the first occurrence of an in-progress initializer on an opted-in pod.
+/// The plan for the first occurrence of an in-progress initializer on an opted-in pod, by
+/// the triggers `allowed` admits.
+#[allow(clippy::too_many_arguments)]
 fn plan_initializer(
     pod: &PodView<'_>,
     name: &str,
@@ -241,6 +346,7 @@ fn plan_initializer(
     env: &impl Environment,
     config: &Config,
     now: SystemTime,
+    allowed: &dyn Fn(Trigger) -> bool,
 ) -> Plan {
     let Some(deadline) = config.deadline_for(name) else {
         return Plan::Never {
@@ -254,7 +360,9 @@ fn plan_initializer(
     // Instants (> now) at which a time-based rule will hold, in precedence order.
     let mut upcoming: Vec<(SystemTime, Reason)> = Vec::with_capacity(2);
 
-    if let OwnerState::Down { since } = env.owner_state(name) {
+    if allowed(Trigger::OwnerDown)
+        && let OwnerState::Down { since } = env.owner_state(name)
+    {
         // An instant beyond the representable time never comes.
         if let Some(at) = since.checked_add(grace) {
             if now >= at {
@@ -266,20 +374,23 @@ fn plan_initializer(
         }
     }
 
-    if waited >= deadline {
-        return Plan::Bypass {
-            reason: Reason::Deadline,
-        };
-    }
-    // waited < deadline means now < start + deadline, so this instant is in the future.
-    if let Some(at) = start.checked_add(deadline) {
-        upcoming.push((at, Reason::Deadline));
+    if allowed(Trigger::Deadline) {
+        if waited >= deadline {
+            return Plan::Bypass {
+                reason: Reason::Deadline,
+            };
+        }
+        // waited < deadline means now < start + deadline, so this instant is in the future.
+        if let Some(at) = start.checked_add(deadline) {
+            upcoming.push((at, Reason::Deadline));
+        }
     }
 
     // Rule 5: this pod has waited at least minWait, and `threshold` pods of its controller have
     // each waited at least minWait. Both hold from max(own start, k-th earliest start) + minWait
     // on, as long as the pile keeps those pods (a change is an event that re-decides).
     if config.pileup.action == PileupAction::Bypass
+        && allowed(Trigger::Pileup)
         && let Some(controller) = pod.controller
         && let Some(kth) = env.pile_start(controller, name, config.pileup.threshold)
         && let Some(at) = start.max(kth).checked_add(config.pileup.min_wait)
@@ -346,6 +457,8 @@ mod tests {
             owner_down_grace: grace,
             probe_interval: secs(2),
             owner,
+            opt_in: OptInMode::Any,
+            bypass_on: Trigger::ALL.to_vec(),
         }
     }
 
@@ -610,6 +723,90 @@ mod tests {
                 vec![decision(AUDIT, 0, Reason::Deadline, secs(0))]
             );
         }
+    }
+
+    // Trust: per-initializer optIn and bypassOn.
+
+    #[test]
+    fn opt_in_namespaces_ignores_the_pods_own_label_and_none_never_bypasses() {
+        let mut config = config(Mechanism::SchedulingGates);
+        config.initializers[1].opt_in = OptInMode::Namespaces; // AUDIT, deadline 0s
+        let labelled = TestPod::new(&[AUDIT, SIDECAR]);
+        let out = labelled.decide(&FakeEnv::default(), &config, t(20));
+        // Its other gate (optIn: any) is bypassed; this one is refused once, by opt_in.
+        assert_eq!(
+            out.decisions,
+            vec![decision(SIDECAR, 1, Reason::Deadline, secs(20))]
+        );
+        assert_eq!(out.plans[0].plan, never(Plan::NEVER_OPT_IN_NAMESPACES));
+        assert_eq!(
+            out.refusals,
+            vec![Refusal {
+                initializer: AUDIT.to_owned(),
+                reason: Reason::Deadline,
+                refused_by: RefusedBy::OptIn,
+            }]
+        );
+        let mut in_namespace = TestPod::new(&[AUDIT]).not_opted_in();
+        in_namespace.namespace = OPTED_NS.to_string();
+        let out = in_namespace.decide(&FakeEnv::default(), &config, t(0));
+        assert_eq!(
+            out.decisions,
+            vec![decision(AUDIT, 0, Reason::Deadline, secs(0))]
+        );
+        assert!(out.refusals.is_empty());
+
+        config.initializers[1].opt_in = OptInMode::None;
+        let out = in_namespace.decide(&FakeEnv::default(), &config, t(3600));
+        assert!(out.decisions.is_empty());
+        assert_eq!(out.plans[0].plan, never(Plan::NEVER_OPT_IN_NONE));
+        assert_eq!(out.refusals.len(), 1);
+        // A pod opted in by nothing is not a refusal: nothing would have acted.
+        let out =
+            TestPod::new(&[AUDIT])
+                .not_opted_in()
+                .decide(&FakeEnv::default(), &config, t(3600));
+        assert!(out.refusals.is_empty());
+    }
+
+    #[test]
+    fn bypass_on_owner_down_waits_out_the_deadline_and_acts_when_the_owner_dies() {
+        let mut config = config(Mechanism::SchedulingGates);
+        config.initializers[0].bypass_on = vec![Trigger::OwnerDown]; // SIDECAR: 15s, grace 5s
+        let pod = TestPod::new(&[SIDECAR]);
+        let up = FakeEnv::default().owner(SIDECAR, OwnerState::Up { since: t(-60) });
+        // Before the deadline: no bypass, and a wake-up at the deadline to count the refusal.
+        let out = pod.decide(&up, &config, t(10));
+        assert!(out.decisions.is_empty() && out.refusals.is_empty());
+        assert_eq!(out.next_wake, Some(t(15)));
+        assert_eq!(out.plans[0].plan, never(Plan::NEVER_TRIGGER));
+        let out = pod.decide(&up, &config, t(15));
+        assert!(out.decisions.is_empty());
+        assert_eq!(out.plans[0].plan, never(Plan::NEVER_TRIGGER));
+        assert_eq!(
+            out.refusals,
+            vec![Refusal {
+                initializer: SIDECAR.to_owned(),
+                reason: Reason::Deadline,
+                refused_by: RefusedBy::Trigger,
+            }]
+        );
+        let down = FakeEnv::default().owner(SIDECAR, OwnerState::Down { since: t(100) });
+        let out = pod.decide(&down, &config, t(102));
+        assert!(out.decisions.is_empty());
+        assert_eq!(
+            out.plans[0].plan,
+            Plan::BypassAt {
+                at: t(105),
+                reason: Reason::OwnerDown
+            }
+        );
+        let out = pod.decide(&down, &config, t(105));
+        assert_eq!(
+            out.decisions,
+            vec![decision(SIDECAR, 0, Reason::OwnerDown, secs(105))]
+        );
+        assert!(out.refusals.is_empty());
     }
 
     // Rule: unlisted initializers.
@@ -1265,13 +1462,25 @@ mod tests {
                 prop_oneof![Just(PileupAction::Alert), Just(PileupAction::Bypass)],
                 1u32..5,
                 prop::collection::vec((short_duration(), short_duration()), 4),
+                // Per listed initializer: its optIn mode and a non-empty bypassOn subset.
+                prop::collection::vec(
+                    (
+                        prop_oneof![
+                            Just(OptInMode::Any),
+                            Just(OptInMode::Namespaces),
+                            Just(OptInMode::None)
+                        ],
+                        prop::sample::subsequence(Trigger::ALL.to_vec(), 1..=3),
+                    ),
+                    4,
+                ),
             );
             let owners = prop::collection::vec(owner_state(), NAMES.len());
             let piles = prop::collection::vec(prop::collection::vec(instant(), 0..6), NAMES.len());
             (pod, knobs, owners, piles, instant(), short_duration()).prop_map(
                 |(
                     pod,
-                    (mechanism, unlisted, action, threshold, timings),
+                    (mechanism, unlisted, action, threshold, timings, trust),
                     owners,
                     piles,
                     now,
@@ -1286,10 +1495,13 @@ mod tests {
                     };
                     config.defaults.deadline = timings[3].0;
                     config.defaults.owner_down_grace = timings[3].1;
-                    for (listed, (deadline, grace)) in config.initializers.iter_mut().zip(&timings)
+                    for ((listed, (deadline, grace)), (mode, on)) in
+                        config.initializers.iter_mut().zip(&timings).zip(trust)
                     {
                         listed.deadline = *deadline;
                         listed.owner_down_grace = *grace;
+                        listed.opt_in = mode;
+                        listed.bypass_on = on;
                     }
                     World {
                         pod,
@@ -1349,7 +1561,26 @@ mod tests {
                 let deadline = deadline.unwrap_or_default();
                 let waited = now.duration_since(world.start()).unwrap_or_default();
                 prop_assert_eq!(d.waited, waited);
-                let owner_down = world.owner_down_due(&d.initializer, now);
+                // Trust: the initializer's own optIn mode and bypassOn are never exceeded
+                // (read from the config as written, not through the code under test).
+                let listed = config.initializers.iter().find(|i| i.name == d.initializer);
+                let on = |t: Trigger| listed.is_none_or(|i| i.bypass_on.contains(&t));
+                let trigger = match d.reason {
+                    Reason::Deadline => Trigger::Deadline,
+                    Reason::OwnerDown => Trigger::OwnerDown,
+                    Reason::Pileup => Trigger::Pileup,
+                };
+                prop_assert!(on(trigger), "bypassed on {:?}, not in bypassOn", d.reason);
+                match listed.map_or(OptInMode::Any, |i| i.opt_in) {
+                    OptInMode::None => prop_assert!(false, "bypassed an optIn: none initializer"),
+                    OptInMode::Namespaces => prop_assert!(
+                        config.opt_in.namespaces.contains(&pod.namespace),
+                        "optIn: namespaces bypassed by the pod's own label"
+                    ),
+                    OptInMode::Any => {}
+                }
+                let owner_down =
+                    world.owner_down_due(&d.initializer, now) && on(Trigger::OwnerDown);
                 match d.reason {
                     Reason::OwnerDown => prop_assert!(owner_down),
                     Reason::Deadline => {
@@ -1377,7 +1608,10 @@ mod tests {
                             "pileup with only {} pods waiting >= minWait",
                             long_waiting
                         );
-                        prop_assert!(!owner_down && d.waited < deadline, "precedence");
+                        prop_assert!(
+                            !owner_down && (d.waited < deadline || !on(Trigger::Deadline)),
+                            "precedence"
+                        );
                     }
                 }
             }
@@ -1398,16 +1632,45 @@ mod tests {
                     _ => None,
                 })
                 .min();
-            prop_assert_eq!(out.next_wake, earliest_planned);
+            // A restricted initializer may also wake the loop to count a refusal when due.
+            let unrestricted = config
+                .initializers
+                .iter()
+                .all(|i| i.opt_in == OptInMode::Any && i.bypass_on == Trigger::ALL);
+            if unrestricted {
+                prop_assert_eq!(out.next_wake, earliest_planned);
+            } else if let Some(planned) = earliest_planned {
+                prop_assert!(out.next_wake.is_some_and(|w| w <= planned));
+            }
             if let Some(wake) = out.next_wake {
                 prop_assert!(wake > now);
             }
             for plan in &out.plans {
-                if let Plan::BypassAt { .. } = plan.plan {
+                if let Plan::BypassAt { .. } = plan.plan
+                    && config.bypasses_on(&plan.initializer, Trigger::Deadline)
+                {
                     let deadline = config.deadline_for(&plan.initializer).unwrap_or_default();
                     let due = world.start() + deadline;
                     prop_assert!(due > now);
                     prop_assert!(out.next_wake.is_some_and(|w| w <= due));
+                }
+            }
+            // Refusals: only of initializers not decided, each for a reason its keys give.
+            for r in &out.refusals {
+                prop_assert!(
+                    !out.decisions.iter().any(|d| d.initializer == r.initializer),
+                    "refused and decided"
+                );
+                match r.refused_by {
+                    RefusedBy::OptIn => {
+                        prop_assert!(opted_in_for(&pod.view(), &r.initializer, config).is_err())
+                    }
+                    RefusedBy::Trigger => prop_assert!(
+                        config
+                            .initializer(&r.initializer)
+                            .is_some_and(|i| i.bypass_on != Trigger::ALL),
+                        "a trigger refusal for an initializer without bypassOn"
+                    ),
                 }
             }
             Ok(())

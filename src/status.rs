@@ -18,7 +18,7 @@ use crate::owners::Owners;
 use crate::pod::SlimPod;
 use crate::policy::{OwnerState, Plan};
 use crate::report::{Report, pod_statuses};
-use crate::supervise::Failures;
+use crate::supervise::{Failures, Readiness};
 use crate::tracker::Tracker;
 
 /// How long to wait for owners' initial observation before reporting them unknown.
@@ -102,6 +102,7 @@ pub async fn gather(
         &config,
         metrics,
         &Failures::default(),
+        &Readiness::default(),
         cancel.child_token(),
     );
     let _ = tokio::time::timeout(OWNER_SYNC_TIMEOUT, owners.wait_synced()).await;

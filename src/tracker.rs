@@ -1,6 +1,8 @@
 //! The waiting pods: per initializer, per controlling owner, and how each wait ended.
 //!
-//! Pure bookkeeping fed by the pod watch; no I/O and no clock of its own (`now` is passed in).
+//! Pure bookkeeping fed by the pod watch; no I/O, and `now` is passed in. The one clock read
+//! is the monotonic instant that [`crate::client::ServerClock`] needs to convert a
+//! `creationTimestamp` to this process's clock.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
@@ -32,7 +34,7 @@ pub struct TrackedPod {
     /// When this tracker first saw the pod (this process's clock).
     pub first_seen: SystemTime,
     /// The controller the pod's pile is grouped under: its controlling owner, or the CronJob
-    /// controlling that owner when the owner is a Job (issue 12 item 6).
+    /// controlling that owner when the owner is a Job.
     pub controller: Option<ControllerRef>,
     /// The Job between the pod and `controller` when `controller` is its CronJob.
     pub via: Option<ControllerRef>,

@@ -1,4 +1,4 @@
-//! The admission-webhook guard's decision core (DESIGN.md "Admission webhooks"): what a listed
+//! The admission-webhook guard's decision core (README "Admission webhooks"): what a listed
 //! webhook configuration holds, what the guard recorded on it, and what to do next. **No I/O,
 //! no clock of its own**: instants and owner states come in as arguments, like
 //! [`crate::policy`].
@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::config::{WebhookConfig, WebhookKind};
+use crate::config::{OptIn, OptInMode, WebhookConfig, WebhookKind};
 use crate::policy::OwnerState;
 
 /// Annotation on a webhook configuration: JSON, one [`Bypass`] per bypassed entry name.
@@ -191,8 +191,9 @@ const NAMESPACE_SELECTOR: &str = "namespaceSelector";
 const MATCH_EXPRESSIONS: &str = "matchExpressions";
 
 impl Added {
-    /// What a bypass of a webhook adds for objects carrying `label` or living in `namespaces`.
-    pub fn new(via: Via, label: &str, namespaces: &[String]) -> Added {
+    /// What a bypass of a webhook adds for objects carrying `label` (when given) or living in
+    /// `namespaces`.
+    pub fn new(via: Via, label: Option<&str>, namespaces: &[String]) -> Added {
         match via {
             Via::MatchConditions => Added {
                 match_condition: Some(serde_json::json!({
@@ -204,10 +205,12 @@ impl Added {
             },
             Via::Selectors => Added {
                 match_condition: None,
-                object_selector: Some(serde_json::json!({
-                    "key": label,
-                    "operator": "DoesNotExist",
-                })),
+                object_selector: label.map(|label| {
+                    serde_json::json!({
+                        "key": label,
+                        "operator": "DoesNotExist",
+                    })
+                }),
                 namespace_selector: (!namespaces.is_empty()).then(|| {
                     serde_json::json!({
                         "key": NAMESPACE_NAME_LABEL,
@@ -269,19 +272,45 @@ pub(crate) fn position_in(entry: &Value, path: [&str; 2], value: &Value) -> Opti
 /// The CEL condition under which the webhook is still called: the object does not carry the
 /// opt-in label and the request is not in one of `namespaces`. Label keys and namespace names
 /// are validated names (no quotes or backslashes), so single-quoted literals are safe.
-pub fn cel_expression(label: &str, namespaces: &[String]) -> String {
-    let labelled = format!(
-        "(object != null && has(object.metadata.labels) && '{label}' in object.metadata.labels)"
-    );
-    if namespaces.is_empty() {
-        return format!("!{labelled}");
+pub fn cel_expression(label: Option<&str>, namespaces: &[String]) -> String {
+    let labelled = label.map(|label| {
+        format!(
+            "(object != null && has(object.metadata.labels) && '{label}' in object.metadata.labels)"
+        )
+    });
+    let in_namespaces = (!namespaces.is_empty()).then(|| {
+        let list = namespaces
+            .iter()
+            .map(|n| format!("'{n}'"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        format!("request.namespace in [{list}]")
+    });
+    match (labelled, in_namespaces) {
+        (Some(l), Some(n)) => format!("!({l} || {n})"),
+        (Some(l), None) => format!("!{l}"),
+        (None, Some(n)) => format!("!({n})"),
+        // Nothing is let through: `let_through` never asks for this.
+        (None, None) => "true".to_owned(),
     }
-    let list = namespaces
-        .iter()
-        .map(|n| format!("'{n}'"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    format!("!({labelled} || request.namespace in [{list}])")
+}
+
+/// Who passes `listed` while it is bypassed: objects with the opt-in label (`optIn: any`),
+/// objects in opted-in namespaces (`any`, `namespaces`), and always those in its
+/// `exemptNamespaces`. None when that is nobody: then it is never bypassed.
+pub fn let_through(
+    listed: &WebhookConfig,
+    opt_in: &OptIn,
+) -> Option<(Option<String>, Vec<String>)> {
+    let label = (listed.opt_in == OptInMode::Any).then(|| opt_in.label.clone());
+    let mut namespaces = match listed.opt_in {
+        OptInMode::None => Vec::new(),
+        OptInMode::Any | OptInMode::Namespaces => opt_in.namespaces.clone(),
+    };
+    namespaces.extend(listed.exempt_namespaces.iter().cloned());
+    namespaces.sort();
+    namespaces.dedup();
+    (label.is_some() || !namespaces.is_empty()).then_some((label, namespaces))
 }
 
 /// What the loop knows about one listed webhook at `now`.
@@ -295,6 +324,8 @@ pub struct Situation<'a> {
     pub owner: OwnerState,
     /// Bypasses undone by another writer within [`FLAP_WINDOW`] before `now`.
     pub undone_recently: usize,
+    /// Whether a bypass would let anything through ([`let_through`]); never bypassed if not.
+    pub lets_through: bool,
     pub now: SystemTime,
 }
 
@@ -345,7 +376,7 @@ pub fn decide(s: &Situation<'_>) -> Action {
             if record.is_some_and(|r| r.added.present_in(entry)) {
                 return Action::Wait(None);
             }
-            if configuration.failure_policy(index) != FailurePolicy::Fail {
+            if configuration.failure_policy(index) != FailurePolicy::Fail || !s.lets_through {
                 return Action::Wait(None);
             }
             let at = since.checked_add(s.config.owner_down_grace);

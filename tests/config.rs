@@ -122,7 +122,7 @@ mod examples {
         }
         assert!(c.defaults.deadline < Duration::from_secs(30));
         assert!(c.warnings().is_empty(), "{:?}", c.warnings());
-        // A fresh batch is never a pile (issue 12 item 1): bypass only after minWait.
+        // A fresh batch is never a pile: bypass only after minWait.
         assert_eq!(c.pileup.action, initguard::config::PileupAction::Bypass);
         assert_eq!(c.pileup.min_wait, Duration::from_secs(10));
     }
@@ -1211,6 +1211,22 @@ mod corpus {
         (
             "87-webhook-without-name.yaml",
             ":2:5: webhooks[0]: expected a name key",
+        ),
+        (
+            "88-initializer-bad-opt-in.yaml",
+            ":3:12: initializers[0].optIn: unknown variant `tenants`, expected one of `any`, `namespaces`, `none`",
+        ),
+        (
+            "89-initializer-empty-bypass-on.yaml",
+            ":3:5: initializers[0].bypassOn: expected at least one of deadline, owner_down, pileup",
+        ),
+        (
+            "90-initializer-bad-bypass-on.yaml",
+            "unknown variant `ownerDown`, expected one of `deadline`, `owner_down`, `pileup`",
+        ),
+        (
+            "91-webhook-bad-opt-in.yaml",
+            ":3:12: webhooks[0].optIn: unknown variant `label`",
         ),
     ];
 

@@ -11,12 +11,16 @@ use initguard_test_support::wait;
 mod bypass;
 #[path = "e2e/endpoints.rs"]
 mod endpoints;
+#[path = "e2e/lifecycle.rs"]
+mod lifecycle;
 #[path = "e2e/pileup.rs"]
 mod pileup;
 #[path = "e2e/replicas.rs"]
 mod replicas;
 #[path = "e2e/safety.rs"]
 mod safety;
+#[path = "e2e/trust.rs"]
+mod trust;
 #[path = "e2e/unknown_owners.rs"]
 mod unknown_owners;
 #[path = "e2e/versions.rs"]

@@ -148,6 +148,7 @@ mod http {
             &config,
             metrics.clone(),
             &initguard::supervise::Failures::default(),
+            &initguard::supervise::Readiness::default(),
             cancel.clone(),
         );
 
@@ -217,6 +218,7 @@ mod http {
             &config,
             metrics,
             &initguard::supervise::Failures::default(),
+            &initguard::supervise::Readiness::default(),
             cancel.clone(),
         );
         wait_state(&owners, "refused.example.com", is_down).await;
@@ -437,6 +439,7 @@ initializers:
             &config,
             metrics,
             &initguard::supervise::Failures::default(),
+            &initguard::supervise::Readiness::default(),
             cancel.clone(),
         );
         wait_state(&owners, "right.example.com", is_up).await;
@@ -493,6 +496,7 @@ initializers:
             &config,
             metrics,
             &initguard::supervise::Failures::default(),
+            &initguard::supervise::Readiness::default(),
             cancel.clone(),
         );
         let line = wait::eventually(
@@ -614,6 +618,7 @@ mod unreachable_api {
             &config,
             metrics.clone(),
             &initguard::supervise::Failures::default(),
+            &initguard::supervise::Readiness::default(),
             cancel.clone(),
         );
 
@@ -713,6 +718,7 @@ mod sim {
             &config,
             metrics.clone(),
             &initguard::supervise::Failures::default(),
+            &initguard::supervise::Readiness::default(),
             cancel.clone(),
         );
         Harness {

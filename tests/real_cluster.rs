@@ -32,6 +32,8 @@ mod replicas;
 mod secure;
 #[path = "real_cluster/webhooks.rs"]
 mod webhooks;
+#[path = "real_cluster/writes.rs"]
+mod writes;
 
 use std::future::Future;
 use std::pin::Pin;
@@ -112,6 +114,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     (
         "webhooks::webhook_edits_by_others_are_not_overwritten",
         |tb| Box::pin(webhooks::webhook_edits_by_others_are_not_overwritten(tb)),
+    ),
+    (
+        "writes::the_classifier_reads_the_real_servers_refusals",
+        |tb| Box::pin(writes::the_classifier_reads_the_real_servers_refusals(tb)),
     ),
     ("differential::sim_answers_as_the_real_server", |tb| {
         Box::pin(differential::sim_answers_as_the_real_server(tb))

@@ -9,7 +9,7 @@ use serde::de::{self, Deserializer, Visitor};
 
 use kube_common::Mechanism;
 
-use super::types::{BypassVia, PileupAction, UnlistedPolicy};
+use super::types::{BypassVia, OptInMode, PileupAction, Trigger, UnlistedPolicy};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(
@@ -38,7 +38,7 @@ pub(super) struct RawConfig {
     deny_unknown_fields,
     rename_all = "camelCase",
     expecting = "a webhook entry: a mapping with keys name, owner, ownerDownGrace, restoreGrace, \
-                 exemptNamespaces and bypassVia"
+                 exemptNamespaces, bypassVia and optIn"
 )]
 pub(super) struct RawWebhook {
     pub name: Option<String>,
@@ -47,6 +47,7 @@ pub(super) struct RawWebhook {
     pub restore_grace: Option<HumanDuration>,
     pub exempt_namespaces: Option<Vec<String>>,
     pub bypass_via: Option<BypassVia>,
+    pub opt_in: Option<OptInMode>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -77,7 +78,7 @@ pub(super) struct RawDefaults {
     deny_unknown_fields,
     rename_all = "camelCase",
     expecting = "an initializer entry: a mapping with keys name, deadline, ownerDownGrace, \
-                 probeInterval and owner"
+                 probeInterval, owner, optIn and bypassOn"
 )]
 pub(super) struct RawInitializer {
     pub name: Option<String>,
@@ -85,6 +86,8 @@ pub(super) struct RawInitializer {
     pub owner_down_grace: Option<HumanDuration>,
     pub probe_interval: Option<HumanDuration>,
     pub owner: Option<RawOwner>,
+    pub opt_in: Option<OptInMode>,
+    pub bypass_on: Option<Vec<Trigger>>,
 }
 
 /// A one-key map; parsed as a struct so that zero or several kinds get a clear error.

@@ -13,7 +13,8 @@ use super::raw::{
 };
 use super::types::{
     BypassVia, Config, Defaults, InitializerConfig, LeaderElection, ObjectRef, OptIn, OwnerSpec,
-    Pileup, PileupAction, ServingCert, UnlistedPolicy, WebhookConfig, WebhookId, WebhookKind,
+    Pileup, PileupAction, ServingCert, Trigger, UnlistedPolicy, WebhookConfig, WebhookId,
+    WebhookKind,
 };
 use kube_common::Mechanism;
 use kube_common::names::{
@@ -511,7 +512,27 @@ fn initializer(
         owner: raw
             .owner
             .and_then(|o| owner(problems, &format!("{path}.owner"), o)),
+        opt_in: raw.opt_in.unwrap_or_default(),
+        bypass_on: bypass_on(problems, &format!("{path}.bypassOn"), raw.bypass_on),
     }
+}
+
+/// `bypassOn`: sorted, each trigger once; every trigger when absent. An empty list is an
+/// error: an initializer that must never be bypassed says `optIn: none`.
+fn bypass_on(problems: &mut Findings<'_>, path: &str, raw: Option<Vec<Trigger>>) -> Vec<Trigger> {
+    let Some(mut triggers) = raw else {
+        return Trigger::ALL.to_vec();
+    };
+    if triggers.is_empty() {
+        problems.value(
+            path,
+            "expected at least one of deadline, owner_down, pileup (an initializer that must \
+             never be bypassed takes optIn: none)",
+        );
+    }
+    triggers.sort();
+    triggers.dedup();
+    triggers
 }
 
 /// `KIND/CONFIGURATION/WEBHOOK`: KIND `validating` or `mutating`, CONFIGURATION a DNS-1123
@@ -589,6 +610,7 @@ fn webhook(
         ),
         exempt_namespaces,
         bypass_via: raw.bypass_via.unwrap_or(BypassVia::Auto),
+        opt_in: raw.opt_in.unwrap_or_default(),
         probe_interval: defaults.probe_interval,
     };
     (problems.list.len() == before).then_some(resolved)

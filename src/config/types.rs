@@ -32,7 +32,7 @@ pub struct Config {
     pub dry_run: bool,
     /// Most bypass patches in flight at once (default 16).
     pub max_in_flight: usize,
-    /// Listed admission webhooks (DESIGN.md "Admission webhooks").
+    /// Listed admission webhooks (README "Admission webhooks").
     pub webhooks: Vec<WebhookConfig>,
 }
 
@@ -54,6 +54,9 @@ pub struct WebhookConfig {
     /// Namespaces no longer sent to the webhook while it is bypassed (its own pods).
     pub exempt_namespaces: Vec<String>,
     pub bypass_via: BypassVia,
+    /// Which objects may opt in to pass this webhook while it is bypassed
+    /// (`exemptNamespaces` always do).
+    pub opt_in: OptInMode,
     /// Resolved: `defaults.probeInterval` (used by http owners).
     #[serde(with = "humantime_serde")]
     pub probe_interval: Duration,
@@ -184,6 +187,57 @@ pub struct InitializerConfig {
     pub probe_interval: Duration,
     /// None: deadline only.
     pub owner: Option<OwnerSpec>,
+    /// Which pods may opt in to bypasses of this initializer.
+    pub opt_in: OptInMode,
+    /// What may trigger a bypass of this initializer (sorted, at least one).
+    pub bypass_on: Vec<Trigger>,
+}
+
+/// Who may opt an object in, per initializer or webhook (README "Trust").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum OptInMode {
+    /// The object's own opt-in label, or an opted-in namespace.
+    #[default]
+    Any,
+    /// Only an opted-in namespace: the object's own label is ignored.
+    Namespaces,
+    /// Never bypassed.
+    None,
+}
+
+impl OptInMode {
+    /// As written in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OptInMode::Any => "any",
+            OptInMode::Namespaces => "namespaces",
+            OptInMode::None => "none",
+        }
+    }
+}
+
+/// What may trigger a bypass: the reasons of the decision rule.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Trigger {
+    Deadline,
+    OwnerDown,
+    Pileup,
+}
+
+impl Trigger {
+    /// Every trigger: the default `bypassOn`.
+    pub const ALL: [Trigger; 3] = [Trigger::Deadline, Trigger::OwnerDown, Trigger::Pileup];
+
+    /// As written in the config (and as the bypass reason).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trigger::Deadline => "deadline",
+            Trigger::OwnerDown => "owner_down",
+            Trigger::Pileup => "pileup",
+        }
+    }
 }
 
 /// How to tell whether an initializer's controller is alive.
@@ -294,10 +348,27 @@ impl Config {
         self.webhooks.iter().find(|w| &w.id == id)
     }
 
-    /// Whether a pod with these labels in this namespace opted in.
+    /// Whether a pod with these labels in this namespace opted in by the global rule (its
+    /// label or its namespace), before any initializer's own `optIn` mode.
     pub fn is_opted_in(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
-        labels.contains_key(&self.opt_in.label)
-            || self.opt_in.namespaces.iter().any(|n| n == namespace)
+        labels.contains_key(&self.opt_in.label) || self.namespace_opted_in(namespace)
+    }
+
+    /// Whether every pod in `namespace` opted in.
+    pub fn namespace_opted_in(&self, namespace: &str) -> bool {
+        self.opt_in.namespaces.iter().any(|n| n == namespace)
+    }
+
+    /// The `optIn` mode of `initializer` (`any` for an unlisted one).
+    pub fn opt_in_mode(&self, initializer: &str) -> OptInMode {
+        self.initializer(initializer)
+            .map_or(OptInMode::Any, |i| i.opt_in)
+    }
+
+    /// Whether `trigger` may bypass `initializer` (every trigger for an unlisted one).
+    pub fn bypasses_on(&self, initializer: &str, trigger: Trigger) -> bool {
+        self.initializer(initializer)
+            .is_none_or(|i| i.bypass_on.contains(&trigger))
     }
 }
 

@@ -7,7 +7,6 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::pin::pin;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
@@ -20,7 +19,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::actuator::{Actuator, BypassJob, JobResult};
+use super::actuator::{Actuator, Bypass, Reply};
 use super::shared::Shared;
 use super::wakes::Wakes;
 use crate::config::Config;
@@ -28,7 +27,7 @@ use crate::environment::Env;
 use crate::jobs::cron_job_of;
 use crate::pod::SlimPod;
 use crate::policy;
-use crate::supervise;
+use crate::supervise::{self, Init};
 use crate::tracker::PodKey;
 
 /// How often the loop proves it is alive even when nothing happens.
@@ -59,6 +58,8 @@ pub(super) struct ControlLoop {
     in_flight: HashMap<PodKey, InFlight>,
     /// (uid, initializer) already logged and counted in dry-run.
     dry_run_done: HashSet<(String, String)>,
+    /// (uid, initializer) whose refused bypass is already counted.
+    refusals_counted: HashSet<(String, String)>,
     /// Waiting pods seen since the watch (re)started listing; None outside a relist.
     init_seen: Option<HashSet<PodKey>>,
     /// Jobs seen since the Jobs watch (re)started listing; None outside a relist.
@@ -66,27 +67,31 @@ pub(super) struct ControlLoop {
     /// Pods whose bypass did not fit the actuator queue, oldest first.
     backlog: VecDeque<PodKey>,
     backlog_set: HashSet<PodKey>,
+    /// Readiness owed until the first pod list completes; None afterwards.
+    pods_listed: Option<Init>,
 }
 
 impl ControlLoop {
-    pub(super) fn new(shared: Arc<Shared>, actuator: Actuator) -> ControlLoop {
+    pub(super) fn new(shared: Arc<Shared>, actuator: Actuator, pods_listed: Init) -> ControlLoop {
         ControlLoop {
             shared,
             actuator,
             wakes: Wakes::default(),
             in_flight: HashMap::new(),
             dry_run_done: HashSet::new(),
+            refusals_counted: HashSet::new(),
             init_seen: None,
             jobs_seen: None,
             backlog: VecDeque::new(),
             backlog_set: HashSet::new(),
+            pods_listed: Some(pods_listed),
         }
     }
 
     pub(super) async fn run(
         mut self,
         client: kube::Client,
-        mut reports: mpsc::UnboundedReceiver<JobResult>,
+        mut replies: mpsc::UnboundedReceiver<Reply>,
         mut leader: watch::Receiver<bool>,
         cancel: CancellationToken,
     ) {
@@ -111,14 +116,11 @@ impl ControlLoop {
         let mut heartbeat = tokio::time::interval(beat);
         loop {
             self.shared.progress();
-            while self.shared.wedged.load(Ordering::Acquire) && !cancel.is_cancelled() {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
             let sleep = tokio::time::sleep_until(instant_of(self.wakes.next()));
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => break,
-                Some(report) = reports.recv() => self.on_report(report),
+                Some(reply) = replies.recv() => self.on_reply(reply),
                 event = pods.next() => match event {
                     Some(Ok(event)) => self.on_pod_event(event),
                     Some(Err(e)) => {
@@ -153,7 +155,10 @@ impl ControlLoop {
                         self.decide(&key);
                     }
                 }
-                _ = heartbeat.tick() => self.expire_expectations(),
+                _ = heartbeat.tick() => {
+                    self.expire_expectations();
+                    self.forget_gone_pods();
+                }
             }
         }
     }
@@ -187,7 +192,8 @@ impl ControlLoop {
                 // Every pod once, with the whole list known.
                 self.shared.tracker().take_moved_earlier();
                 self.decide_all();
-                if !self.shared.pods_synced.swap(true, Ordering::AcqRel) {
+                if let Some(listed) = self.pods_listed.take() {
+                    listed.done();
                     info!(
                         waiting = self.shared.tracker().len(),
                         "initial pod list complete"
@@ -223,7 +229,7 @@ impl ControlLoop {
                     }
                 }
                 self.shared.tracker().take_moved_earlier();
-                if self.shared.pods_synced.load(Ordering::Acquire) {
+                if self.pods_listed.is_none() {
                     self.decide_all();
                 }
             }
@@ -324,6 +330,20 @@ impl ControlLoop {
         }
     }
 
+    /// Dry-run and refusal memories are only needed for pods still waiting.
+    fn forget_gone_pods(&mut self) {
+        let remembered = self.dry_run_done.len() + self.refusals_counted.len();
+        if remembered <= 4 * self.shared.tracker().len() + 1024 {
+            return;
+        }
+        let tracker = self.shared.tracker();
+        let live: HashSet<&str> = tracker.pods().map(|(_, p)| p.uid.as_str()).collect();
+        self.dry_run_done
+            .retain(|(uid, _)| live.contains(uid.as_str()));
+        self.refusals_counted
+            .retain(|(uid, _)| live.contains(uid.as_str()));
+    }
+
     fn expire_expectations(&mut self) {
         let expired: Vec<PodKey> = self
             .in_flight
@@ -366,6 +386,18 @@ impl ControlLoop {
         };
         let outcome = policy::decide(&tracker.view(pod, now), &env, &shared.config, now);
         self.wakes.set(key, outcome.next_wake);
+        for refusal in &outcome.refusals {
+            if self
+                .refusals_counted
+                .insert((pod.uid.clone(), refusal.initializer.clone()))
+            {
+                info!(pod = %key, initializer = %refusal.initializer, reason = refusal.reason.as_str(),
+                    refused_by = refusal.refused_by.as_str(), "not bypassed: refused by the initializer's optIn or bypassOn");
+                shared
+                    .metrics
+                    .bypass_refused(&refusal.initializer, refusal.refused_by);
+            }
+        }
         if !shared.is_leader() || self.in_flight.contains_key(key) {
             return;
         }
@@ -376,7 +408,7 @@ impl ControlLoop {
         });
         let Some(d) = decision else { return };
         let owner = super::shared::describe_owner(&shared, &d.initializer, now);
-        let job = BypassJob {
+        let bypass = Bypass {
             key: key.to_owned(),
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
@@ -394,7 +426,7 @@ impl ControlLoop {
         let count_before = pod.pending.iter().filter(|n| **n == d.initializer).count();
         let uid = pod.uid.clone();
         drop(tracker);
-        match self.actuator.try_submit(job) {
+        match self.actuator.try_submit(bypass) {
             Ok(()) => {
                 self.in_flight.insert(
                     key.to_owned(),
@@ -435,12 +467,12 @@ impl ControlLoop {
         }
     }
 
-    fn on_report(&mut self, report: JobResult) {
-        let key = report.job().key.clone();
-        // Every report means one job left the queue.
+    fn on_reply(&mut self, reply: Reply) {
+        let key = reply.bypass().key.clone();
+        // Every reply means one bypass left the queue.
         self.drain_backlog(1);
-        match report {
-            JobResult::Bypassed { .. } => {
+        match reply {
+            Reply::Bypassed { .. } => {
                 if let Some(f) = self.in_flight.get_mut(&key) {
                     f.written_at = Some(Instant::now());
                 }
@@ -451,36 +483,36 @@ impl ControlLoop {
                     self.decide(&key);
                 }
             }
-            JobResult::DryRun { job } => {
-                self.dry_run_done.insert((job.uid, job.initializer));
+            Reply::DryRun { bypass } => {
+                self.dry_run_done.insert((bypass.uid, bypass.initializer));
                 self.in_flight.remove(&key);
                 self.decide(&key);
             }
-            JobResult::Stale { job, pod } => {
+            Reply::Stale { bypass, pod } => {
                 self.in_flight.remove(&key);
                 match pod {
                     // The pod changed under us: decide again on its new state.
                     Some(pod)
                         if pod.metadata.resource_version.as_deref()
-                            != Some(job.resource_version.as_str()) =>
+                            != Some(bypass.resource_version.as_str()) =>
                     {
                         self.apply(&pod, SystemTime::now())
                     }
-                    // Unchanged (the server rejects the write itself, e.g. annotations over
-                    // their size limit) or not re-read.
+                    // Unchanged since the decision (the tracker lagged behind the pod) or not
+                    // re-read: decide again shortly, not at once.
                     _ => self
                         .wakes
                         .at_most(&key, SystemTime::now() + RETRY_STALE_AFTER),
                 }
             }
-            JobResult::Gone { job } => {
+            Reply::Gone { bypass } => {
                 // No pod of that name exists; the watch may lag or be down. Only this pod: a
                 // new one of the same name (another uid) that the watch already shows stays.
                 let same = self
                     .shared
                     .tracker()
                     .get(&key)
-                    .is_some_and(|p| p.uid == job.uid);
+                    .is_some_and(|p| p.uid == bypass.uid);
                 if same {
                     self.delete(&key, SystemTime::now());
                 } else {
@@ -488,22 +520,15 @@ impl ControlLoop {
                     self.decide(&key);
                 }
             }
-            JobResult::Failed { .. } => {
+            Reply::Failed { .. } => {
                 self.in_flight.remove(&key);
                 self.wakes
                     .at_most(&key, SystemTime::now() + RETRY_FAILED_AFTER);
             }
-            JobResult::Skipped { .. } => {
+            Reply::Skipped { .. } => {
                 self.in_flight.remove(&key);
                 self.decide(&key);
             }
-        }
-        // Dry-run memory is only needed for pods still waiting.
-        if self.dry_run_done.len() > 4 * self.shared.tracker().len() + 1024 {
-            let tracker = self.shared.tracker();
-            let live: HashSet<&str> = tracker.pods().map(|(_, p)| p.uid.as_str()).collect();
-            self.dry_run_done
-                .retain(|(uid, _)| live.contains(uid.as_str()));
         }
     }
 }

@@ -23,21 +23,21 @@ use kube::core::{ApiResource, GroupVersionKind, TypeMeta};
 use rand::Rng;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::config::LeaderElection;
 use kube_common::ApiSurface;
 
-use crate::discovery::{LockKind, Problems, lock_kind};
+use crate::discovery::{LockKind, lock_kind};
 use crate::metrics::Metrics;
+use crate::supervise::Readiness;
 
 /// The annotation client-go's ConfigMap and Endpoints locks keep their record in.
 pub const LEADER_ANNOTATION: &str = "control-plane.alpha.kubernetes.io/leader";
 
-/// What [`Problems`] lists a failing election under.
+/// What [`Readiness`] lists a failing election under.
 const PROBLEM_KEY: &str = "leader election";
 
 /// Timing derived from the lease duration with client-go's default ratios (15 s / 10 s / 2 s).
@@ -102,10 +102,21 @@ fn identity_from(candidates: impl IntoIterator<Item = Option<String>>) -> String
     format!("{base}_{suffix}")
 }
 
-/// The election, as a task for the caller to spawn (under [`crate::supervise`]). The receiver
+/// How the election ends (see [`super::lifecycle`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Departure {
+    /// Every write was answered: hand the lease back so another replica takes over at once.
+    Release,
+    /// A write may still be committed: stop renewing and let the lease expire on its own, so
+    /// no other replica writes beside it.
+    LeaveToExpire,
+}
+
+/// The election, as a task for the caller to spawn (under [`crate::supervise`]); it ends when
+/// `stop` says how (a dropped sender counts as [`Departure::LeaveToExpire`]). The receiver
 /// is `true` while this replica may write; with leader election disabled it is always `true`.
 /// Why this replica cannot take part (no discovery, a lock it may not write) goes to
-/// `problems`, and so to `/readyz` and `/status`. `renewed` gets the instant at which each
+/// `readiness`, and so to `/readyz` and `/status`. `renewed` gets the instant at which each
 /// successful acquire or renew round *started* (the earliest the lease record can say; others
 /// count its duration from their later observation), and None on losing the lease: the
 /// actuator fences writes with it.
@@ -114,15 +125,15 @@ pub fn elect(
     config: &LeaderElection,
     identity: String,
     metrics: Arc<Metrics>,
-    problems: Problems,
+    readiness: Readiness,
     renewed: watch::Sender<Option<Instant>>,
-    cancel: CancellationToken,
+    stop: oneshot::Receiver<Departure>,
 ) -> (watch::Receiver<bool>, BoxFuture<'static, ()>) {
     if !config.enabled {
         metrics.is_leader.set(1);
         let (tx, rx) = watch::channel(true);
         let task = Box::pin(async move {
-            cancel.cancelled().await;
+            let _ = stop.await;
             drop(tx);
         });
         return (rx, task);
@@ -137,11 +148,11 @@ pub fn elect(
         timing: Timing::for_duration(config.lease_duration),
         observed: None,
         metrics,
-        problems,
+        readiness,
         tx,
         renewed,
     };
-    (rx, Box::pin(elector.run(cancel)))
+    (rx, Box::pin(elector.run(stop)))
 }
 
 /// The lock object in the group version chosen by discovery.
@@ -289,19 +300,19 @@ struct Elector {
     /// Last seen (holder, renewTime) of the record and when we saw it change.
     observed: Option<(String, Option<MicroTime>, Instant)>,
     metrics: Arc<Metrics>,
-    problems: Problems,
+    readiness: Readiness,
     tx: watch::Sender<bool>,
     /// Start of the last successful round while leading (write fencing).
     renewed: watch::Sender<Option<Instant>>,
 }
 
 impl Elector {
-    async fn run(mut self, cancel: CancellationToken) {
+    async fn run(mut self, mut stop: oneshot::Receiver<Departure>) {
         let mut last_renew: Option<Instant> = None;
         // Since when rounds have failed without a success in between.
         let mut failing_since: Option<Instant> = None;
         let mut first = true;
-        loop {
+        let departure = loop {
             let leading = *self.tx.borrow();
             let wait = if leading {
                 self.timing.retry_period
@@ -311,19 +322,19 @@ impl Elector {
             // The first round runs at once so a free lease is taken without delay.
             if !std::mem::take(&mut first) {
                 tokio::select! {
-                    _ = cancel.cancelled() => break,
+                    d = &mut stop => break d.unwrap_or(Departure::LeaveToExpire),
                     _ = tokio::time::sleep(wait) => {}
                 }
             }
             let started = Instant::now();
             let attempt = tokio::select! {
-                _ = cancel.cancelled() => break,
+                d = &mut stop => break d.unwrap_or(Departure::LeaveToExpire),
                 r = tokio::time::timeout(self.timing.retry_period.max(Duration::from_secs(1)), self.try_acquire_or_renew()) => r,
             };
             match attempt {
                 Ok(Ok(held)) => {
                     failing_since = None;
-                    if self.problems.set(PROBLEM_KEY, None) {
+                    if self.readiness.set(PROBLEM_KEY, None) {
                         info!(lease = %self.name, "leader election works again");
                     }
                     if held {
@@ -355,7 +366,7 @@ impl Elector {
                     // A denied or missing lock fails at once; anything else once it has
                     // lasted a whole lease duration (a blip is not worth a 503).
                     if (permanent || since.elapsed() >= self.timing.lease_duration)
-                        && self.problems.set(
+                        && self.readiness.set(
                             PROBLEM_KEY,
                             Some(format!(
                                 "cannot take part in the election on {}: {error}",
@@ -375,14 +386,20 @@ impl Elector {
                     }
                 }
             }
+        };
+        if !*self.tx.borrow() {
+            return;
         }
-        if *self.tx.borrow() {
-            self.set(false);
-            match tokio::time::timeout(Duration::from_secs(2), self.release()).await {
-                Ok(Ok(())) => info!(lease = %self.name, "released the lease"),
-                Ok(Err(e)) => warn!(lease = %self.name, error = %e, "could not release the lease"),
-                Err(_) => warn!(lease = %self.name, "releasing the lease timed out"),
-            }
+        self.set(false);
+        if departure == Departure::LeaveToExpire {
+            error!(lease = %self.name, expires_in = ?self.timing.lease_duration,
+                "not releasing the lease: a write may still be committed; it expires on its own");
+            return;
+        }
+        match tokio::time::timeout(Duration::from_secs(2), self.release()).await {
+            Ok(Ok(())) => info!(lease = %self.name, "released the lease"),
+            Ok(Err(e)) => warn!(lease = %self.name, error = %e, "could not release the lease"),
+            Err(_) => warn!(lease = %self.name, "releasing the lease timed out"),
         }
     }
 

@@ -1,41 +1,46 @@
 //! `initguard run`: the running guard. [`Guard::start`] wires the watches, owners, leader
-//! election, actuator and HTTP endpoints around one control loop (ARCHITECTURE.md, "guard").
+//! election, writers and HTTP endpoints around one control loop (ARCHITECTURE.md, "guard").
 //!
+//! * [`lifecycle`]: how the tasks start and stop (writers drain before the lease goes);
 //! * [`control`]: the loop that owns every decision;
 //! * [`wakes`]: per-pod wake-ups at the times the policy names;
 //! * [`shared`]: the state the loop and the endpoints share;
-//! * [`actuator`]: the one writer; [`leader`]: the election that fences it;
-//! * [`server`]: `/metrics`, `/healthz`, `/readyz`, `/status`; [`secure`]: the HTTPS listener;
-//! * [`webhooks`]: the admission-webhook guard, fenced by the same election.
+//! * [`leader`]: the election; [`fence`]: when a write may start, and which are in flight;
+//! * [`write`]: the one write path (answers, Events, backoff) of both writers:
+//!   [`actuator`] (pods) and [`webhooks`] (the admission-webhook guard);
+//! * [`server`]: `/metrics`, `/healthz`, `/readyz`, `/status`; [`secure`]: the HTTPS listener.
 
 pub mod actuator;
 mod control;
+pub mod fence;
 pub mod leader;
+mod lifecycle;
 pub mod secure;
 pub mod server;
 pub mod shared;
 mod wakes;
 pub mod webhooks;
+pub mod write;
 
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
 use crate::client::Connection;
 use crate::config::Config;
-use crate::discovery::Problems;
 use crate::metrics::{Metrics, MetricsError};
 use crate::owners::Owners;
-use crate::supervise::{self, Failures};
+use crate::supervise::{Failures, Readiness};
 use crate::tracker::Tracker;
 use actuator::Actuator;
 use control::ControlLoop;
+use fence::Fence;
+use lifecycle::Lifecycle;
+pub use lifecycle::SHUTDOWN_DEADLINE;
 use shared::Shared;
 
 /// A control loop silent for this long is reported unhealthy by /healthz.
@@ -65,42 +70,26 @@ pub struct Guard {
     pub addr: SocketAddr,
     /// Where the HTTPS endpoints listen, when `secureListen` is set.
     pub secure_addr: Option<SocketAddr>,
-    cancel: CancellationToken,
-    tasks: Vec<tokio::task::JoinHandle<()>>,
-    /// Leader election and actuator, aborted by [`Guard::kill`].
-    aborts: Vec<tokio::task::AbortHandle>,
+    life: Lifecycle,
 }
 
-impl Guard {
-    /// Start everything: owners, leader election, actuator, pod watch, control loop, HTTP.
-    /// Pass a [`Connection`] from [`crate::client::connect`] so that waits are measured
-    /// against the API server's clock; a bare client counts waits from first sight.
-    pub async fn start(
-        client: impl Into<Connection>,
-        config: Arc<Config>,
-    ) -> Result<Guard, RunError> {
-        Self::start_with(client, config, leader::identity(), STALL_AFTER).await
-    }
+/// The listeners, bound before anything starts so that a taken port leaves nothing running.
+struct Listeners {
+    plain: tokio::net::TcpListener,
+    addr: SocketAddr,
+    secure: Option<(std::net::TcpListener, SocketAddr, rustls::ServerConfig)>,
+}
 
-    /// As [`Guard::start`] with an explicit identity and stall window (tests).
-    pub async fn start_with(
-        client: impl Into<Connection>,
-        config: Arc<Config>,
-        identity: String,
-        stall_after: Duration,
-    ) -> Result<Guard, RunError> {
-        let Connection { client, clock } = client.into();
-        // Fail before any task starts, so a taken port leaves nothing running.
-        let listener = tokio::net::TcpListener::bind(config.listen)
-            .await
-            .map_err(|source| RunError::Listen {
-                addr: config.listen,
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| RunError::Listen {
+impl Listeners {
+    async fn bind(config: &Config) -> Result<Listeners, RunError> {
+        let listen = |source| RunError::Listen {
             addr: config.listen,
             source,
-        })?;
+        };
+        let plain = tokio::net::TcpListener::bind(config.listen)
+            .await
+            .map_err(listen)?;
+        let addr = plain.local_addr().map_err(listen)?;
         let secure = match config.secure_listen {
             None => None,
             Some(addr) => {
@@ -114,45 +103,77 @@ impl Guard {
                 Some((listener, bound, tls))
             }
         };
-        let secure_addr = secure.as_ref().map(|(_, bound, _)| *bound);
-        // Listed webhooks without an owner are owned by their Service, read once here.
-        let config = {
-            let derived = webhooks::default_owners(&client, &config).await;
-            if derived.is_empty() {
-                config
-            } else {
-                let mut resolved = (*config).clone();
-                for (index, owner) in derived {
-                    resolved.webhooks[index].owner = Some(owner);
-                }
-                Arc::new(resolved)
-            }
-        };
-        let cancel = CancellationToken::new();
+        Ok(Listeners {
+            plain,
+            addr,
+            secure,
+        })
+    }
+}
+
+/// `config` with the owner of each listed webhook that has none: its Service, read once.
+async fn resolve(client: &kube::Client, config: Arc<Config>) -> Arc<Config> {
+    let derived = webhooks::default_owners(client, &config).await;
+    if derived.is_empty() {
+        return config;
+    }
+    let mut resolved = (*config).clone();
+    for (index, owner) in derived {
+        resolved.webhooks[index].owner = Some(owner);
+    }
+    Arc::new(resolved)
+}
+
+impl Guard {
+    /// Start everything: owners, leader election, actuator, pod watch, control loop, HTTP.
+    /// Pass a [`Connection`] from [`crate::client::connect`] so that waits are measured
+    /// against the API server's clock; a bare client counts waits from first sight.
+    pub async fn start(
+        client: impl Into<Connection>,
+        config: Arc<Config>,
+    ) -> Result<Guard, RunError> {
+        Self::start_with(client, config, leader::identity(), STALL_AFTER).await
+    }
+
+    /// As [`Guard::start`] with an explicit identity and stall window (tests). Starts in the
+    /// order bind → resolve → readers (owners, election) → writers (actuator, webhook guard,
+    /// the control loop that feeds them) → servers.
+    pub async fn start_with(
+        client: impl Into<Connection>,
+        config: Arc<Config>,
+        identity: String,
+        stall_after: Duration,
+    ) -> Result<Guard, RunError> {
+        let Connection { client, clock } = client.into();
+        let listeners = Listeners::bind(&config).await?;
+        let config = resolve(&client, config).await;
         let metrics = Arc::new(Metrics::new(&config)?);
         let failures = Failures::default();
+        let readiness = Readiness::default();
+        let mut life = Lifecycle::new(failures.clone());
+
+        // Readers: owners and the election (whose leadership fences every write).
         let owners = Owners::spawn(
             client.clone(),
             &config,
             metrics.clone(),
             &failures,
-            cancel.child_token(),
+            &readiness,
+            life.token(),
         );
-        // Not a child of `cancel`: the lease is released only after in-flight patches drain.
-        let leader_cancel = CancellationToken::new();
-        let problems = Problems::default();
         let (renewed, renewed_rx) = watch::channel(None);
+        let (stop_elector, stop) = oneshot::channel();
         let (leader, election) = leader::elect(
             client.clone(),
             &config.leader_election,
             identity.clone(),
             metrics.clone(),
-            problems.clone(),
+            readiness.clone(),
             renewed,
-            leader_cancel.clone(),
+            stop,
         );
-        let leader_task = supervise::spawn(&failures, "leader election", election);
-        let fence = actuator::Fence::new(&config.leader_election, leader.clone(), renewed_rx);
+        let fence = Fence::new(&config.leader_election, leader.clone(), renewed_rx);
+        life.spawn_elector(election, stop_elector, fence.clone());
 
         let shared = Arc::new(Shared {
             config: config.clone(),
@@ -160,104 +181,86 @@ impl Guard {
             owners: owners.clone(),
             identity: identity.clone(),
             leader: leader.clone(),
-            problems,
+            readiness: readiness.clone(),
             tracker: Mutex::new(Tracker::new(config.clone()).with_clock(clock)),
-            pods_synced: AtomicBool::new(false),
             last_progress: Mutex::new(Instant::now()),
-            wedged: AtomicBool::new(false),
             stall_after,
             failures: failures.clone(),
             scrape: Mutex::new(()),
             webhooks: Mutex::new(Default::default()),
         });
-        let mut tasks = Vec::new();
-        let plain = match secure {
-            None => server::router(shared.clone()),
-            Some((listener, _, tls)) => {
-                let delegated = Arc::new(secure::Delegated::new(client.clone()));
-                let app = server::secure_router(shared.clone(), delegated);
-                tasks.push(supervise::spawn(
-                    &failures,
-                    "https server",
-                    server::serve_tls(listener, tls, app, cancel.child_token()),
-                ));
-                server::health_router(shared.clone())
-            }
-        };
-        tasks.push(supervise::spawn(
-            &failures,
-            "http server",
-            server::serve(listener, plain, cancel.child_token()),
-        ));
 
+        // Writers, and the loop that decides for the actuator.
         let webhook_guard = webhooks::WebhookGuard {
             client: client.clone(),
             config: config.clone(),
-            owners: owners.clone(),
+            owners,
             metrics: metrics.clone(),
             fence: fence.clone(),
             identity: identity.clone(),
             shared: shared.clone(),
         };
-        tasks.push(supervise::spawn(
-            &failures,
+        life.spawn_writer(
             "webhook guard",
-            webhook_guard.run(failures.clone(), cancel.child_token()),
-        ));
-
-        let (report_tx, report_rx) = mpsc::unbounded_channel();
-        let actuator_cancel = CancellationToken::new();
+            webhook_guard.run(failures.clone(), life.token()),
+        );
+        let (replies_tx, replies) = mpsc::unbounded_channel();
         let (actuator, worker) = Actuator::new(
             client.clone(),
             config.clone(),
             metrics,
             fence,
             identity,
-            report_tx,
-            actuator_cancel.clone(),
+            replies_tx,
+            life.token(),
         );
-        let actuator_task = supervise::spawn(&failures, "actuator", worker);
-        let control = ControlLoop::new(shared.clone(), actuator);
-        let loop_cancel = cancel.clone();
-        let aborts = vec![leader_task.abort_handle(), actuator_task.abort_handle()];
-        let main = supervise::spawn(&failures, "control loop", async move {
-            control.run(client, report_rx, leader, loop_cancel).await;
-            // Decisions stop first; then in-flight patches drain; then the lease is released.
-            actuator_cancel.cancel();
-            let _ = actuator_task.await;
-            leader_cancel.cancel();
-            let _ = leader_task.await;
-        });
-        tasks.insert(0, main);
+        life.spawn_writer("actuator", worker);
+        let pods_listed = readiness.pending("pods", "initial list not complete");
+        let control = ControlLoop::new(shared.clone(), actuator, pods_listed);
+        life.spawn(
+            "control loop",
+            control.run(client.clone(), replies, leader, life.token()),
+        );
+
+        // Servers, on every replica.
+        let (addr, secure_addr) = (
+            listeners.addr,
+            listeners.secure.as_ref().map(|(_, bound, _)| *bound),
+        );
+        let plain = match listeners.secure {
+            None => server::router(shared.clone()),
+            Some((listener, _, tls)) => {
+                let delegated = Arc::new(secure::Delegated::new(client.clone()));
+                let app = server::secure_router(shared.clone(), delegated);
+                life.spawn(
+                    "https server",
+                    server::serve_tls(listener, tls, app, life.token()),
+                );
+                server::health_router(shared.clone())
+            }
+        };
+        life.spawn(
+            "http server",
+            server::serve(listeners.plain, plain, life.token()),
+        );
         info!(%addr, secure_addr = ?secure_addr, mechanism = config.mechanism.as_str(), dry_run = config.dry_run, "initguard started");
         Ok(Guard {
             shared,
             addr,
             secure_addr,
-            cancel,
-            tasks,
-            aborts,
+            life,
         })
     }
 
-    /// Stop taking decisions, finish in-flight patches (bounded), release the lease.
+    /// Stop taking decisions, let the writers finish what is in flight, then release the
+    /// lease, all within [`SHUTDOWN_DEADLINE`] (see [`lifecycle`]).
     pub async fn shutdown(self) {
-        self.cancel.cancel();
-        for task in self.tasks {
-            let _ = task.await;
-        }
+        self.life.shutdown(SHUTDOWN_DEADLINE).await;
     }
 
     /// Die abruptly, as on SIGKILL: no draining, no lease release (failover tests).
     pub fn kill(self) {
-        for task in &self.tasks {
-            task.abort();
-        }
-        for task in &self.aborts {
-            task.abort();
-        }
-        // Owner watchers only read; stop them too so nothing of this guard stays alive.
-        self.cancel.cancel();
+        self.life.kill();
     }
 
     /// Run until SIGTERM/SIGINT or until a task panics, then shut down gracefully. Returns the

@@ -4,7 +4,6 @@
 //! `/healthz` and `/readyz` open, for the kubelet's HTTPS probes.
 
 use std::collections::HashMap;
-use std::collections::hash_map::Entry;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -143,7 +142,7 @@ pub enum ReviewError {
 /// it a review per scrape.
 pub struct Delegated {
     client: kube::Client,
-    cache: Mutex<HashMap<(String, String), (Instant, Verdict)>>,
+    cache: Mutex<Verdicts>,
 }
 
 impl Delegated {
@@ -152,40 +151,29 @@ impl Delegated {
     pub fn new(client: kube::Client) -> Delegated {
         Delegated {
             client,
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(Verdicts::new(VERDICT_TTL, MAX_CACHED)),
         }
     }
 
     /// The verdict for `token` asking to `get` `path`, from the cache or the API server.
     /// Errors are never cached: the next request asks again.
     pub async fn verdict(&self, token: &str, path: &str) -> Result<Verdict, ReviewError> {
-        let key = (token.to_owned(), path.to_owned());
-        if let Some(cached) = self.cached(&key) {
+        let key = Verdicts::key(token, path);
+        let cached = self
+            .cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key, Instant::now());
+        if let Some(cached) = cached {
             return Ok(cached);
         }
         let verdict = self.review(token, path).await?;
-        let now = Instant::now();
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        if cache.len() >= MAX_CACHED {
-            cache.retain(|_, (expires, _)| *expires > now);
-            if cache.len() >= MAX_CACHED {
-                cache.clear();
-            }
-        }
-        cache.insert(key, (now + VERDICT_TTL, verdict.clone()));
+        self.cache.lock().unwrap_or_else(|e| e.into_inner()).insert(
+            key,
+            verdict.clone(),
+            Instant::now(),
+        );
         Ok(verdict)
-    }
-
-    fn cached(&self, key: &(String, String)) -> Option<Verdict> {
-        let mut cache = self.cache.lock().unwrap_or_else(|e| e.into_inner());
-        match cache.entry(key.clone()) {
-            Entry::Occupied(e) if e.get().0 > Instant::now() => Some(e.get().1.clone()),
-            Entry::Occupied(e) => {
-                e.remove();
-                None
-            }
-            Entry::Vacant(_) => None,
-        }
     }
 
     async fn review(&self, token: &str, path: &str) -> Result<Verdict, ReviewError> {
@@ -250,6 +238,77 @@ impl Delegated {
     }
 }
 
+/// Cached verdicts by (SHA-256 of the token, path): a token is never kept, so a memory dump
+/// of the guard yields no credential. Entries expire by age; at `max` entries the expired
+/// ones go, then the oldest, so a flood of distinct tokens cannot grow memory.
+#[derive(Debug)]
+struct Verdicts {
+    ttl: Duration,
+    max: usize,
+    entries: HashMap<VerdictKey, (Instant, Verdict)>,
+}
+
+/// The cache key of one token asking for one path.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct VerdictKey {
+    token_sha256: [u8; 32],
+    path: String,
+}
+
+impl Verdicts {
+    fn new(ttl: Duration, max: usize) -> Verdicts {
+        Verdicts {
+            ttl,
+            max: max.max(1),
+            entries: HashMap::new(),
+        }
+    }
+
+    fn key(token: &str, path: &str) -> VerdictKey {
+        let digest = ring::digest::digest(&ring::digest::SHA256, token.as_bytes());
+        let mut token_sha256 = [0; 32];
+        token_sha256.copy_from_slice(digest.as_ref());
+        VerdictKey {
+            token_sha256,
+            path: path.to_owned(),
+        }
+    }
+
+    /// The verdict cached for `key`, unless it is older than the TTL at `now`.
+    fn get(&mut self, key: &VerdictKey, now: Instant) -> Option<Verdict> {
+        match self.entries.get(key) {
+            Some((at, verdict)) if now.saturating_duration_since(*at) < self.ttl => {
+                Some(verdict.clone())
+            }
+            Some(_) => {
+                self.entries.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    fn insert(&mut self, key: VerdictKey, verdict: Verdict, now: Instant) {
+        if !self.entries.contains_key(&key) && self.entries.len() >= self.max {
+            let ttl = self.ttl;
+            self.entries
+                .retain(|_, (at, _)| now.saturating_duration_since(*at) < ttl);
+            while self.entries.len() >= self.max {
+                let Some(oldest) = self
+                    .entries
+                    .iter()
+                    .min_by_key(|(_, (at, _))| *at)
+                    .map(|(k, _)| k.clone())
+                else {
+                    break;
+                };
+                self.entries.remove(&oldest);
+            }
+        }
+        self.entries.insert(key, (now, verdict));
+    }
+}
+
 /// Middleware for the protected routes: 401 without an accepted bearer token, 403 without
 /// permission, 503 when the API server cannot be asked.
 pub async fn require_token(
@@ -310,6 +369,69 @@ fn unauthorized(why: &str) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_verdict_cache_keeps_no_token_expires_by_age_and_stays_bounded() {
+        let t0 = Instant::now();
+        let ttl = Duration::from_secs(10);
+        let mut cache = Verdicts::new(ttl, 3);
+        let allowed = Verdict::Allowed {
+            user: "prometheus".into(),
+        };
+        let token = "eyJhbGciOiJSUzI1NiJ9.secret-token";
+        cache.insert(Verdicts::key(token, "/metrics"), allowed.clone(), t0);
+        assert!(
+            !format!("{cache:?}").contains("secret-token"),
+            "the cache holds the raw token"
+        );
+        // Same token and path: cached until the TTL; another path or token is another entry.
+        let key = Verdicts::key(token, "/metrics");
+        assert_eq!(
+            cache.get(&key, t0 + ttl - Duration::from_millis(1)),
+            Some(allowed.clone())
+        );
+        assert_eq!(cache.get(&Verdicts::key(token, "/status"), t0), None);
+        assert_eq!(cache.get(&Verdicts::key("other", "/metrics"), t0), None);
+        assert_eq!(
+            cache.get(&key, t0 + ttl),
+            None,
+            "an expired verdict was reused"
+        );
+        assert!(cache.entries.is_empty(), "an expired verdict was kept");
+
+        // Full: expired entries go first, then the oldest.
+        for (i, token) in ["a", "b", "c"].iter().enumerate() {
+            cache.insert(
+                Verdicts::key(token, "/metrics"),
+                allowed.clone(),
+                t0 + Duration::from_secs(i as u64),
+            );
+        }
+        cache.insert(
+            Verdicts::key("d", "/metrics"),
+            allowed.clone(),
+            t0 + Duration::from_secs(3),
+        );
+        assert_eq!(cache.entries.len(), 3);
+        let at = t0 + Duration::from_secs(3);
+        assert_eq!(
+            cache.get(&Verdicts::key("a", "/metrics"), at),
+            None,
+            "the oldest was kept"
+        );
+        for token in ["b", "c", "d"] {
+            assert!(
+                cache.get(&Verdicts::key(token, "/metrics"), at).is_some(),
+                "{token}"
+            );
+        }
+        // At t0 + 11 s, "b" (t0 + 1 s) has expired: it goes, the rest stay.
+        let later = t0 + Duration::from_secs(11);
+        cache.insert(Verdicts::key("e", "/metrics"), allowed.clone(), later);
+        assert_eq!(cache.entries.len(), 3);
+        assert!(cache.get(&Verdicts::key("c", "/metrics"), later).is_some());
+        assert!(cache.get(&Verdicts::key("d", "/metrics"), later).is_some());
+    }
 
     #[test]
     fn bearer_takes_only_a_nonempty_bearer_token() {

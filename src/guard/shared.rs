@@ -1,6 +1,5 @@
 //! The state the control loop and the HTTP endpoints share.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
@@ -8,11 +7,10 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use crate::config::Config;
-use crate::discovery::Problems;
 use crate::metrics::Metrics;
 use crate::owners::{Owners, owner_target};
 use crate::policy::OwnerState;
-use crate::supervise::Failures;
+use crate::supervise::{Failures, Readiness};
 use crate::tracker::Tracker;
 
 /// State shared between the control loop and the HTTP endpoints.
@@ -22,12 +20,10 @@ pub struct Shared {
     pub owners: Owners,
     pub identity: String,
     pub(super) leader: watch::Receiver<bool>,
-    /// Why this replica cannot take part in the leader election, if it cannot.
-    pub(super) problems: Problems,
+    /// Why this replica is not ready (initial lists, owners, the election), for `/readyz`.
+    pub(super) readiness: Readiness,
     pub(super) tracker: Mutex<Tracker>,
-    pub(super) pods_synced: AtomicBool,
     pub(super) last_progress: Mutex<Instant>,
-    pub(super) wedged: AtomicBool,
     pub(super) stall_after: Duration,
     /// Panics of the guard's tasks: any fails /healthz.
     pub failures: Failures,
@@ -78,28 +74,11 @@ impl Shared {
                 .unwrap_or(false)
     }
 
-    /// What initial lists are still missing (empty when ready). Owners never count: an owner
-    /// not observed (yet) is unknown, which is safe (never `owner_down`); `/readyz` lists them.
+    /// Why this replica is not ready (empty when ready): initial lists not complete, an
+    /// owner whose API the server lacks, a failing election. Owners merely not observed yet
+    /// are unknown, not missing (never `owner_down`); `/readyz` lists them in its 200 body.
     pub fn not_ready(&self) -> Vec<String> {
-        let mut missing = Vec::new();
-        if !self.pods_synced.load(Ordering::Acquire) {
-            missing.push("pods: initial list not complete".to_owned());
-        }
-        // Owners not observed yet are unknown, not missing (never owner_down); /readyz lists
-        // them in its 200 body. A Deployment API the server does not serve is missing.
-        missing.extend(
-            self.owners
-                .problems()
-                .into_iter()
-                .map(|p| format!("owner {p}")),
-        );
-        missing.extend(self.problems.list());
-        missing
-    }
-
-    /// Test hook: freeze (true) or release (false) the control loop, to exercise /healthz.
-    pub fn set_wedged(&self, wedged: bool) {
-        self.wedged.store(wedged, Ordering::Release);
+        self.readiness.list()
     }
 
     pub(super) fn progress(&self) {

@@ -1,4 +1,4 @@
-//! The webhook guard's loop (DESIGN.md "Admission webhooks"): one watch per listed
+//! The webhook guard's loop (README "Admission webhooks"): one watch per listed
 //! configuration (by `metadata.name`, so RBAC can name it), the owners' states in, the pure
 //! [`webhook::decide`] in the middle, and fenced JSON Patches out. Only the leader writes;
 //! every replica keeps the metrics from what it observes.
@@ -9,10 +9,8 @@ use std::time::{Instant, SystemTime};
 
 use futures::StreamExt;
 use json_patch::Patch as JsonPatch;
-use k8s_openapi::api::core::v1::{Event, EventSource, ObjectReference};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::Api;
-use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams};
 use kube::runtime::watcher;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -21,7 +19,8 @@ use tracing::{debug, error, info, warn};
 
 use crate::bypass::rfc3339_seconds;
 use crate::config::{BypassVia, Config, OwnerSpec, WebhookConfig, WebhookKind};
-use crate::guard::actuator::Fence;
+use crate::guard::fence::Fence;
+use crate::guard::write::{self, Refusal, Subject};
 use crate::metrics::Metrics;
 use crate::owners::Owners;
 use crate::policy::Reason;
@@ -29,22 +28,12 @@ use crate::supervise::{self, Failures};
 use crate::webhook::patch::{bypass_patch, forget_patch, go_json, restore_patch};
 use crate::webhook::{
     Action, Added, Bypass, Configuration, FLAP_WINDOW, FailurePolicy, Situation, Via, decide,
+    let_through,
 };
 
 /// After a write that failed for another reason than a changed object, decide again this
 /// much later.
 const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// Whether a refused patch means the configuration changed since it was read: 409, or a
-/// failed `test` (422; 500 with the patch library's words on old servers). Other 422s are
-/// validation errors that a fresh read would not fix.
-fn changed_since_read(code: u16, message: &str) -> bool {
-    let m = message.to_ascii_lowercase();
-    let failed_test = m.contains("test operation")
-        || m.contains("testing value")
-        || m.contains("unable to access invalid index");
-    code == 409 || (matches!(code, 422 | 500) && failed_test)
-}
 
 /// `failurePolicy` of an entry that omits it: `Fail` in admissionregistration.k8s.io/v1,
 /// `Ignore` in v1beta1.
@@ -240,12 +229,14 @@ impl WebhookGuard {
             warn!(webhook = %name, "another writer undid the bypass");
         }
         memory.undone.retain(|at| at.elapsed() < FLAP_WINDOW);
+        let passes = let_through(listed, &self.config.opt_in);
         let action = decide(&Situation {
             config: listed,
             entry,
             record,
             owner,
             undone_recently: memory.undone.len(),
+            lets_through: passes.is_some(),
             now,
         });
         let Some((configuration, index)) = entry else {
@@ -265,7 +256,7 @@ impl WebhookGuard {
                         .set(1);
                     error!(webhook = %name, undone = memory.undone.len(),
                         "the bypass keeps being undone by another writer; not re-applying it");
-                    self.event(listed, resource, "WebhookBypassFlapping", format!(
+                    self.event(listed, resource, "WebhookBypassFlapping", "Flapping", cancel, format!(
                         "initguard stopped re-applying its bypass of webhook {}: another writer \
                          undid it {} times within {}", listed.id.webhook, memory.undone.len(),
                         humantime::format_duration(FLAP_WINDOW))).await;
@@ -286,24 +277,28 @@ impl WebhookGuard {
             }
             Action::Restore | Action::Conflict if self.config.dry_run => Step::default(),
             Action::Bypass => {
+                let Some((label, namespaces)) = passes else {
+                    return Step::default();
+                };
                 let via = match listed.bypass_via {
                     BypassVia::Selectors => Via::Selectors,
                     BypassVia::Auto if memory.selectors_only => Via::Selectors,
                     BypassVia::Auto => Via::MatchConditions,
                 };
-                let owner_text = self.owner_text(listed, configuration, index);
-                self.bypass(
+                let plan = Plan {
                     listed,
                     resource,
-                    configuration,
                     index,
-                    &records,
+                    bypass: Bypass {
+                        since: rfc3339_seconds(SystemTime::now()),
+                        reason: Reason::OwnerDown.as_str().to_owned(),
+                        owner: self.owner_text(listed, configuration, index),
+                        added: Added::new(via, label.as_deref(), &namespaces),
+                    },
                     via,
-                    owner_text,
-                    &mut memory.selectors_only,
-                    cancel,
-                )
-                .await
+                };
+                self.bypass(plan, configuration, &records, memory, cancel)
+                    .await
             }
             Action::Restore => {
                 let Some(patch) = restore_patch(configuration, index, &listed.id.webhook, &records)
@@ -320,7 +315,7 @@ impl WebhookGuard {
                         .with_label_values(&[&name, "restored"])
                         .inc();
                     info!(webhook = %name, "owner back; bypass removed exactly");
-                    self.event(listed, resource, "WebhookRestored", format!(
+                    self.event(listed, resource, "WebhookRestored", "Restore", cancel, format!(
                         "initguard removed its bypass of webhook {}: the owner has been up for {}",
                         listed.id.webhook, humantime::format_duration(listed.restore_grace))).await;
                 }
@@ -340,6 +335,8 @@ impl WebhookGuard {
                         listed,
                         resource,
                         "WebhookRestoreConflict",
+                        "Restore",
+                        cancel,
                         format!(
                             "initguard did not restore webhook {}: what it added was changed by \
                          someone else; the entry is left as it is",
@@ -364,88 +361,87 @@ impl WebhookGuard {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Write `plan` on `configuration`. A server that drops `matchConditions` silently (the
+    /// feature off) gets the same bypass once more through selectors, and `auto` means
+    /// selectors for this webhook from then on.
     async fn bypass(
         &self,
-        listed: &WebhookConfig,
-        resource: &ApiResource,
+        mut plan: Plan<'_>,
         configuration: &Configuration,
-        index: usize,
         records: &crate::webhook::Records,
-        via: Via,
-        owner: String,
-        selectors_only: &mut bool,
+        memory: &mut Memory,
         cancel: &CancellationToken,
     ) -> Step {
-        let name = listed.id.to_string();
-        let mut namespaces = self.config.opt_in.namespaces.clone();
-        namespaces.extend(listed.exempt_namespaces.iter().cloned());
-        namespaces.sort();
-        namespaces.dedup();
-        let bypass = Bypass {
-            since: rfc3339_seconds(SystemTime::now()),
-            reason: Reason::OwnerDown.as_str().to_owned(),
-            owner,
-            added: Added::new(via, &self.config.opt_in.label, &namespaces),
-        };
-        let patch = bypass_patch(configuration, index, &listed.id.webhook, records, &bypass);
-        let step = self.write(listed, resource, patch, cancel).await;
-        let Some(written) = &step.refreshed else {
-            return step;
-        };
-        let kept = written
-            .index_of(&listed.id.webhook)
-            .is_some_and(|i| bypass.added.present_in(&written.entries[i]));
-        if !kept && via == Via::MatchConditions {
-            // A server with the feature off drops matchConditions silently: fall back.
-            warn!(webhook = %name,
-                "the API server did not keep matchConditions (feature off?); using selectors");
-            let Some(i) = written.index_of(&listed.id.webhook) else {
+        let name = plan.listed.id.to_string();
+        let mut step = self
+            .write(
+                plan.listed,
+                plan.resource,
+                plan.patch(configuration, records),
+                cancel,
+            )
+            .await;
+        loop {
+            let Some(written) = &step.refreshed else {
                 return step;
             };
-            *selectors_only = true;
-            let records = written.records().unwrap_or_default();
-            return Box::pin(self.bypass(
-                listed,
-                resource,
-                written,
-                i,
-                &records,
-                Via::Selectors,
-                bypass.owner.clone(),
-                selectors_only,
-                cancel,
-            ))
-            .await;
-        }
-        if !kept {
-            warn!(webhook = %name, "the written entry does not hold the bypass; deciding again");
-        }
-        if kept {
-            self.metrics
-                .webhook_bypasses_total
-                .with_label_values(&[&name, Reason::OwnerDown.as_str()])
-                .inc();
-            self.metrics
-                .webhook_bypassed
-                .with_label_values(&[&name])
-                .set(1);
-            let via_text = match via {
-                Via::MatchConditions => "a matchConditions expression",
-                Via::Selectors => "objectSelector/namespaceSelector requirements",
+            let index = written.index_of(&plan.listed.id.webhook);
+            let kept = index.is_some_and(|i| plan.bypass.added.present_in(&written.entries[i]));
+            if kept {
+                self.bypassed(&plan, cancel).await;
+                return step;
+            }
+            let (Some(index), Via::MatchConditions) = (index, plan.via) else {
+                warn!(webhook = %name, "the written entry does not hold the bypass; deciding again");
+                return step;
             };
-            warn!(webhook = %name, owner = %bypass.owner, via = via_text,
-                "bypassed webhook for opted-in objects");
-            self.event(listed, resource, "WebhookBypassed", format!(
-                "initguard bypassed webhook {} for opted-in objects ({via_text}): owner {} down \
-                 for {}", listed.id.webhook, bypass.owner,
-                humantime::format_duration(listed.owner_down_grace))).await;
+            warn!(webhook = %name,
+                "the API server did not keep matchConditions (feature off?); using selectors");
+            memory.selectors_only = true;
+            plan = plan.through_selectors(index, &self.config.opt_in);
+            let records = written.records().unwrap_or_default();
+            let patch = plan.patch(written, &records);
+            step = self.write(plan.listed, plan.resource, patch, cancel).await;
         }
-        step
     }
 
-    /// Send one patch within the fence; the configuration as the server answered it, or, when
-    /// the server refused it because the object changed, as re-read (never a blind retry).
+    /// Count, log and record a bypass the server kept.
+    async fn bypassed(&self, plan: &Plan<'_>, cancel: &CancellationToken) {
+        let (listed, name) = (plan.listed, plan.listed.id.to_string());
+        self.metrics
+            .webhook_bypasses_total
+            .with_label_values(&[&name, Reason::OwnerDown.as_str()])
+            .inc();
+        self.metrics
+            .webhook_bypassed
+            .with_label_values(&[&name])
+            .set(1);
+        let via_text = match plan.via {
+            Via::MatchConditions => "a matchConditions expression",
+            Via::Selectors => "objectSelector/namespaceSelector requirements",
+        };
+        warn!(webhook = %name, owner = %plan.bypass.owner, via = via_text,
+            "bypassed webhook for opted-in objects");
+        let note = format!(
+            "initguard bypassed webhook {} for opted-in objects ({via_text}): owner {} down for {}",
+            listed.id.webhook,
+            plan.bypass.owner,
+            humantime::format_duration(listed.owner_down_grace)
+        );
+        self.event(
+            listed,
+            plan.resource,
+            "WebhookBypassed",
+            "Bypass",
+            cancel,
+            note,
+        )
+        .await;
+    }
+
+    /// Send one patch through the fence; the configuration as the server answered it, or,
+    /// when the server refused it because the object changed, as re-read (never a blind
+    /// retry). Any other refusal or failure is decided again after [`RETRY_AFTER`].
     async fn write(
         &self,
         listed: &WebhookConfig,
@@ -454,16 +450,9 @@ impl WebhookGuard {
         cancel: &CancellationToken,
     ) -> Step {
         let name = listed.id.to_string();
-        if !self.fence.admit(cancel).await {
-            debug!(webhook = %name, "not leading; not writing");
-            return Step::default();
-        }
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
-        let default_policy = default_failure_policy(resource);
-        let decode = |object: DynamicObject| {
-            serde_json::to_value(object)
-                .ok()
-                .and_then(|v| Configuration::decode(listed.id.kind, &v, default_policy).ok())
+        let later = Step {
+            wake: Some(SystemTime::now() + RETRY_AFTER),
+            refreshed: None,
         };
         let request = match patch_request(resource, &listed.id.configuration, &patch) {
             Ok(r) => r,
@@ -472,18 +461,35 @@ impl WebhookGuard {
                 return Step::default();
             }
         };
+        let Ok(permit) = self.fence.admit(cancel).await else {
+            debug!(webhook = %name, "not leading; not writing");
+            return Step::default();
+        };
+        let default_policy = default_failure_policy(resource);
+        let decode = |object: DynamicObject| {
+            serde_json::to_value(object)
+                .ok()
+                .and_then(|v| Configuration::decode(listed.id.kind, &v, default_policy).ok())
+        };
         let sent = self.client.request::<DynamicObject>(request);
-        match tokio::time::timeout(self.fence.write_timeout(), sent).await {
-            Ok(Ok(object)) => Step {
-                wake: None,
-                refreshed: decode(object),
-            },
-            Ok(Err(kube::Error::Api(status)))
-                if changed_since_read(status.code, &status.message) =>
-            {
-                debug!(webhook = %name, code = status.code, message = %status.message,
-                    "the configuration changed since it was read; re-reading");
-                let retry = Some(SystemTime::now() + RETRY_AFTER);
+        let error = match permit.send("a webhook configuration PATCH", sent).await {
+            Ok(Ok(object)) => {
+                return Step {
+                    wake: None,
+                    refreshed: decode(object),
+                };
+            }
+            Ok(Err(e)) => e,
+            Err(e) => {
+                warn!(webhook = %name, error = %e, retry_in = ?RETRY_AFTER,
+                    "writing the webhook configuration got no answer");
+                return later;
+            }
+        };
+        match write::classify(&error) {
+            Refusal::Changed => {
+                debug!(webhook = %name, %error, "the configuration changed since it was read; re-reading");
+                let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
                 match api.get_opt(&listed.id.configuration).await {
                     // Decide again on what the server holds now.
                     Ok(Some(object)) => Step {
@@ -493,81 +499,82 @@ impl WebhookGuard {
                     Ok(None) => Step::default(),
                     Err(e) => {
                         warn!(webhook = %name, error = %e, "re-reading the configuration failed");
-                        Step {
-                            wake: retry,
-                            refreshed: None,
-                        }
+                        later
                     }
                 }
             }
-            Ok(Err(e)) => {
-                // Forbidden, invalid, unavailable: not a blind retry, a fresh decision later.
+            // The watch says so too, and the loop forgets it.
+            Refusal::Gone => Step::default(),
+            Refusal::Transient(e) | Refusal::Refused(e) => {
                 warn!(webhook = %name, error = %e, retry_in = ?RETRY_AFTER,
                     "writing the webhook configuration failed");
-                Step {
-                    wake: Some(SystemTime::now() + RETRY_AFTER),
-                    refreshed: None,
-                }
-            }
-            Err(_) => {
-                warn!(webhook = %name, timeout = ?self.fence.write_timeout(), retry_in = ?RETRY_AFTER,
-                    "writing the webhook configuration timed out");
-                Step {
-                    wake: Some(SystemTime::now() + RETRY_AFTER),
-                    refreshed: None,
-                }
+                later
             }
         }
     }
 
-    /// A Warning Event on the configuration (core/v1, in `default`: the configuration is
-    /// cluster-scoped). A lost Event never undoes or repeats a change.
+    /// A Warning Event on the configuration (cluster-scoped: in `default`), through the fence.
     async fn event(
         &self,
         listed: &WebhookConfig,
         resource: &ApiResource,
         reason: &str,
+        action: &str,
+        cancel: &CancellationToken,
         note: String,
     ) {
-        let now = jiff::Timestamp::now();
-        let event = Event {
-            metadata: ObjectMeta {
-                name: Some(format!(
-                    "{}.{:x}{:04x}",
-                    listed.id.configuration,
-                    now.as_nanosecond(),
-                    rand::random::<u16>()
-                )),
-                namespace: Some("default".to_owned()),
-                ..ObjectMeta::default()
-            },
-            involved_object: ObjectReference {
-                api_version: Some(resource.api_version.clone()),
-                kind: Some(listed.id.kind.object_kind().to_owned()),
-                name: Some(listed.id.configuration.clone()),
-                ..ObjectReference::default()
-            },
-            reason: Some(reason.to_owned()),
-            message: Some(note),
-            type_: Some("Warning".to_owned()),
-            source: Some(EventSource {
-                component: Some("initguard".to_owned()),
-                host: Some(self.identity.clone()),
-            }),
-            first_timestamp: Some(Time(now)),
-            last_timestamp: Some(Time(now)),
-            count: Some(1),
-            ..Event::default()
+        let configuration = Subject {
+            api_version: resource.api_version.clone(),
+            kind: listed.id.kind.object_kind().to_owned(),
+            namespace: None,
+            name: listed.id.configuration.clone(),
+            uid: None,
         };
-        let api: Api<Event> = Api::namespaced(self.client.clone(), "default");
-        let params = PostParams::default();
-        let sent = api.create(&params, &event);
-        match tokio::time::timeout(self.fence.write_timeout(), sent).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
-                warn!(webhook = %listed.id, error = %e, reason, "could not record the event")
-            }
-            Err(_) => warn!(webhook = %listed.id, reason, "recording the event timed out"),
+        let event = write::event(
+            &configuration,
+            reason,
+            action,
+            note,
+            &self.identity,
+            jiff::Timestamp::now(),
+        );
+        write::publish(&self.client, &self.fence, cancel, event).await;
+    }
+}
+
+/// One bypass to write: the webhook, the record of what it adds, and how.
+struct Plan<'a> {
+    listed: &'a WebhookConfig,
+    resource: &'a ApiResource,
+    /// The entry's index in the configuration the patch is made for.
+    index: usize,
+    bypass: Bypass,
+    via: Via,
+}
+
+impl Plan<'_> {
+    /// The JSON Patch of this bypass on `configuration`, which holds `records`.
+    fn patch(&self, configuration: &Configuration, records: &crate::webhook::Records) -> JsonPatch {
+        bypass_patch(
+            configuration,
+            self.index,
+            &self.listed.id.webhook,
+            records,
+            &self.bypass,
+        )
+    }
+
+    /// The same bypass through selectors, for the entry at `index`.
+    fn through_selectors(self, index: usize, opt_in: &crate::config::OptIn) -> Self {
+        let (label, namespaces) = let_through(self.listed, opt_in).unwrap_or_default();
+        Plan {
+            index,
+            bypass: Bypass {
+                added: Added::new(Via::Selectors, label.as_deref(), &namespaces),
+                ..self.bypass
+            },
+            via: Via::Selectors,
+            ..self
         }
     }
 }

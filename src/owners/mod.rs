@@ -5,7 +5,7 @@
 //! * `deployment` — a watch on that one Deployment, in the most preferred group version the
 //!   server serves (apps/v1 … extensions/v1beta1, found by discovery: [`crate::discovery`]);
 //!   up while `status.availableReplicas >= 1`. A server serving none is an error in the log
-//!   and in `/readyz` ([`Owners::problems`]).
+//!   and in `/readyz` (the [`Readiness`] given to [`Owners::spawn`]).
 //! * `lease` — a watch on that one Lease; up while the lease was renewed within its
 //!   `leaseDurationSeconds` as observed on this process's monotonic clock (see `LeaseModel`).
 //!   A lease expires without any event, so a timer is armed for the expiry instant.
@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::metrics::Metrics;
-use crate::supervise::Failures;
+use crate::supervise::{Failures, Readiness};
 
 pub use model::{LeaseRecord, Observed, deployment_up, pod_ready};
 pub use state::{OwnerReport, Owners, owner_target};
@@ -42,16 +42,18 @@ use watch::Task;
 
 impl Owners {
     /// Start one watcher or prober per distinct owner in `config`; they stop when `cancel`
-    /// fires, and a panic in one is recorded in `failures`. Must be called inside a Tokio
+    /// fires, a panic in one is recorded in `failures`, and an owner that cannot be watched
+    /// at all is listed in `readiness`. Must be called inside a Tokio
     /// runtime.
     pub fn spawn(
         client: kube::Client,
         config: &Config,
         metrics: Arc<Metrics>,
         failures: &Failures,
+        readiness: &Readiness,
         cancel: CancellationToken,
     ) -> Owners {
-        let owners = Owners::new(config, metrics);
+        let owners = Owners::new(config, metrics, readiness.clone());
         for index in 0..owners.inner.owners.len() {
             let handle = Handle {
                 inner: owners.inner.clone(),

@@ -14,9 +14,9 @@ use tracing::{info, warn};
 
 use crate::config::{Config, OwnerSpec};
 
-use crate::discovery::Problems;
 use crate::metrics::Metrics;
 use crate::policy::OwnerState;
+use crate::supervise::Readiness;
 
 use super::model::{Observed, round_ms};
 
@@ -35,7 +35,7 @@ pub(super) struct Inner {
     pub(super) changes: watch::Sender<u64>,
     pub(super) metrics: Arc<Metrics>,
     /// Owners that cannot be watched at all (their API is not served).
-    pub(super) problems: Problems,
+    pub(super) readiness: Readiness,
 }
 
 pub(super) struct Owner {
@@ -94,7 +94,7 @@ pub fn owner_target(spec: &OwnerSpec) -> String {
 
 impl Owners {
     /// Group the listed initializers by owner; every state starts Unknown.
-    pub(super) fn new(config: &Config, metrics: Arc<Metrics>) -> Owners {
+    pub(super) fn new(config: &Config, metrics: Arc<Metrics>, readiness: Readiness) -> Owners {
         let mut owners: Vec<Owner> = Vec::new();
         let mut by_spec: HashMap<&OwnerSpec, usize> = HashMap::new();
         let mut by_initializer = HashMap::new();
@@ -140,7 +140,7 @@ impl Owners {
                 by_initializer,
                 changes: watch::channel(0).0,
                 metrics,
-                problems: Problems::default(),
+                readiness,
             }),
         }
     }
@@ -183,12 +183,6 @@ impl Owners {
                     .then(|| format!("{} {}: unknown ({detail})", o.spec.kind(), o.target))
             })
             .collect()
-    }
-
-    /// Owners that cannot be observed because the server lacks their API, as `KIND TARGET:
-    /// REASON`; each makes `/readyz` fail.
-    pub fn problems(&self) -> Vec<String> {
-        self.inner.problems.list()
     }
 
     /// Resolves once every owner has been observed at least once.
@@ -370,7 +364,11 @@ initializers:
 
     fn owners() -> Owners {
         let config = config();
-        Owners::new(&config, Arc::new(Metrics::new(&config).unwrap()))
+        Owners::new(
+            &config,
+            Arc::new(Metrics::new(&config).unwrap()),
+            Readiness::default(),
+        )
     }
 
     #[test]

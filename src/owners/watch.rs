@@ -286,8 +286,8 @@ impl Task {
             );
             error!(initializers = %owner.initializer_list, owner = %owner.target, %problem,
                 "owner deployment cannot be watched");
-            self.handle.inner.problems.set(
-                &format!("{} {}", owner.spec.kind(), owner.target),
+            self.handle.inner.readiness.set(
+                &format!("owner {} {}", owner.spec.kind(), owner.target),
                 Some(problem),
             );
             return;

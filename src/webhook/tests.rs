@@ -28,6 +28,7 @@ fn listed(name: &str) -> WebhookConfig {
         restore_grace: Duration::from_secs(30),
         exempt_namespaces: vec!["policy-system".to_owned()],
         bypass_via: BypassVia::Auto,
+        opt_in: OptInMode::Any,
         probe_interval: Duration::from_secs(2),
     }
 }
@@ -48,7 +49,7 @@ fn bypass_of(via: Via, namespaces: &[String]) -> Bypass {
         since: "2027-01-15T08:00:00Z".to_owned(),
         reason: "owner_down".to_owned(),
         owner: "lease policy-system/policy".to_owned(),
-        added: Added::new(via, LABEL, namespaces),
+        added: Added::new(via, Some(LABEL), namespaces),
     }
 }
 
@@ -239,6 +240,7 @@ proptest! {
         recorded in any::<bool>(),
         still_present in any::<bool>(),
         undone in 0usize..5,
+        lets_through in any::<bool>(),
     ) {
         let mut object = object;
         let name = format!("w{index}.example.com");
@@ -260,6 +262,7 @@ proptest! {
             record,
             owner,
             undone_recently: undone,
+            lets_through,
             now: t(now),
         };
         match decide(&situation) {
@@ -268,6 +271,7 @@ proptest! {
                     return Err(TestCaseError::fail("bypass with an owner that is not down"));
                 };
                 prop_assert!(t(now) >= since + config.owner_down_grace, "bypassed early");
+                prop_assert!(lets_through, "bypassed although it would let nothing through");
                 prop_assert_eq!(configuration.failure_policy(index), FailurePolicy::Fail);
                 prop_assert!(!record.is_some_and(|r| r.added.present_in(&configuration.entries[index])),
                     "bypassed twice");
@@ -310,6 +314,7 @@ fn an_owner_down_for_the_grace_bypasses_and_up_for_the_restore_grace_restores() 
             record,
             owner,
             undone_recently: 0,
+            lets_through: true,
             now: t(now),
         })
     };
@@ -332,6 +337,7 @@ fn an_owner_down_for_the_grace_bypasses_and_up_for_the_restore_grace_restores() 
         record: Some(&bypass),
         owner: up,
         undone_recently: 0,
+        lets_through: true,
         now: t(130),
     });
     assert_eq!(restore, Action::Restore);
@@ -353,6 +359,7 @@ fn the_third_undone_bypass_in_the_window_is_flapping() {
             record: Some(&bypass),
             owner: OwnerState::Down { since: t(0) },
             undone_recently: undone,
+            lets_through: true,
             now: t(60),
         })
     };
@@ -376,6 +383,7 @@ fn v1beta1_entries_without_a_policy_fail_open_and_are_left_alone() {
         record: None,
         owner: OwnerState::Down { since: t(0) },
         undone_recently: 0,
+        lets_through: true,
         now: t(1000),
     });
     assert_eq!(action, Action::Wait(None));
@@ -384,12 +392,56 @@ fn v1beta1_entries_without_a_policy_fail_open_and_are_left_alone() {
 #[test]
 fn the_condition_keeps_calling_the_webhook_for_everything_not_opted_in() {
     assert_eq!(
-        cel_expression(LABEL, &[]),
+        cel_expression(Some(LABEL), &[]),
         "!(object != null && has(object.metadata.labels) && 'initguard.io/bypass' in object.metadata.labels)"
     );
     assert_eq!(
-        cel_expression(LABEL, &["a".to_owned(), "b".to_owned()]),
+        cel_expression(Some(LABEL), &["a".to_owned(), "b".to_owned()]),
         "!((object != null && has(object.metadata.labels) && 'initguard.io/bypass' in object.metadata.labels) || request.namespace in ['a', 'b'])"
+    );
+}
+
+#[test]
+fn opt_in_modes_decide_who_passes_a_bypassed_webhook() {
+    let opt_in = OptIn {
+        label: LABEL.to_owned(),
+        namespaces: vec!["batch".to_owned()],
+    };
+    let mut config = listed("w0.example.com");
+    let both = vec!["batch".to_owned(), "policy-system".to_owned()];
+    assert_eq!(
+        let_through(&config, &opt_in),
+        Some((Some(LABEL.to_owned()), both.clone()))
+    );
+    // namespaces: the label is ignored; none: only the exempt namespaces (the backend's own).
+    config.opt_in = OptInMode::Namespaces;
+    assert_eq!(let_through(&config, &opt_in), Some((None, both)));
+    config.opt_in = OptInMode::None;
+    assert_eq!(
+        let_through(&config, &opt_in),
+        Some((None, vec!["policy-system".to_owned()]))
+    );
+    config.exempt_namespaces.clear();
+    assert_eq!(
+        let_through(&config, &opt_in),
+        None,
+        "nobody passes: never bypassed"
+    );
+    // Without the label, neither the condition nor the selectors mention it.
+    let namespaces = ["batch".to_owned()];
+    assert_eq!(
+        cel_expression(None, &namespaces),
+        "!(request.namespace in ['batch'])"
+    );
+    let added = Added::new(Via::Selectors, None, &namespaces);
+    assert_eq!(added.object_selector, None);
+    assert!(added.namespace_selector.is_some());
+    let added = Added::new(Via::MatchConditions, None, &namespaces);
+    assert!(
+        !added.match_condition.unwrap()["expression"]
+            .as_str()
+            .unwrap()
+            .contains(LABEL)
     );
 }
 

@@ -11,10 +11,14 @@ use serde_json::Value;
 use crate::harness::*;
 
 /// `/healthz` follows the control loop: 503 once it has been stuck longer than the stall
-/// window, 200 again (and staying so while idle) once it runs.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// window, 200 again (and staying so while idle) once it runs. The loop is stuck the way a
+/// real one would be, on a dependency: the tracker's lock (which `/status` and scrapes take
+/// too) is held by another thread while a pod event needs it. The blocked loop holds a worker
+/// thread: enough others serve the endpoints meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn healthz_reports_a_stuck_control_loop() {
     let c = Cluster::start(Mechanism::SchedulingGates).await;
+    c.namespace("team-a").await;
     let config = config(Mechanism::SchedulingGates, "");
     let stall_after = Duration::from_secs(1);
     let guard = Guard::start_with(c.guard_client(), config, "e2e".into(), stall_after)
@@ -24,12 +28,24 @@ async fn healthz_reports_a_stuck_control_loop() {
     let healthz = || async { http_get(guard.addr, "/healthz").await.0 };
     assert_eq!(healthz().await, 200);
 
-    guard.shared.set_wedged(true);
-    eventually_async("/healthz 503 while wedged", || async {
-        (healthz().await == 503).then_some(())
-    })
+    let (held_tx, held) = std::sync::mpsc::channel();
+    let (release, release_rx) = std::sync::mpsc::channel::<()>();
+    let shared = guard.shared.clone();
+    let holder = std::thread::spawn(move || {
+        let _tracker = shared.tracker();
+        held_tx.send(()).unwrap();
+        // Held until the test says so (or gives up and drops the sender).
+        let _ = release_rx.recv();
+    });
+    held.recv_timeout(PATIENCE).expect("the tracker lock taken");
+    c.pod("team-a", "stuck-1", true, &[SIDECAR]).await;
+    eventually_async(
+        "/healthz 503 while the loop waits for the tracker",
+        || async { (healthz().await == 503).then_some(()) },
+    )
     .await;
-    guard.shared.set_wedged(false);
+    release.send(()).unwrap();
+    holder.join().unwrap();
     eventually_async("/healthz 200 again", || async {
         (healthz().await == 200).then_some(())
     })
@@ -212,6 +228,7 @@ async fn metrics_have_the_documented_names() {
         "initguard_wait_duration_seconds",
         "initguard_bypasses_total",
         "initguard_bypass_errors_total",
+        "initguard_bypass_refused_total",
         "initguard_owner_up",
         "initguard_pileup_max_waiting_pods",
         "initguard_pileups",

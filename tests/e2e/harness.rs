@@ -231,6 +231,11 @@ impl Cluster {
         self.post("/api/v1/namespaces", &body).await;
     }
 
+    /// Create `body` at `path` as the admin; panics on an error answer.
+    pub async fn admin_post(&self, path: &str, body: &Value) -> Value {
+        self.post(path, body).await
+    }
+
     async fn post(&self, path: &str, body: &Value) -> Value {
         let request = http::Request::post(path)
             .header(http::header::CONTENT_TYPE, "application/json")

@@ -17,6 +17,10 @@ struct FaultState {
     partitioned: HashSet<String>,
     /// (user, resource) whose requests are held open unanswered.
     stalled: HashSet<(String, String)>,
+    /// (user, resource) whose writes are committed only this long after they arrive.
+    delayed: Vec<(String, String, Duration)>,
+    /// Writes that arrived under [`Faults::delay_writes`] so far.
+    delayed_arrivals: u64,
     /// (user, verb, resource, status): the next matching request gets that status, once each.
     fail_next: Vec<(String, String, String, u16)>,
 }
@@ -145,6 +149,34 @@ impl Faults {
         true
     }
 
+    /// Commit every write (create, update, patch, delete) of `user` on `resource` only `delay`
+    /// after it arrived, as a slow etcd or admission chain does; like a real server, the
+    /// server commits it even when the client has given up waiting meanwhile. Lasts until
+    /// [`Faults::clear`].
+    pub fn delay_writes(&self, user: &str, resource: &str, delay: Duration) {
+        self.state()
+            .delayed
+            .push((user.to_owned(), resource.to_owned(), delay));
+    }
+
+    /// How many writes have arrived under [`Faults::delay_writes`] (committed or still held).
+    pub fn delayed_writes(&self) -> u64 {
+        self.state().delayed_arrivals
+    }
+
+    /// The delay of a write of `user` on `resource` ([`Faults::delay_writes`]), if any; counts
+    /// the write as arrived.
+    pub(crate) fn write_delay(&self, user: &str, resource: &str) -> Option<Duration> {
+        let mut s = self.state();
+        let delay = s
+            .delayed
+            .iter()
+            .find(|(u, r, _)| u == user && r == resource)
+            .map(|(_, _, d)| *d)?;
+        s.delayed_arrivals += 1;
+        Some(delay)
+    }
+
     /// Users never affected by faults (replaces the previous set).
     pub fn exempt_users(&self, users: &[&str]) {
         self.state().exempt = users.iter().map(|u| u.to_string()).collect();
@@ -172,6 +204,7 @@ impl Faults {
         s.hidden_groups.clear();
         s.fail_next.clear();
         s.stalled.clear();
+        s.delayed.clear();
         drop(s);
         self.unstalls.send_modify(|n| *n += 1);
     }

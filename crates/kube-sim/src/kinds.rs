@@ -89,7 +89,9 @@ pub fn prepare_create(
         | Storage::Leases
         | Storage::ConfigMaps
         | Storage::Jobs
-        | Storage::CronJobs => Ok(()),
+        | Storage::CronJobs
+        | Storage::ValidatingWebhookConfigurations
+        | Storage::MutatingWebhookConfigurations => Ok(()),
     }
 }
 
@@ -148,7 +150,9 @@ pub fn prepare_update(
         | Storage::Leases
         | Storage::ConfigMaps
         | Storage::Jobs
-        | Storage::CronJobs => Ok(()),
+        | Storage::CronJobs
+        | Storage::ValidatingWebhookConfigurations
+        | Storage::MutatingWebhookConfigurations => Ok(()),
     }
 }
 

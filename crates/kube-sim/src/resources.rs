@@ -15,11 +15,13 @@ pub enum Storage {
     ConfigMaps,
     Jobs,
     CronJobs,
+    ValidatingWebhookConfigurations,
+    MutatingWebhookConfigurations,
 }
 
 impl Storage {
     /// Every storage, in a fixed order (used to index arrays).
-    pub const ALL: [Storage; 8] = [
+    pub const ALL: [Storage; 10] = [
         Storage::Namespaces,
         Storage::Pods,
         Storage::Events,
@@ -28,6 +30,8 @@ impl Storage {
         Storage::ConfigMaps,
         Storage::Jobs,
         Storage::CronJobs,
+        Storage::ValidatingWebhookConfigurations,
+        Storage::MutatingWebhookConfigurations,
     ];
 
     /// Position in [`Storage::ALL`].
@@ -46,6 +50,8 @@ impl Storage {
             Storage::ConfigMaps => &RESOURCES[5],
             Storage::Jobs => &RESOURCES[6],
             Storage::CronJobs => &RESOURCES[7],
+            Storage::ValidatingWebhookConfigurations => &RESOURCES[8],
+            Storage::MutatingWebhookConfigurations => &RESOURCES[9],
         }
     }
 }
@@ -129,10 +135,10 @@ const EVENT_FIELDS: &[&str] = &[
     "type",
 ];
 
-/// Every served resource. The first eight are the canonical ones, in [`Storage`] order; the
+/// Every served resource. The first ten are the canonical ones, in [`Storage`] order; the
 /// others are views of the same objects in other group versions. Which of them a server
 /// serves depends on its Kubernetes version ([`super::version::KubeVersion::serves`]).
-pub static RESOURCES: [ResourceInfo; 13] = [
+pub static RESOURCES: [ResourceInfo; 15] = [
     ResourceInfo {
         group: "",
         version: "v1",
@@ -246,6 +252,33 @@ pub static RESOURCES: [ResourceInfo; 13] = [
         categories: &["all"],
         subresources: &["status"],
         storage: Storage::CronJobs,
+        selectable_fields: &[],
+    },
+    // Stored only: no admission runs in the simulator. The webhook guard reads and patches them.
+    ResourceInfo {
+        group: "admissionregistration.k8s.io",
+        version: "v1",
+        plural: "validatingwebhookconfigurations",
+        singular: "validatingwebhookconfiguration",
+        kind: "ValidatingWebhookConfiguration",
+        namespaced: false,
+        short_names: &[],
+        categories: &["api-extensions"],
+        subresources: &[],
+        storage: Storage::ValidatingWebhookConfigurations,
+        selectable_fields: &[],
+    },
+    ResourceInfo {
+        group: "admissionregistration.k8s.io",
+        version: "v1",
+        plural: "mutatingwebhookconfigurations",
+        singular: "mutatingwebhookconfiguration",
+        kind: "MutatingWebhookConfiguration",
+        namespaced: false,
+        short_names: &[],
+        categories: &["api-extensions"],
+        subresources: &[],
+        storage: Storage::MutatingWebhookConfigurations,
         selectable_fields: &[],
     },
     ResourceInfo {

@@ -627,7 +627,7 @@ async fn resource_request(
     {
         return error_response(&ApiError::injected(code));
     }
-    if let Some(e) = authorize(shared, &user, verb, &rr) {
+    if let Some(e) = authorize(shared, &user, verb, &rr, &query) {
         return error_response(&e);
     }
     let repr = match negotiate(accept.as_deref()) {
@@ -661,15 +661,34 @@ async fn resource_request(
     } else {
         Bytes::new()
     };
-    let result = match verb {
-        Verb::Get => get(&ctx, &rr),
-        Verb::List => list(&ctx, &rr),
-        Verb::Watch => return watch(&ctx, &rr),
-        Verb::Create => create(&ctx, &rr, &body).await,
-        Verb::Update => update(&ctx, &rr, &body),
-        Verb::Patch => patch(&ctx, &rr, &body),
-        Verb::Delete => delete(&ctx, &rr, &body),
-        Verb::DeleteCollection => delete_collection(&ctx, &rr, &body),
+    if matches!(verb, Verb::Watch) {
+        return watch(&ctx, &rr);
+    }
+    let delay = match verb {
+        Verb::Get | Verb::List | Verb::Watch => None,
+        _ => shared.faults.write_delay(&ctx.user, &record.resource),
+    };
+    let run = async move {
+        match verb {
+            Verb::Get => get(&ctx, &rr),
+            Verb::List => list(&ctx, &rr),
+            Verb::Watch => Ok(watch(&ctx, &rr)),
+            Verb::Create => create(&ctx, &rr, &body).await,
+            Verb::Update => update(&ctx, &rr, &body),
+            Verb::Patch => patch(&ctx, &rr, &body),
+            Verb::Delete => delete(&ctx, &rr, &body),
+            Verb::DeleteCollection => delete_collection(&ctx, &rr, &body),
+        }
+    };
+    let result = match delay {
+        None => run.await,
+        // Its own task: committed even if the client hangs up meanwhile, as on a real server.
+        Some(delay) => tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            run.await
+        })
+        .await
+        .unwrap_or_else(|e| Err(ApiError::internal_unwrapped(format!("delayed write: {e}")))),
     };
     match result {
         Ok(resp) => resp,
@@ -677,9 +696,30 @@ async fn resource_request(
     }
 }
 
-fn authorize(shared: &ServerState, user: &str, verb: Verb, rr: &ResourceRoute) -> Option<ApiError> {
+/// NAME when `selector` is exactly `metadata.name=NAME` (or `==`), the one field selector
+/// RequestInfoFactory reads a name from.
+fn exact_name(selector: &str) -> Option<&str> {
+    let name = selector
+        .strip_prefix("metadata.name==")
+        .or_else(|| selector.strip_prefix("metadata.name="))?;
+    (!name.is_empty() && !name.contains(',')).then_some(name)
+}
+
+fn authorize(
+    shared: &ServerState,
+    user: &str,
+    verb: Verb,
+    rr: &ResourceRoute,
+    query: &HashMap<String, String>,
+) -> Option<ApiError> {
     let map = shared.rbac.read().unwrap_or_else(PoisonError::into_inner);
     let rules = map.get(user)?;
+    // A list or watch of one object by `fieldSelector=metadata.name=NAME` is authorized as a
+    // request for NAME, as RequestInfoFactory does, so rules with resourceNames allow it.
+    let selected = match (verb, &rr.name) {
+        (Verb::List | Verb::Watch, None) => query.get("fieldSelector").and_then(|f| exact_name(f)),
+        _ => None,
+    };
     // Requests on a namespace object are authorized in that namespace, as RequestInfo does.
     let namespace = if rr.res.storage == Storage::Namespaces {
         rr.name.as_deref()
@@ -692,7 +732,7 @@ fn authorize(shared: &ServerState, user: &str, verb: Verb, rr: &ResourceRoute) -
         resource: rr.res.plural,
         subresource: rr.subresource.as_deref(),
         namespace,
-        name: rr.name.as_deref(),
+        name: rr.name.as_deref().or(selected),
     };
     if rules.allows(&attrs) {
         return None;

@@ -220,6 +220,17 @@ pub fn columns(res: &ResourceInfo) -> Vec<Value> {
             age_column("Age"),
         ],
         Storage::Jobs | Storage::CronJobs => vec![name_column(), age_column("Age")],
+        Storage::ValidatingWebhookConfigurations | Storage::MutatingWebhookConfigurations => vec![
+            name_column(),
+            column(
+                "Webhooks",
+                "integer",
+                "",
+                "Webhooks indicates the number of webhooks registered in this configuration",
+                0,
+            ),
+            age_column("Age"),
+        ],
     }
 }
 
@@ -261,6 +272,11 @@ pub fn cells(res: &ResourceInfo, obj: &Value, now: jiff::Timestamp) -> Vec<Value
             json!(age),
         ],
         Storage::Jobs | Storage::CronJobs => vec![name, json!(age)],
+        Storage::ValidatingWebhookConfigurations | Storage::MutatingWebhookConfigurations => vec![
+            name,
+            json!(obj["webhooks"].as_array().map_or(0, Vec::len)),
+            json!(age),
+        ],
     }
 }
 

@@ -122,7 +122,11 @@ impl KubeVersion {
                 self.is_legacy()
             }
             ("coordination.k8s.io", "v1beta1") => self == V1_13,
-            ("coordination.k8s.io", "v1") | ("events.k8s.io", "v1") => self == V1_33,
+            // admissionregistration.k8s.io/v1 is served from 1.16 (v1beta1, 1.9–1.21, is not
+            // simulated).
+            ("coordination.k8s.io", "v1")
+            | ("events.k8s.io", "v1")
+            | ("admissionregistration.k8s.io", "v1") => self == V1_33,
             // A group version this table does not list yet (one added to the simulator
             // later, e.g. batch) is served by every profile until its history is added here.
             _ => true,

@@ -1,0 +1,78 @@
+//! The one write classifier against the real API server's own refusals: what it answers to a
+//! JSON Patch whose `test` fails or whose path is gone (the object changed: re-read), to a
+//! patch it refuses on validation (a refusal: counted and backed off, never re-sent at once),
+//! and to a missing object.
+
+use std::sync::Arc;
+
+use initguard::guard::write::{Refusal, classify};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use crate::testbed::Testbed;
+
+/// The real server's answer to `patch` on `name`, which must be refused.
+async fn refusal(api: &Api<Pod>, name: &str, patch: serde_json::Value) -> kube::Error {
+    let patch: json_patch::Patch = serde_json::from_value(patch).expect("a JSON Patch");
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
+        .await
+    {
+        Ok(_) => panic!("the server applied a patch it should have refused"),
+        Err(e) => e,
+    }
+}
+
+pub async fn the_classifier_reads_the_real_servers_refusals(tb: Arc<Testbed>) {
+    let ns = "write-classes";
+    tb.namespace(ns);
+    tb.gated_pod(ns, "p", false, &["a.example.com", "b.example.com"]);
+    let api: Api<Pod> = Api::namespaced(tb.admin_client().await, ns);
+
+    let failed_test = refusal(
+        &api,
+        "p",
+        json!([
+            { "op": "test", "path": "/spec/schedulingGates/0/name", "value": "b.example.com" },
+            { "op": "remove", "path": "/spec/schedulingGates/0" },
+        ]),
+    )
+    .await;
+    assert_eq!(classify(&failed_test), Refusal::Changed, "{failed_test:?}");
+    let gone_path = refusal(
+        &api,
+        "p",
+        json!([
+            { "op": "test", "path": "/spec/schedulingGates/5/name", "value": "a.example.com" },
+            { "op": "remove", "path": "/spec/schedulingGates/5" },
+        ]),
+    )
+    .await;
+    assert_eq!(classify(&gone_path), Refusal::Changed, "{gone_path:?}");
+
+    // Gates may only be removed after creation: a validation error, not a changed pod.
+    let invalid = refusal(
+        &api,
+        "p",
+        json!([{ "op": "add", "path": "/spec/schedulingGates/-", "value": { "name": "c.example.com" } }]),
+    )
+    .await;
+    assert!(
+        matches!(&invalid, kube::Error::Api(s) if s.code == 422),
+        "{invalid:?}"
+    );
+    assert!(
+        matches!(classify(&invalid), Refusal::Refused(_)),
+        "{invalid:?}"
+    );
+
+    let missing = refusal(
+        &api,
+        "no-such-pod",
+        json!([{ "op": "remove", "path": "/spec/schedulingGates/0" }]),
+    )
+    .await;
+    assert_eq!(classify(&missing), Refusal::Gone, "{missing:?}");
+    tb.kubectl(&["delete", "namespace", ns, "--wait=false"]);
+}
