@@ -34,7 +34,7 @@ pub use resolve::{
     DEFAULT_LISTEN, DEFAULT_MAX_IN_FLIGHT, DEFAULT_OPT_IN_LABEL, DEFAULT_OWNER_DOWN_GRACE,
     DEFAULT_PILEUP_MIN_WAIT, DEFAULT_PILEUP_THRESHOLD, DEFAULT_PROBE_INTERVAL,
     DEFAULT_RESTORE_GRACE, MAX_DURATION, MAX_IN_FLIGHT_LIMIT, parse_object_ref, parse_webhook_id,
-    validate_http_url,
+    validate_http_url, webhook_namespace_requirement,
 };
 pub use types::{
     BypassVia, Config, Defaults, InitializerConfig, LeaderElection, ObjectRef, OptIn, OptInMode,
@@ -363,6 +363,13 @@ impl Config {
             "opt-in: pods labeled {}; namespaces: {namespaces}",
             self.opt_in.label
         )?;
+        if self.opt_in.selector.is_some() {
+            writeln!(
+                out,
+                "opt-in: namespaces labeled {} (a Namespace watch)",
+                self.opt_in.namespace_selector
+            )?;
+        }
         writeln!(
             out,
             "defaults: deadline {}, ownerDownGrace {}, probeInterval {}",

@@ -1,6 +1,6 @@
 //! `initguard demo`: the guard's main job on an embedded, simulated cluster, narrated.
 //!
-//! Everything runs in this process on 127.0.0.1: the simulated API server ([`crate::sim`]), the
+//! Everything runs in this process on 127.0.0.1: the simulated API server ([`kube_sim`]), the
 //! owners of two initializers and a few pod creators ([`kube_sim::controllers`]), and the
 //! guard itself ([`crate::guard::Guard`]) with an embedded configuration. The same scripted
 //! outage runs twice, first without the guard and then with it. The narration is derived from

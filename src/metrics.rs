@@ -261,6 +261,9 @@ impl Metrics {
         }
         // Restart counters exist from the start, so a healthy guard shows 0 rather than no data.
         m.watch_restarts_total.with_label_values(&["pods"]);
+        if config.opt_in.selector.is_some() {
+            m.watch_restarts_total.with_label_values(&["namespaces"]);
+        }
         for owner in config.initializers.iter().filter_map(|i| i.owner.as_ref()) {
             match owner {
                 crate::config::OwnerSpec::Deployment(_) => {

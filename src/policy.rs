@@ -27,6 +27,8 @@ pub struct PodView<'a> {
     pub name: &'a str,
     pub uid: &'a str,
     pub labels: &'a BTreeMap<String, String>,
+    /// Whether the pod's namespace, as last observed, matches `optIn.namespaceSelector`.
+    pub namespace_selected: bool,
     pub created: SystemTime,
     pub controller: Option<&'a ControllerRef>,
     /// Pending initializer names in API order.
@@ -196,7 +198,7 @@ pub struct Outcome {
 /// Whether the guard may ever modify `pod` (opt-in label key present or opted-in namespace),
 /// before any initializer's own `optIn` mode.
 pub fn opted_in(pod: &PodView<'_>, config: &Config) -> bool {
-    config.is_opted_in(pod.namespace, pod.labels)
+    config.is_opted_in(pod.namespace, pod.namespace_selected, pod.labels)
 }
 
 /// Whether `pod` opted in for `initializer` under that initializer's `optIn` mode; the
@@ -206,7 +208,7 @@ pub fn opted_in_for(
     initializer: &str,
     config: &Config,
 ) -> Result<(), &'static str> {
-    let by_namespace = config.namespace_opted_in(pod.namespace);
+    let by_namespace = config.namespace_opted_in(pod.namespace, pod.namespace_selected);
     let by_label = pod.labels.contains_key(&config.opt_in.label);
     match config.opt_in_mode(initializer) {
         _ if !by_namespace && !by_label => Err(Plan::NEVER_NOT_OPTED_IN),
@@ -475,6 +477,8 @@ mod tests {
             opt_in: OptIn {
                 label: OPT_IN_LABEL.to_string(),
                 namespaces: vec![OPTED_NS.to_string()],
+                namespace_selector: String::new(),
+                selector: None,
             },
             defaults: Defaults {
                 deadline: secs(20),
@@ -639,6 +643,7 @@ mod tests {
                 name: "web-0",
                 uid: "0f6a1c2e-0000-4000-8000-00000000abcd",
                 labels: &self.labels,
+                namespace_selected: false,
                 created: self.created,
                 controller: self.controller.as_ref(),
                 pending: &self.pending,

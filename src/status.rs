@@ -109,6 +109,21 @@ pub async fn gather(
 
     let api: Api<SlimPod> = Api::all(client.clone());
     let mut tracker = Tracker::new(config.clone()).with_clock(clock);
+    if config.opt_in.selector.is_some() {
+        // Which namespaces optIn.namespaceSelector opts in; unreadable: none (never early).
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        match namespaces.list(&ListParams::default()).await {
+            Ok(list) => {
+                for ns in list.items {
+                    let labels = ns.metadata.labels.unwrap_or_default();
+                    let name = ns.metadata.name.unwrap_or_default();
+                    tracker.set_namespace_selected(&name, config.selects_namespace(&labels));
+                }
+            }
+            Err(e) => tracing::warn!(error = %e,
+                "cannot list Namespaces: no pod counts as opted in by optIn.namespaceSelector"),
+        }
+    }
     let mut params = ListParams::default().limit(PAGE);
     let now = SystemTime::now();
     loop {

@@ -29,6 +29,8 @@ pub struct TrackedPod {
     pub uid: String,
     pub resource_version: String,
     pub labels: BTreeMap<String, String>,
+    /// Whether its namespace matches `optIn.namespaceSelector`, as last observed.
+    pub namespace_selected: bool,
     /// `creationTimestamp`, on the API server's clock.
     pub created: SystemTime,
     /// When this tracker first saw the pod (this process's clock).
@@ -54,6 +56,7 @@ impl TrackedPod {
             name: &self.name,
             uid: &self.uid,
             labels: &self.labels,
+            namespace_selected: self.namespace_selected,
             created: self.created,
             controller: self.controller.as_ref(),
             pending: &self.pending,
@@ -111,6 +114,8 @@ pub struct Tracker {
     by_job: HashMap<String, HashSet<PodKey>>,
     /// Deleted Jobs whose `job_owners` entry stays until their last tracked pod leaves.
     gone_jobs: HashSet<String>,
+    /// Namespaces whose labels match `optIn.namespaceSelector`, from the Namespace watch.
+    selected_namespaces: HashSet<String>,
 }
 
 /// (controller uid, initializer).
@@ -131,7 +136,39 @@ impl Tracker {
             job_owners: HashMap::new(),
             by_job: HashMap::new(),
             gone_jobs: HashSet::new(),
+            selected_namespaces: HashSet::new(),
         }
+    }
+
+    /// Take in whether `namespace`'s labels match `optIn.namespaceSelector`. Returns the
+    /// waiting pods of that namespace when that changed (they are to be decided again).
+    pub fn set_namespace_selected(&mut self, namespace: &str, selected: bool) -> Vec<PodKey> {
+        let changed = if selected {
+            self.selected_namespaces.insert(namespace.to_owned())
+        } else {
+            self.selected_namespaces.remove(namespace)
+        };
+        if !changed {
+            return Vec::new();
+        }
+        let mut moved = Vec::new();
+        for (key, pod) in self
+            .pods
+            .iter_mut()
+            .filter(|(_, p)| p.namespace == namespace)
+        {
+            pod.namespace_selected = selected;
+            pod.opted_in = self
+                .config
+                .is_opted_in(&pod.namespace, selected, &pod.labels);
+            moved.push(key.clone());
+        }
+        moved
+    }
+
+    /// The namespaces currently selected (to forget those a relist no longer shows).
+    pub fn selected_namespaces(&self) -> Vec<String> {
+        self.selected_namespaces.iter().cloned().collect()
     }
 
     /// Measure waits from `creationTimestamp` against `clock` (the API server's clock), so
@@ -434,8 +471,12 @@ impl Tracker {
             }
         }
         let (controller, via) = self.group(pod.controller());
+        let namespace_selected = self.selected_namespaces.contains(&namespace);
         let tracked = TrackedPod {
-            opted_in: self.config.is_opted_in(&namespace, &labels),
+            opted_in: self
+                .config
+                .is_opted_in(&namespace, namespace_selected, &labels),
+            namespace_selected,
             namespace,
             name: pod.metadata.name.clone().unwrap_or_default(),
             uid,

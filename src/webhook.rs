@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use crate::config::{OptIn, OptInMode, WebhookConfig, WebhookKind};
 use crate::policy::OwnerState;
+use kube_common::selector::{Requirement, SelectorOp};
 
 /// Annotation on a webhook configuration: JSON, one [`Bypass`] per bypassed entry name.
 pub const RECORD_ANNOTATION: &str = "initguard.io/bypassed-webhooks";
@@ -175,6 +176,22 @@ pub struct Added {
     /// Appended to `namespaceSelector.matchExpressions`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<Value>,
+    /// Also appended to `namespaceSelector.matchExpressions`: the negation of
+    /// `optIn.namespaceSelector` (matchConditions cannot see namespace labels).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_requirement: Option<Value>,
+}
+
+/// Who a bypass lets past a webhook ([`let_through`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct LetThrough {
+    /// Objects carrying this label key (`optIn: any`).
+    pub label: Option<String>,
+    /// Objects in these namespaces (opted in, or exempt).
+    pub namespaces: Vec<String>,
+    /// Objects in namespaces this `matchExpressions` requirement excludes from the webhook:
+    /// the negation of `optIn.namespaceSelector`.
+    pub namespace_requirement: Option<Value>,
 }
 
 /// How a bypass is made this time (`bypassVia: auto` resolves to one of these).
@@ -191,10 +208,11 @@ const NAMESPACE_SELECTOR: &str = "namespaceSelector";
 const MATCH_EXPRESSIONS: &str = "matchExpressions";
 
 impl Added {
-    /// What a bypass of a webhook adds for objects carrying `label` (when given) or living in
-    /// `namespaces`.
-    pub fn new(via: Via, label: Option<&str>, namespaces: &[String]) -> Added {
-        match via {
+    /// What a bypass of a webhook adds to let `through` pass it.
+    pub fn new(via: Via, through: &LetThrough) -> Added {
+        let label = through.label.as_deref();
+        let namespaces = through.namespaces.as_slice();
+        let added = match via {
             Via::MatchConditions => Added {
                 match_condition: Some(serde_json::json!({
                     "name": MATCH_CONDITION_NAME,
@@ -202,6 +220,7 @@ impl Added {
                 })),
                 object_selector: None,
                 namespace_selector: None,
+                namespace_requirement: None,
             },
             Via::Selectors => Added {
                 match_condition: None,
@@ -218,7 +237,12 @@ impl Added {
                         "values": namespaces,
                     })
                 }),
+                namespace_requirement: None,
             },
+        };
+        Added {
+            namespace_requirement: through.namespace_requirement.clone(),
+            ..added
         }
     }
 
@@ -232,6 +256,9 @@ impl Added {
             parts.push(([OBJECT_SELECTOR, MATCH_EXPRESSIONS], v));
         }
         if let Some(v) = &self.namespace_selector {
+            parts.push(([NAMESPACE_SELECTOR, MATCH_EXPRESSIONS], v));
+        }
+        if let Some(v) = &self.namespace_requirement {
             parts.push(([NAMESPACE_SELECTOR, MATCH_EXPRESSIONS], v));
         }
         parts
@@ -296,21 +323,55 @@ pub fn cel_expression(label: Option<&str>, namespaces: &[String]) -> String {
 }
 
 /// Who passes `listed` while it is bypassed: objects with the opt-in label (`optIn: any`),
-/// objects in opted-in namespaces (`any`, `namespaces`), and always those in its
-/// `exemptNamespaces`. None when that is nobody: then it is never bypassed.
-pub fn let_through(
-    listed: &WebhookConfig,
-    opt_in: &OptIn,
-) -> Option<(Option<String>, Vec<String>)> {
+/// objects in opted-in namespaces, listed or selected (`any`, `namespaces`), and always those
+/// in its `exemptNamespaces`. None when that is nobody: then it is never bypassed.
+pub fn let_through(listed: &WebhookConfig, opt_in: &OptIn) -> Option<LetThrough> {
+    let opted = listed.opt_in != OptInMode::None;
     let label = (listed.opt_in == OptInMode::Any).then(|| opt_in.label.clone());
-    let mut namespaces = match listed.opt_in {
-        OptInMode::None => Vec::new(),
-        OptInMode::Any | OptInMode::Namespaces => opt_in.namespaces.clone(),
+    let mut namespaces = if opted {
+        opt_in.namespaces.clone()
+    } else {
+        Vec::new()
     };
     namespaces.extend(listed.exempt_namespaces.iter().cloned());
     namespaces.sort();
     namespaces.dedup();
-    (label.is_some() || !namespaces.is_empty()).then_some((label, namespaces))
+    // The configuration is refused unless the selector is one negatable requirement.
+    let namespace_requirement = opt_in
+        .selector
+        .as_ref()
+        .filter(|_| opted)
+        .and_then(|s| crate::config::webhook_namespace_requirement(s).ok())
+        .map(negation);
+    let through = LetThrough {
+        label,
+        namespaces,
+        namespace_requirement,
+    };
+    (through.label.is_some()
+        || !through.namespaces.is_empty()
+        || through.namespace_requirement.is_some())
+    .then_some(through)
+}
+
+/// The `matchExpressions` requirement that excludes from a webhook the namespaces `selected`
+/// matches: its negation (`=`/`in` → `NotIn`, `!=`/`notin` → `In`, `key` → `DoesNotExist`,
+/// `!key` → `Exists`).
+pub fn negation(selected: &Requirement) -> Value {
+    let (operator, values) = match selected.op {
+        SelectorOp::Equals | SelectorOp::In => ("NotIn", true),
+        SelectorOp::NotEquals | SelectorOp::NotIn => ("In", true),
+        SelectorOp::Exists => ("DoesNotExist", false),
+        // GreaterThan and LessThan are refused by the configuration.
+        SelectorOp::DoesNotExist | SelectorOp::GreaterThan | SelectorOp::LessThan => {
+            ("Exists", false)
+        }
+    };
+    let mut requirement = serde_json::json!({ "key": selected.key, "operator": operator });
+    if values {
+        requirement["values"] = serde_json::json!(selected.values);
+    }
+    requirement
 }
 
 /// What the loop knows about one listed webhook at `now`.

@@ -138,8 +138,8 @@ mod examples {
             Some(Duration::ZERO)
         );
         let labels = [("k8s.opsani.io/initializer".to_owned(), String::new())].into();
-        assert!(c.is_opted_in("default", &labels));
-        assert!(!c.is_opted_in("default", &Default::default()));
+        assert!(c.is_opted_in("default", false, &labels));
+        assert!(!c.is_opted_in("default", false, &Default::default()));
     }
 }
 
@@ -753,7 +753,7 @@ mod rules {
             (
                 "optIn:\n  labels: x\n",
                 "2:3",
-                "optIn: unknown field `labels`, expected `label` or `namespaces`",
+                "optIn: unknown field `labels`, expected one of `label`, `namespaces`, `namespaceSelector`",
             ),
             (
                 "defaults:\n  timeout: 1s\n",
@@ -1227,6 +1227,14 @@ mod corpus {
         (
             "91-webhook-bad-opt-in.yaml",
             ":3:12: webhooks[0].optIn: unknown variant `label`",
+        ),
+        (
+            "92-webhook-namespace-selector-two-requirements.yaml",
+            ":2:22: optIn.namespaceSelector: expected a single requirement while webhooks are listed",
+        ),
+        (
+            "93-bad-namespace-selector.yaml",
+            ":2:22: optIn.namespaceSelector: expected a label selector",
         ),
     ];
 

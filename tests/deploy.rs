@@ -221,6 +221,7 @@ fn every_yaml_file_in_deploy_and_config_parses() {
         "config.yaml",
         "rbac.yaml",
         "rbac-legacy-initializers.yaml",
+        "rbac-namespace-selector.yaml",
         "deployment.yaml",
         "podmonitor.yaml",
         "prometheus-scrape.yaml",
@@ -797,6 +798,11 @@ fn bindings_name_the_static_pod_user_and_the_service_account() {
             "RoleBinding",
             "initguard-leader-election-configmap",
         ),
+        (
+            "rbac-namespace-selector.yaml",
+            "ClusterRoleBinding",
+            "initguard-namespace-selector",
+        ),
     ] {
         let binding = object(file, kind, name);
         let subjects: BTreeSet<(String, String)> = binding["subjects"]
@@ -829,6 +835,15 @@ fn bindings_name_the_static_pod_user_and_the_service_account() {
         "initguard-legacy-initializers",
     );
     assert_eq!(grants(&legacy), triples(&[("", "pods", &["initialize"])]));
+    let selector = object(
+        "rbac-namespace-selector.yaml",
+        "ClusterRole",
+        "initguard-namespace-selector",
+    );
+    assert_eq!(
+        grants(&selector),
+        triples(&[("", "namespaces", &["list", "watch"])])
+    );
 }
 
 /// Legacy clusters without Leases lock a ConfigMap: the Role allows creating one and reading

@@ -54,11 +54,12 @@ pub(super) struct RawWebhook {
 #[serde(
     deny_unknown_fields,
     rename_all = "camelCase",
-    expecting = "a mapping with keys label and namespaces"
+    expecting = "a mapping with keys label, namespaces and namespaceSelector"
 )]
 pub(super) struct RawOptIn {
     pub label: Option<String>,
     pub namespaces: Option<Vec<String>>,
+    pub namespace_selector: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]

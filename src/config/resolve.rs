@@ -12,9 +12,9 @@ use super::raw::{
     Count, HumanDuration, RawConfig, RawHttp, RawInitializer, RawOwner, RawTls, RawWebhook,
 };
 use super::types::{
-    BypassVia, Config, Defaults, InitializerConfig, LeaderElection, ObjectRef, OptIn, OwnerSpec,
-    Pileup, PileupAction, ServingCert, Trigger, UnlistedPolicy, WebhookConfig, WebhookId,
-    WebhookKind,
+    BypassVia, Config, Defaults, InitializerConfig, LeaderElection, ObjectRef, OptIn, OptInMode,
+    OwnerSpec, Pileup, PileupAction, ServingCert, Trigger, UnlistedPolicy, WebhookConfig,
+    WebhookId, WebhookKind,
 };
 use kube_common::Mechanism;
 use kube_common::names::{
@@ -616,6 +616,28 @@ fn webhook(
     (problems.list.len() == before).then_some(resolved)
 }
 
+/// The one requirement of `selector`, if listed webhooks can be bypassed for it: a bypass adds
+/// its negation to the webhook's `namespaceSelector`, which only `matchExpressions` of
+/// `In`, `NotIn`, `Exists` and `DoesNotExist` can say.
+pub fn webhook_namespace_requirement(
+    selector: &LabelSelector,
+) -> Result<&kube_common::selector::Requirement, String> {
+    use kube_common::selector::SelectorOp;
+    match selector.requirements() {
+        [one] if !matches!(one.op, SelectorOp::GreaterThan | SelectorOp::LessThan) => Ok(one),
+        [one] => Err(format!(
+            "expected a requirement a webhook's namespaceSelector can negate (=, !=, in, notin, \
+             key, !key) while webhooks are listed, got {one}"
+        )),
+        many => Err(format!(
+            "expected a single requirement while webhooks are listed (its negation is added to \
+             each bypassed webhook's namespaceSelector, and the negation of several cannot be \
+             said there), got {}",
+            many.len()
+        )),
+    }
+}
+
 /// Fill in defaults and check every rule. Returns the configuration even when problems were
 /// found; the caller discards it then.
 pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
@@ -623,6 +645,8 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
         || OptIn {
             label: DEFAULT_OPT_IN_LABEL.to_owned(),
             namespaces: Vec::new(),
+            namespace_selector: String::new(),
+            selector: None,
         },
         |o| {
             let label = o.label.unwrap_or_else(|| DEFAULT_OPT_IN_LABEL.to_owned());
@@ -635,7 +659,27 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
                     problems.value(&format!("optIn.namespaces[{i}]"), e);
                 }
             }
-            OptIn { label, namespaces }
+            let namespace_selector = o.namespace_selector.unwrap_or_default();
+            let selector = match LabelSelector::parse(&namespace_selector) {
+                Ok(s) if s.is_empty() => None,
+                Ok(s) => Some(s),
+                Err(e) => {
+                    problems.value(
+                        "optIn.namespaceSelector",
+                        format!(
+                            "expected a label selector such as \"initguard.io/opt-in=true\", \
+                             got {namespace_selector:?}: {e}"
+                        ),
+                    );
+                    None
+                }
+            };
+            OptIn {
+                label,
+                namespaces,
+                namespace_selector,
+                selector,
+            }
         },
     );
 
@@ -811,6 +855,15 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
         }
         first_webhook.insert(resolved.id.clone(), i);
         webhooks.push(resolved);
+    }
+    // A bypassed webhook lets a selected namespace through by the negation of the selector,
+    // added to its namespaceSelector (matchConditions cannot see namespace labels): one
+    // requirement that matchExpressions can hold, or none at all.
+    if let Some(selector) = &opt_in.selector
+        && webhooks.iter().any(|w| w.opt_in != OptInMode::None)
+        && let Err(e) = webhook_namespace_requirement(selector)
+    {
+        problems.value("optIn.namespaceSelector", e);
     }
 
     Config {

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use kube_common::Mechanism;
+use kube_common::selector::LabelSelector;
 use serde::{Deserialize, Serialize};
 
 /// The validated configuration with every default filled in.
@@ -157,6 +158,11 @@ pub struct OptIn {
     pub label: String,
     /// Every pod in these namespaces is opted in.
     pub namespaces: Vec<String>,
+    /// Every pod in a namespace whose labels match is opted in (as written; empty: off).
+    pub namespace_selector: String,
+    /// `namespace_selector` parsed; None when it is empty.
+    #[serde(skip)]
+    pub selector: Option<LabelSelector>,
 }
 
 /// Defaults for initializers that do not set their own values.
@@ -349,14 +355,30 @@ impl Config {
     }
 
     /// Whether a pod with these labels in this namespace opted in by the global rule (its
-    /// label or its namespace), before any initializer's own `optIn` mode.
-    pub fn is_opted_in(&self, namespace: &str, labels: &BTreeMap<String, String>) -> bool {
-        labels.contains_key(&self.opt_in.label) || self.namespace_opted_in(namespace)
+    /// label or its namespace), before any initializer's own `optIn` mode. `selected`: whether
+    /// the namespace's labels, as last observed, match `optIn.namespaceSelector`.
+    pub fn is_opted_in(
+        &self,
+        namespace: &str,
+        selected: bool,
+        labels: &BTreeMap<String, String>,
+    ) -> bool {
+        labels.contains_key(&self.opt_in.label) || self.namespace_opted_in(namespace, selected)
     }
 
-    /// Whether every pod in `namespace` opted in.
-    pub fn namespace_opted_in(&self, namespace: &str) -> bool {
+    /// Whether every pod in `namespace` opted in: listed in `optIn.namespaces`, or `selected`
+    /// by `optIn.namespaceSelector` (ignored when none is set).
+    pub fn namespace_opted_in(&self, namespace: &str, selected: bool) -> bool {
         self.opt_in.namespaces.iter().any(|n| n == namespace)
+            || (selected && self.opt_in.selector.is_some())
+    }
+
+    /// Whether `optIn.namespaceSelector` matches a namespace with these labels.
+    pub fn selects_namespace(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.opt_in
+            .selector
+            .as_ref()
+            .is_some_and(|s| s.matches(labels))
     }
 
     /// The `optIn` mode of `initializer` (`any` for an unlisted one).

@@ -96,7 +96,7 @@ const QUEUE: usize = 4096;
 
 impl Actuator {
     /// The actuator and its worker task, for the caller to spawn as a writer (see
-    /// [`super::lifecycle`]); replies go to `replies`. On `cancel` it hands back what it has not
+    /// the guard's lifecycle); replies go to `replies`. On `cancel` it hands back what it has not
     /// started, finishes what it has, records their Events and returns.
     pub fn new(
         client: kube::Client,

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::Api;
 use kube::runtime::WatchStreamExt;
@@ -69,10 +70,19 @@ pub(super) struct ControlLoop {
     backlog_set: HashSet<PodKey>,
     /// Readiness owed until the first pod list completes; None afterwards.
     pods_listed: Option<Init>,
+    /// Readiness owed until the first Namespace list completes (`optIn.namespaceSelector`).
+    namespaces_listed: Option<Init>,
+    /// Namespaces seen since the Namespace watch (re)started listing; None outside a relist.
+    namespaces_seen: Option<HashSet<String>>,
 }
 
 impl ControlLoop {
-    pub(super) fn new(shared: Arc<Shared>, actuator: Actuator, pods_listed: Init) -> ControlLoop {
+    pub(super) fn new(
+        shared: Arc<Shared>,
+        actuator: Actuator,
+        pods_listed: Init,
+        namespaces_listed: Option<Init>,
+    ) -> ControlLoop {
         ControlLoop {
             shared,
             actuator,
@@ -85,6 +95,8 @@ impl ControlLoop {
             backlog: VecDeque::new(),
             backlog_set: HashSet::new(),
             pods_listed: Some(pods_listed),
+            namespaces_listed,
+            namespaces_seen: None,
         }
     }
 
@@ -108,6 +120,16 @@ impl ControlLoop {
         let mut jobs = crate::jobs::watch_jobs(client.clone(), true);
         let api: Api<SlimPod> = Api::all(client);
         let mut pods = pin!(watcher::watcher(api, watcher::Config::default()).default_backoff());
+        // Only with optIn.namespaceSelector (and only then does the RBAC allow it). Whole
+        // Namespaces: small objects, and served in full by every version.
+        let mut namespaces = if self.shared.config.opt_in.selector.is_some() {
+            let api: Api<Namespace> = Api::all(client_for_jobs.clone());
+            watcher::watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed()
+        } else {
+            futures::stream::pending().boxed()
+        };
         let mut owner_changes = self.shared.owners.subscribe();
         // Beat well within the stall window, or an idle loop would look stalled.
         let beat = HEARTBEAT
@@ -141,6 +163,13 @@ impl ControlLoop {
                     Err(e) => {
                         self.shared.metrics.watch_restarted("jobs");
                         warn!(error = %e, "Job watch failed (pods of Jobs are grouped by their Job meanwhile); retrying with backoff");
+                    }
+                },
+                Some(event) = namespaces.next() => match event {
+                    Ok(event) => self.on_namespace_event(event),
+                    Err(e) => {
+                        self.shared.metrics.watch_restarted("namespaces");
+                        warn!(error = %e, "Namespace watch failed; retrying with backoff");
                     }
                 },
                 Ok(()) = owner_changes.changed() => self.decide_all(),
@@ -248,6 +277,48 @@ impl ControlLoop {
                     self.shared.tracker().forget_job(uid);
                 }
             }
+        }
+    }
+
+    /// Take in whether a namespace's labels match `optIn.namespaceSelector`; its waiting pods
+    /// are decided again when that changes.
+    fn on_namespace_event(&mut self, event: Event<Namespace>) {
+        let selected = |ns: &Namespace| {
+            let labels = ns.metadata.labels.clone().unwrap_or_default();
+            self.shared.config.selects_namespace(&labels)
+        };
+        let mut moved = Vec::new();
+        match event {
+            Event::Init => self.namespaces_seen = Some(HashSet::new()),
+            Event::InitApply(ns) | Event::Apply(ns) => {
+                let name = ns.metadata.name.clone().unwrap_or_default();
+                let is = selected(&ns);
+                moved = self.shared.tracker().set_namespace_selected(&name, is);
+                if let Some(seen) = &mut self.namespaces_seen {
+                    seen.insert(name);
+                }
+            }
+            Event::InitDone => {
+                if let Some(seen) = self.namespaces_seen.take() {
+                    let mut tracker = self.shared.tracker();
+                    for name in tracker.selected_namespaces() {
+                        if !seen.contains(&name) {
+                            moved.extend(tracker.set_namespace_selected(&name, false));
+                        }
+                    }
+                }
+                if let Some(listed) = self.namespaces_listed.take() {
+                    listed.done();
+                    info!("initial Namespace list complete");
+                }
+            }
+            Event::Delete(ns) => {
+                let name = ns.metadata.name.clone().unwrap_or_default();
+                moved = self.shared.tracker().set_namespace_selected(&name, false);
+            }
+        }
+        for key in moved {
+            self.decide(&key);
         }
     }
 

@@ -102,7 +102,7 @@ fn identity_from(candidates: impl IntoIterator<Item = Option<String>>) -> String
     format!("{base}_{suffix}")
 }
 
-/// How the election ends (see [`super::lifecycle`]).
+/// How the election ends: the guard's lifecycle says which once its writers have drained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Departure {
     /// Every write was answered: hand the lease back so another replica takes over at once.

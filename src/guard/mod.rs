@@ -1,12 +1,12 @@
 //! `initguard run`: the running guard. [`Guard::start`] wires the watches, owners, leader
 //! election, writers and HTTP endpoints around one control loop (ARCHITECTURE.md, "guard").
 //!
-//! * [`lifecycle`]: how the tasks start and stop (writers drain before the lease goes);
-//! * [`control`]: the loop that owns every decision;
-//! * [`wakes`]: per-pod wake-ups at the times the policy names;
+//! * `lifecycle`: how the tasks start and stop (writers drain before the lease goes);
+//! * `control`: the loop that takes every decision;
+//! * `wakes`: per-pod wake-ups at the times the policy names;
 //! * [`shared`]: the state the loop and the endpoints share;
 //! * [`leader`]: the election; [`fence`]: when a write may start, and which are in flight;
-//! * [`write`]: the one write path (answers, Events, backoff) of both writers:
+//! * [`mod@write`]: the one write path (answers, Events, backoff) of both writers:
 //!   [`actuator`] (pods) and [`webhooks`] (the admission-webhook guard);
 //! * [`server`]: `/metrics`, `/healthz`, `/readyz`, `/status`; [`secure`]: the HTTPS listener.
 
@@ -216,7 +216,12 @@ impl Guard {
         );
         life.spawn_writer("actuator", worker);
         let pods_listed = readiness.pending("pods", "initial list not complete");
-        let control = ControlLoop::new(shared.clone(), actuator, pods_listed);
+        let namespaces_listed = config
+            .opt_in
+            .selector
+            .is_some()
+            .then(|| readiness.pending("namespaces", "initial list not complete"));
+        let control = ControlLoop::new(shared.clone(), actuator, pods_listed, namespaces_listed);
         life.spawn(
             "control loop",
             control.run(client.clone(), replies, leader, life.token()),
@@ -253,7 +258,7 @@ impl Guard {
     }
 
     /// Stop taking decisions, let the writers finish what is in flight, then release the
-    /// lease, all within [`SHUTDOWN_DEADLINE`] (see [`lifecycle`]).
+    /// lease, all within [`SHUTDOWN_DEADLINE`].
     pub async fn shutdown(self) {
         self.life.shutdown(SHUTDOWN_DEADLINE).await;
     }

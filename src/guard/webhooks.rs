@@ -1,6 +1,6 @@
 //! The webhook guard's loop (README "Admission webhooks"): one watch per listed
 //! configuration (by `metadata.name`, so RBAC can name it), the owners' states in, the pure
-//! [`webhook::decide`] in the middle, and fenced JSON Patches out. Only the leader writes;
+//! [`crate::webhook::decide`] in the middle, and fenced JSON Patches out. Only the leader writes;
 //! every replica keeps the metrics from what it observes.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -277,7 +277,7 @@ impl WebhookGuard {
             }
             Action::Restore | Action::Conflict if self.config.dry_run => Step::default(),
             Action::Bypass => {
-                let Some((label, namespaces)) = passes else {
+                let Some(through) = passes else {
                     return Step::default();
                 };
                 let via = match listed.bypass_via {
@@ -293,7 +293,7 @@ impl WebhookGuard {
                         since: rfc3339_seconds(SystemTime::now()),
                         reason: Reason::OwnerDown.as_str().to_owned(),
                         owner: self.owner_text(listed, configuration, index),
-                        added: Added::new(via, label.as_deref(), &namespaces),
+                        added: Added::new(via, &through),
                     },
                     via,
                 };
@@ -566,11 +566,11 @@ impl Plan<'_> {
 
     /// The same bypass through selectors, for the entry at `index`.
     fn through_selectors(self, index: usize, opt_in: &crate::config::OptIn) -> Self {
-        let (label, namespaces) = let_through(self.listed, opt_in).unwrap_or_default();
+        let through = let_through(self.listed, opt_in).unwrap_or_default();
         Plan {
             index,
             bypass: Bypass {
-                added: Added::new(Via::Selectors, label.as_deref(), &namespaces),
+                added: Added::new(Via::Selectors, &through),
                 ..self.bypass
             },
             via: Via::Selectors,

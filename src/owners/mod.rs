@@ -1,6 +1,6 @@
 //! Liveness of the controllers behind the listed initializers (README "What it guarantees").
 //!
-//! One watcher or prober per distinct [`OwnerSpec`], however many initializers share it:
+//! One watcher or prober per distinct [`crate::config::OwnerSpec`], however many initializers share it:
 //!
 //! * `deployment` — a watch on that one Deployment, in the most preferred group version the
 //!   server serves (apps/v1 … extensions/v1beta1, found by discovery: [`crate::discovery`]);
@@ -14,7 +14,7 @@
 //!   is verified against the owner's `caFile` when given, else the platform's trusted roots,
 //!   and presents `certFile`/`keyFile` when given. A certificate is never accepted unchecked.
 //!
-//! States (README "What it guarantees": never early): every owner starts [`OwnerState::Unknown`]. It becomes
+//! States (README "What it guarantees": never early): every owner starts [`crate::policy::OwnerState::Unknown`]. It becomes
 //! `Up` or `Down` once an object was read (initial list done, first probe answered); `Down`
 //! means the object reports failure, even on first sight, or was deleted after it was seen.
 //! An object that was never read (missing since start — a config typo —, forbidden, API

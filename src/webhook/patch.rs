@@ -96,8 +96,10 @@ pub fn bypass_patch(
 ) -> Patch {
     let entry = &configuration.entries[index];
     let mut ops = preconditions(configuration, index, webhook);
+    // Lists this patch creates: a later value for the same list is appended to it.
+    let mut created: Vec<[&str; 2]> = Vec::new();
     for (path, value) in bypass.added.parts() {
-        if list_at(entry, path).is_some() {
+        if list_at(entry, path).is_some() || created.contains(&path) {
             let mut at = entry_pointer(index, &path);
             at.push_back("-");
             ops.push(add(at, value.clone()));
@@ -109,12 +111,14 @@ pub fn bypass_patch(
                 serde_json::json!({ path[1]: [value] })
             };
             ops.push(add(entry_pointer(index, &[path[0]]), holder));
+            created.push(path);
         } else {
             // A selector without matchExpressions (e.g. only matchLabels, or `{}`).
             ops.push(add(
                 entry_pointer(index, &path),
                 Value::Array(vec![value.clone()]),
             ));
+            created.push(path);
         }
     }
     let mut next = records.clone();
@@ -134,8 +138,13 @@ pub fn restore_patch(
     let bypass = records.get(webhook)?;
     let entry = &configuration.entries[index];
     let mut ops = preconditions(configuration, index, webhook);
+    let mut found = Vec::new();
     for (path, value) in bypass.added.parts() {
-        let at = position_in(entry, path, value)?;
+        found.push((position_in(entry, path, value)?, path, value));
+    }
+    // Highest position first: removing an element moves the later ones of its list.
+    found.sort_by_key(|f| std::cmp::Reverse(f.0));
+    for (at, path, value) in found {
         let mut pointer = entry_pointer(index, &path);
         pointer.push_back(at);
         ops.push(test(pointer.clone(), value.clone()));

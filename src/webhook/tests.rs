@@ -45,11 +45,22 @@ fn apply(object: &Value, patch: &json_patch::Patch) -> Result<Value, json_patch:
 }
 
 fn bypass_of(via: Via, namespaces: &[String]) -> Bypass {
+    through(via, namespaces, None)
+}
+
+/// A bypass letting through the label, `namespaces` and, when given, the namespaces that a
+/// `matchExpressions` requirement excludes.
+fn through(via: Via, namespaces: &[String], requirement: Option<Value>) -> Bypass {
+    let through = LetThrough {
+        label: Some(LABEL.to_owned()),
+        namespaces: namespaces.to_vec(),
+        namespace_requirement: requirement,
+    };
     Bypass {
         since: "2027-01-15T08:00:00Z".to_owned(),
         reason: "owner_down".to_owned(),
         owner: "lease policy-system/policy".to_owned(),
-        added: Added::new(via, Some(LABEL), namespaces),
+        added: Added::new(via, &through),
     }
 }
 
@@ -173,12 +184,16 @@ proptest! {
         (object, index) in arb_configuration(),
         selectors in any::<bool>(),
         namespaces in prop::collection::vec("[a-z]{1,6}", 0..3),
+        selected in prop::option::of("[a-z]{1,6}"),
     ) {
         let via = if selectors { Via::Selectors } else { Via::MatchConditions };
         let before = decode(&object);
         let name = format!("w{index}.example.com");
         let records = before.records().expect("generated records parse");
-        let bypass = bypass_of(via, &namespaces);
+        // optIn.namespaceSelector `team=VALUE`: its negation shares namespaceSelector's list
+        // with the namespace-name requirement.
+        let requirement = selected.map(|v| json!({ "key": "team", "operator": "NotIn", "values": [v] }));
+        let bypass = through(via, &namespaces, requirement);
         let bypassed = apply(&object, &bypass_patch(&before, index, &name, &records, &bypass))
             .expect("a bypass applies to the object it was built from");
 
@@ -403,29 +418,45 @@ fn the_condition_keeps_calling_the_webhook_for_everything_not_opted_in() {
 
 #[test]
 fn opt_in_modes_decide_who_passes_a_bypassed_webhook() {
-    let opt_in = OptIn {
+    let mut opt_in = OptIn {
         label: LABEL.to_owned(),
         namespaces: vec!["batch".to_owned()],
+        namespace_selector: String::new(),
+        selector: None,
     };
     let mut config = listed("w0.example.com");
     let both = vec!["batch".to_owned(), "policy-system".to_owned()];
+    let passes = |label: Option<&str>, namespaces: &[String], requirement: Option<Value>| {
+        Some(LetThrough {
+            label: label.map(str::to_owned),
+            namespaces: namespaces.to_vec(),
+            namespace_requirement: requirement,
+        })
+    };
     assert_eq!(
         let_through(&config, &opt_in),
-        Some((Some(LABEL.to_owned()), both.clone()))
+        passes(Some(LABEL), &both, None)
     );
     // namespaces: the label is ignored; none: only the exempt namespaces (the backend's own).
     config.opt_in = OptInMode::Namespaces;
-    assert_eq!(let_through(&config, &opt_in), Some((None, both)));
+    assert_eq!(let_through(&config, &opt_in), passes(None, &both, None));
     config.opt_in = OptInMode::None;
-    assert_eq!(
-        let_through(&config, &opt_in),
-        Some((None, vec!["policy-system".to_owned()]))
-    );
+    let exempt = vec!["policy-system".to_owned()];
+    assert_eq!(let_through(&config, &opt_in), passes(None, &exempt, None));
     config.exempt_namespaces.clear();
     assert_eq!(
         let_through(&config, &opt_in),
         None,
         "nobody passes: never bypassed"
+    );
+    // A namespace selector adds its negation, except under optIn: none.
+    opt_in.selector = Some(kube_common::selector::LabelSelector::parse("team in (a,b)").unwrap());
+    assert_eq!(let_through(&config, &opt_in), None);
+    config.opt_in = OptInMode::Namespaces;
+    let negated = json!({ "key": "team", "operator": "NotIn", "values": ["a", "b"] });
+    assert_eq!(
+        let_through(&config, &opt_in),
+        passes(None, &["batch".to_owned()], Some(negated.clone()))
     );
     // Without the label, neither the condition nor the selectors mention it.
     let namespaces = ["batch".to_owned()];
@@ -433,16 +464,76 @@ fn opt_in_modes_decide_who_passes_a_bypassed_webhook() {
         cel_expression(None, &namespaces),
         "!(request.namespace in ['batch'])"
     );
-    let added = Added::new(Via::Selectors, None, &namespaces);
+    let through = LetThrough {
+        label: None,
+        namespaces: namespaces.to_vec(),
+        namespace_requirement: Some(negated.clone()),
+    };
+    let added = Added::new(Via::Selectors, &through);
     assert_eq!(added.object_selector, None);
     assert!(added.namespace_selector.is_some());
-    let added = Added::new(Via::MatchConditions, None, &namespaces);
+    assert_eq!(added.namespace_requirement, Some(negated.clone()));
+    let added = Added::new(Via::MatchConditions, &through);
     assert!(
         !added.match_condition.unwrap()["expression"]
             .as_str()
             .unwrap()
             .contains(LABEL)
     );
+    // matchConditions cannot see namespace labels: the requirement goes beside them.
+    assert_eq!(added.namespace_requirement, Some(negated));
+}
+
+#[test]
+fn the_negation_of_a_selected_namespace_excludes_exactly_it() {
+    use kube_common::selector::LabelSelector;
+    for (selector, operator) in [
+        ("team=a", "NotIn"),
+        ("team in (a,b)", "NotIn"),
+        ("team!=a", "In"),
+        ("team notin (a)", "In"),
+        ("team", "DoesNotExist"),
+        ("!team", "Exists"),
+    ] {
+        let parsed = LabelSelector::parse(selector).unwrap();
+        let requirement = &parsed.requirements()[0];
+        let negated = negation(requirement);
+        assert_eq!(negated["operator"], operator, "{selector}");
+        // Judged by the selector's own matcher: every label set matches exactly one of them.
+        let as_selector = match operator {
+            "NotIn" => format!("team notin ({})", join(&negated)),
+            "In" => format!("team in ({})", join(&negated)),
+            "DoesNotExist" => "!team".to_owned(),
+            _ => "team".to_owned(),
+        };
+        let negated = LabelSelector::parse(&as_selector).unwrap();
+        for labels in [
+            vec![],
+            vec![("team", "a")],
+            vec![("team", "b")],
+            vec![("team", "c")],
+        ] {
+            let labels: std::collections::BTreeMap<String, String> = labels
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect();
+            assert_ne!(
+                parsed.matches(&labels),
+                negated.matches(&labels),
+                "{selector} {labels:?}"
+            );
+        }
+    }
+}
+
+fn join(requirement: &Value) -> String {
+    requirement["values"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[test]

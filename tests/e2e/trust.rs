@@ -120,3 +120,73 @@ async fn bypass_on_owner_down_ignores_the_deadline_until_the_owner_dies(mechanis
     );
     c.finish(guard).await;
 }
+
+/// `optIn.namespaceSelector`: pods in a namespace whose labels match are opted in, and a pod
+/// already waiting in a namespace labelled later is decided again and bypassed then. The
+/// guard's RBAC is the shipped one plus deploy/rbac-namespace-selector.yaml.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_namespace_selector_opts_in_the_pods_of_matching_namespaces() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let mut rbac = shipped_rbac(Mechanism::SchedulingGates);
+    rbac.merge(
+        kube_sim::Rbac::from_yaml_str(&deploy_file("rbac-namespace-selector.yaml"), GUARD_USER)
+            .expect("deploy/rbac-namespace-selector.yaml"),
+    );
+    c.sim.enforce_rbac_policy(GUARD_USER, rbac);
+    let labelled = |name: &str, team: Option<&str>| {
+        let mut ns = serde_json::json!({
+            "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": name }
+        });
+        if let Some(team) = team {
+            ns["metadata"]["labels"] = serde_json::json!({ "team": team });
+        }
+        ns
+    };
+    c.admin_post("/api/v1/namespaces", &labelled("selected", Some("batch")))
+        .await;
+    c.admin_post("/api/v1/namespaces", &labelled("later", Some("web")))
+        .await;
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!(
+            "optIn: {{ label: {OPT_IN}, namespaceSelector: \"team=batch\" }}\n\
+             initializers:\n  - {{ name: {AUDIT}, deadline: 0s }}\n"
+        ),
+    );
+    let guard = c.guard(&config).await;
+    c.pod("selected", "p", false, &[AUDIT]).await;
+    c.pod("later", "q", false, &[AUDIT]).await;
+    until("the selected namespace's pod bypassed", || {
+        c.pending("selected", "p").is_empty()
+    })
+    .await;
+    // The other pod, once tracked (and so decided), is left alone.
+    let shared = guard.shared.clone();
+    until("the other pod tracked", || {
+        shared.tracker().get("later/q").is_some()
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        c.guard_pod_patches("q"),
+        vec![],
+        "a pod outside the selection was patched"
+    );
+    assert_eq!(c.pending("later", "q"), vec![AUDIT.to_owned()]);
+    let relabelled = std::time::SystemTime::now();
+    c.admin_request(
+        http::Method::PATCH,
+        "/api/v1/namespaces/later",
+        Some(&serde_json::json!({ "metadata": { "labels": { "team": "batch" } } })),
+    )
+    .await;
+    let bypass = eventually("the relabelled namespace's pod bypassed", || {
+        c.bypasses_of("later/q").pop()
+    })
+    .await;
+    assert!(
+        bypass.time >= relabelled,
+        "bypassed before its namespace matched"
+    );
+    c.finish(guard).await;
+}

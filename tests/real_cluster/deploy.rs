@@ -229,6 +229,11 @@ pub async fn manifests_kustomize_and_chart_install_on_the_real_server(tb: Arc<Te
             server_dry_run(&kubectl, admin, &rendered);
             continue;
         }
+        // Without optIn.namespaceSelector the guard may not read Namespaces.
+        assert!(
+            !rendered.contains("\"namespaces\""),
+            "the default chart grants Namespace reads"
+        );
         let config = serde_yaml::Deserializer::from_str(&rendered)
             .filter_map(|de| serde::Deserialize::deserialize(de).ok())
             .find_map(|doc: Yaml| {
@@ -306,6 +311,23 @@ pub async fn manifests_kustomize_and_chart_install_on_the_real_server(tb: Arc<Te
             "{kind} {name} rendered but not on the server: {got:?}"
         );
     }
+    // optIn.namespaceSelector is set: the guard's ClusterRole may list and watch Namespaces
+    // (the default render above has no such rule).
+    let namespace_rules: Vec<String> = installed
+        .iter()
+        .filter(|(kind, _, _)| kind == "ClusterRole")
+        .map(|(_, _, name)| tb.kubectl(&["get", "clusterrole", name.as_str(), "-o", "json"]))
+        .filter(|role| role.contains("\"namespaces\""))
+        .collect();
+    assert_eq!(
+        namespace_rules.len(),
+        1,
+        "one ClusterRole grants the Namespace watch: {namespace_rules:?}"
+    );
+    assert!(
+        namespace_rules[0].contains("\"watch\"") && namespace_rules[0].contains("\"list\""),
+        "{namespace_rules:?}"
+    );
     // The grafana sidecar's label and the values-driven PrometheusRule label.
     let dashboard = tb.kubectl(&[
         "get",

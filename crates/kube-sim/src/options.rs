@@ -7,7 +7,7 @@ use kube_common::Mechanism;
 
 use crate::version::KubeVersion;
 
-/// How to run a [`Sim`].
+/// How to run a [`crate::Sim`].
 #[derive(Debug, Clone)]
 pub struct SimOptions {
     /// Address to listen on; port 0 picks a free port (default `127.0.0.1:0`).
@@ -21,7 +21,7 @@ pub struct SimOptions {
     pub kube_version: Option<KubeVersion>,
     /// Initializers mode: names appended to `metadata.initializers.pending` of every pod
     /// created without `metadata.initializers`, like an InitializerConfiguration. Changeable
-    /// at run time with [`Sim::set_legacy_initializers`].
+    /// at run time with [`crate::Sim::set_legacy_initializers`].
     pub legacy_initializers: Vec<String>,
     /// How long a legacy CREATE waits for initialization before answering 504 (default 30 s).
     pub create_timeout: Duration,
@@ -33,13 +33,13 @@ pub struct SimOptions {
     /// Interval between BOOKMARK events on watches that allow them (default 1 s; the first
     /// comes after at most 100 ms).
     pub bookmark_interval: Duration,
-    /// Changes kept for [`Sim::object_history`] (default 1 000 000; 0 keeps none).
+    /// Changes kept for [`crate::Sim::object_history`] (default 1 000 000; 0 keeps none).
     pub change_log_limit: usize,
-    /// Requests kept for [`Sim::requests`] (default 100 000; counts are always kept).
+    /// Requests kept for [`crate::Sim::requests`] (default 100 000; counts are always kept).
     pub request_log_limit: usize,
     /// How far the server's clock is from this process's (default zero): applied to every
     /// time it generates (`creationTimestamp`, condition and scheduling times, the `Date`
-    /// header of every response). [`RequestRecord::time`] and [`ObjectChange::time`] stay on
+    /// header of every response). [`crate::RequestRecord::time`] and [`crate::ObjectChange::time`] stay on
     /// this process's clock.
     pub clock_offset: jiff::SignedDuration,
 }

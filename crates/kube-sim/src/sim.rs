@@ -165,7 +165,7 @@ impl Sim {
     }
 
     /// A plain kube-rs client for `user` (without the `includeUninitialized` layer; use
-    /// [`client_for`]`(sim.kube_config(user), mechanism)` where legacy visibility matters). Call it inside a Tokio runtime, as kube clients spawn a task.
+    /// [`crate::client_for`]`(sim.kube_config(user), mechanism)` where legacy visibility matters). Call it inside a Tokio runtime, as kube clients spawn a task.
     pub fn client(&self, user: &str) -> kube::Client {
         let config = self.kube_config(user);
         match kube::Client::try_from(config.clone()) {
