@@ -457,7 +457,8 @@ impl ControlLoop {
         };
         let outcome = policy::decide(&tracker.view(pod, now), &env, &shared.config, now);
         self.wakes.set(key, outcome.next_wake);
-        for refusal in &outcome.refusals {
+        // Counted by the leader only, as bypasses are: summed over replicas, once per pod.
+        for refusal in outcome.refusals.iter().filter(|_| shared.is_leader()) {
             if self
                 .refusals_counted
                 .insert((pod.uid.clone(), refusal.initializer.clone()))
