@@ -234,7 +234,7 @@ mod tests {
         assert_eq!(batch["resources"][2]["name"], "cronjobs");
         assert!(resource_list("batch", "v2alpha1", None).is_none());
         let groups = group_list(None);
-        assert_eq!(groups["groups"].as_array().unwrap().len(), 5);
+        assert_eq!(groups["groups"].as_array().unwrap().len(), 6);
         assert_eq!(
             group("apps", None).unwrap()["preferredVersion"]["groupVersion"],
             "apps/v1"
@@ -265,6 +265,8 @@ mod tests {
             "coordination.k8s.io/v1beta1"
         );
         assert!(group("events.k8s.io", v113).is_none());
+        // admissionregistration.k8s.io/v1 from 1.16 on: not on the legacy profiles.
+        assert!(group("admissionregistration.k8s.io", v113).is_none());
         let names: Vec<String> = group_list(Some(KubeVersion::V1_33))["groups"]
             .as_array()
             .unwrap()
@@ -273,7 +275,13 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["apps", "coordination.k8s.io", "batch", "events.k8s.io"]
+            [
+                "apps",
+                "coordination.k8s.io",
+                "batch",
+                "admissionregistration.k8s.io",
+                "events.k8s.io"
+            ]
         );
     }
 }
