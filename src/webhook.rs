@@ -317,7 +317,7 @@ pub fn cel_expression(label: Option<&str>, namespaces: &[String]) -> String {
         (Some(l), Some(n)) => format!("!({l} || {n})"),
         (Some(l), None) => format!("!{l}"),
         (None, Some(n)) => format!("!({n})"),
-        // Nothing is let through: `let_through` never asks for this.
+        // Nothing to let through here (only a namespace requirement does): always call it.
         (None, None) => "true".to_owned(),
     }
 }
