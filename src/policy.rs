@@ -208,14 +208,39 @@ pub fn opted_in_for(
     initializer: &str,
     config: &Config,
 ) -> Result<(), &'static str> {
-    let by_namespace = config.namespace_opted_in(pod.namespace, pod.namespace_selected);
-    let by_label = pod.labels.contains_key(&config.opt_in.label);
-    match config.opt_in_mode(initializer) {
-        _ if !by_namespace && !by_label => Err(Plan::NEVER_NOT_OPTED_IN),
-        OptInMode::Any => Ok(()),
-        OptInMode::Namespaces if by_namespace => Ok(()),
-        OptInMode::Namespaces => Err(Plan::NEVER_OPT_IN_NAMESPACES),
-        OptInMode::None => Err(Plan::NEVER_OPT_IN_NONE),
+    let by = OptedInBy::of(pod, config);
+    by.admitted_by(config.opt_in_mode(initializer))
+}
+
+/// How a pod opted in by the global rule, before any initializer's own mode.
+#[derive(Debug, Clone, Copy)]
+struct OptedInBy {
+    label: bool,
+    namespace: bool,
+}
+
+impl OptedInBy {
+    fn of(pod: &PodView<'_>, config: &Config) -> OptedInBy {
+        OptedInBy {
+            label: pod.labels.contains_key(&config.opt_in.label),
+            namespace: config.namespace_opted_in(pod.namespace, pod.namespace_selected),
+        }
+    }
+
+    fn any(self) -> bool {
+        self.label || self.namespace
+    }
+
+    /// Whether an initializer with `mode` accepts this opt-in; the `Plan::NEVER_*` text
+    /// otherwise.
+    fn admitted_by(self, mode: OptInMode) -> Result<(), &'static str> {
+        match mode {
+            _ if !self.any() => Err(Plan::NEVER_NOT_OPTED_IN),
+            OptInMode::Any => Ok(()),
+            OptInMode::Namespaces if self.namespace => Ok(()),
+            OptInMode::Namespaces => Err(Plan::NEVER_OPT_IN_NAMESPACES),
+            OptInMode::None => Err(Plan::NEVER_OPT_IN_NONE),
+        }
     }
 }
 
@@ -232,7 +257,9 @@ pub fn decide(
     config: &Config,
     now: SystemTime,
 ) -> Outcome {
-    let opted_in = opted_in(pod, config);
+    // Once per pod: how it opted in; once per entry: its listed config.
+    let opted_in_by = OptedInBy::of(pod, config);
+    let opted_in = opted_in_by.any();
     let start = wait_start(pod, config.mechanism, now);
     let mut outcome = Outcome::default();
     // Linear in the pending list: a lax server may store tens of thousands of entries.
@@ -257,16 +284,16 @@ pub fn decide(
                 why: Plan::NEVER_INVALID_NAME,
             },
             Some(waited) => {
-                let allowed = |t: Trigger| config.bypasses_on(name, t);
+                let listed = config.initializer(name);
+                let allowed = |t: Trigger| listed.is_none_or(|i| i.bypass_on.contains(&t));
                 let decided =
                     plan_initializer(pod, name, start, waited, env, config, now, &allowed);
-                let refused = opted_in_for(pod, name, config).err();
+                let mode = listed.map_or(OptInMode::Any, |i| i.opt_in);
+                let refused = opted_in_by.admitted_by(mode).err();
                 // What the rule alone would do, to count refusals: evaluated again only for an
                 // initializer whose own keys restrict it.
-                let restricted = refused.is_some()
-                    || config
-                        .initializer(name)
-                        .is_some_and(|i| i.bypass_on != Trigger::ALL);
+                let restricted =
+                    refused.is_some() || listed.is_some_and(|i| i.bypass_on != Trigger::ALL);
                 let would = restricted.then(|| {
                     plan_initializer(pod, name, start, waited, env, config, now, &|_| true)
                 });
@@ -1652,7 +1679,9 @@ mod tests {
             }
             for plan in &out.plans {
                 if let Plan::BypassAt { .. } = plan.plan
-                    && config.bypasses_on(&plan.initializer, Trigger::Deadline)
+                    && config
+                        .initializer(&plan.initializer)
+                        .is_none_or(|i| i.bypass_on.contains(&Trigger::Deadline))
                 {
                     let deadline = config.deadline_for(&plan.initializer).unwrap_or_default();
                     let due = world.start() + deadline;

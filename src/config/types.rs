@@ -386,12 +386,6 @@ impl Config {
         self.initializer(initializer)
             .map_or(OptInMode::Any, |i| i.opt_in)
     }
-
-    /// Whether `trigger` may bypass `initializer` (every trigger for an unlisted one).
-    pub fn bypasses_on(&self, initializer: &str, trigger: Trigger) -> bool {
-        self.initializer(initializer)
-            .is_none_or(|i| i.bypass_on.contains(&trigger))
-    }
 }
 
 impl fmt::Display for ObjectRef {

@@ -92,11 +92,6 @@ impl Fence {
         self.write_timeout
     }
 
-    /// Whether this replica leads now.
-    pub fn is_leader(&self) -> bool {
-        *self.leader.borrow()
-    }
-
     /// A receiver of leadership changes.
     pub fn leadership(&self) -> watch::Receiver<bool> {
         self.leader.clone()
