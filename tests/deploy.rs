@@ -1435,3 +1435,164 @@ fn operator_guide_covers_every_artefact() {
         );
     }
 }
+
+/// The policies' params: the one place deploy/admission-policies.yaml names the installation.
+fn policy_params() -> BTreeMap<String, String> {
+    let params = object(
+        "admission-policies.yaml",
+        "ConfigMap",
+        "initguard-admission-policies",
+    );
+    assert_eq!(
+        str_of(&params["metadata"]["namespace"], "namespace"),
+        "kube-system"
+    );
+    params["data"]
+        .as_mapping()
+        .expect("params data")
+        .iter()
+        .map(|(k, v)| (str_of(k, "key").to_owned(), str_of(v, "value").to_owned()))
+        .collect()
+}
+
+fn comma_list(text: &str) -> BTreeSet<String> {
+    text.split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The params agree with what they describe: the label of both shipped configs, the
+/// identities deploy/rbac.yaml binds, the guard's Lease, and the namespace whose pods carry
+/// the label.
+#[test]
+fn admission_policy_params_agree_with_the_shipped_config_and_rbac() {
+    let params = policy_params();
+    let deployment = deployment();
+    let embedded: Value = serde_yaml::from_str(
+        object("deployment.yaml", "ConfigMap", "initguard")["data"]["config.yaml"]
+            .as_str()
+            .expect("the Deployment's ConfigMap embeds config.yaml"),
+    )
+    .expect("embedded config parses");
+    for (what, config) in [
+        ("deploy/config.yaml", shipped_config()),
+        ("deployment.yaml", embedded),
+    ] {
+        assert_eq!(
+            params["optInLabel"],
+            str_of(&config["optIn"]["label"], "optIn.label"),
+            "{what}: optIn.label differs from the policies' optInLabel"
+        );
+        assert_eq!(
+            params["leaseName"],
+            str_of(&config["leaderElection"]["name"], "leaderElection.name"),
+            "{what}"
+        );
+        assert!(
+            config["optIn"]["namespaceSelector"].is_null(),
+            "{what} sets a namespaceSelector: list its keys in namespaceSelectorKeys"
+        );
+    }
+    assert_eq!(params["namespaceSelectorKeys"], "");
+    let binding = object("rbac.yaml", "ClusterRoleBinding", "initguard");
+    let subjects: BTreeSet<String> = binding["subjects"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|s| match str_of(&s["kind"], "kind") {
+            "ServiceAccount" => format!(
+                "system:serviceaccount:{}:{}",
+                str_of(&s["namespace"], "namespace"),
+                str_of(&s["name"], "name")
+            ),
+            _ => str_of(&s["name"], "name").to_owned(),
+        })
+        .collect();
+    assert_eq!(comma_list(&params["guardUsers"]), subjects);
+    let namespace = str_of(&deployment["metadata"]["namespace"], "namespace");
+    assert!(comma_list(&params["markedNamespaces"]).contains(namespace));
+    assert!(comma_list(&params["optInGroups"]).contains("system:masters"));
+}
+
+/// Every validation answers 403 with a static message and a message expression; no
+/// expression names the label (it comes from the params); the bindings ship in
+/// [Warn, Audit], each pointing at the params; the kustomize base includes them.
+#[test]
+fn admission_policies_refuse_with_403_and_ship_in_audit() {
+    let docs = documents(&deploy("admission-policies.yaml"));
+    let params = policy_params();
+    let policies: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"].as_str() == Some("ValidatingAdmissionPolicy"))
+        .collect();
+    let names: BTreeSet<&str> = policies
+        .iter()
+        .map(|p| str_of(&p["metadata"]["name"], "name"))
+        .collect();
+    assert_eq!(
+        names,
+        BTreeSet::from([
+            "initguard-opt-in",
+            "initguard-namespace-labels",
+            "initguard-self-fence"
+        ])
+    );
+    for policy in &policies {
+        let name = str_of(&policy["metadata"]["name"], "name");
+        let spec = serde_yaml::to_string(&policy["spec"]).unwrap();
+        // `initguard.io/bypassed` is an annotation of the guard's, not the label.
+        let label = &params["optInLabel"];
+        let literal = spec.match_indices(label.as_str()).any(|(at, _)| {
+            !spec[at + label.len()..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '-')
+        });
+        assert!(
+            !literal,
+            "{name} names the opt-in label: it must come from the params"
+        );
+        assert_eq!(
+            policy["spec"]["failurePolicy"].as_str(),
+            Some("Fail"),
+            "{name}"
+        );
+        let validations = policy["spec"]["validations"]
+            .as_sequence()
+            .expect("validations");
+        assert!(!validations.is_empty(), "{name}");
+        for v in validations {
+            assert_eq!(v["reason"].as_str(), Some("Forbidden"), "{name}: {v:?}");
+            assert!(
+                v["message"].as_str().is_some_and(|m| m.starts_with(name)),
+                "{name}: {v:?}"
+            );
+            assert!(v["messageExpression"].as_str().is_some(), "{name}: {v:?}");
+        }
+        let binding = object(
+            "admission-policies.yaml",
+            "ValidatingAdmissionPolicyBinding",
+            name,
+        );
+        assert_eq!(str_of(&binding["spec"]["policyName"], "policyName"), name);
+        assert_eq!(
+            strings(&binding["spec"]["validationActions"]),
+            ["Warn", "Audit"],
+            "{name}"
+        );
+        assert_eq!(
+            str_of(&binding["spec"]["paramRef"]["name"], "paramRef.name"),
+            "initguard-admission-policies"
+        );
+        assert_eq!(
+            str_of(
+                &binding["spec"]["paramRef"]["namespace"],
+                "paramRef.namespace"
+            ),
+            "kube-system"
+        );
+    }
+    let kustomization = documents(&deploy("kustomization.yaml"));
+    assert!(
+        strings(&kustomization[0]["resources"]).contains(&"admission-policies.yaml".to_owned()),
+        "the kustomize base leaves out admission-policies.yaml"
+    );
+}
