@@ -24,12 +24,16 @@ mod differential;
 mod gates;
 #[path = "real_cluster/jobs.rs"]
 mod jobs;
+#[path = "real_cluster/policies.rs"]
+mod policies;
 #[path = "real_cluster/privilege.rs"]
 mod privilege;
 #[path = "real_cluster/replicas.rs"]
 mod replicas;
 #[path = "real_cluster/secure.rs"]
 mod secure;
+#[path = "real_cluster/trust.rs"]
+mod trust;
 #[path = "real_cluster/webhooks.rs"]
 mod webhooks;
 #[path = "real_cluster/writes.rs"]
@@ -67,6 +71,33 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("gates::dry_run_writes_nothing", |tb| {
         Box::pin(gates::dry_run_writes_nothing(tb))
     }),
+    (
+        "trust::namespaces_only_gate_kept_for_a_label_and_bypassed_in_a_listed_namespace",
+        |tb| {
+            Box::pin(
+                trust::namespaces_only_gate_kept_for_a_label_and_bypassed_in_a_listed_namespace(tb),
+            )
+        },
+    ),
+    (
+        "trust::namespaces_only_gate_bypassed_in_a_selected_namespace",
+        |tb| Box::pin(trust::namespaces_only_gate_bypassed_in_a_selected_namespace(tb)),
+    ),
+    ("trust::opt_in_none_gate_never_bypassed", |tb| {
+        Box::pin(trust::opt_in_none_gate_never_bypassed(tb))
+    }),
+    (
+        "trust::bypass_on_owner_down_waits_past_the_deadline_for_the_owner",
+        |tb| Box::pin(trust::bypass_on_owner_down_waits_past_the_deadline_for_the_owner(tb)),
+    ),
+    (
+        "trust::namespaces_only_webhook_bypassed_via_match_conditions",
+        |tb| Box::pin(trust::namespaces_only_webhook_bypassed_via_match_conditions(tb)),
+    ),
+    (
+        "trust::namespaces_only_webhook_bypassed_via_selectors",
+        |tb| Box::pin(trust::namespaces_only_webhook_bypassed_via_selectors(tb)),
+    ),
     ("replicas::leader_killed_every_gate_bypassed_once", |tb| {
         Box::pin(replicas::leader_killed_every_gate_bypassed_once(tb))
     }),
@@ -114,6 +145,26 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     (
         "webhooks::webhook_edits_by_others_are_not_overwritten",
         |tb| Box::pin(webhooks::webhook_edits_by_others_are_not_overwritten(tb)),
+    ),
+    (
+        "policies::opt_in_label_is_an_administrators_decision",
+        |tb| Box::pin(policies::opt_in_label_is_an_administrators_decision(tb)),
+    ),
+    (
+        "policies::self_fence_confines_the_guard_to_a_bypass",
+        |tb| Box::pin(policies::self_fence_confines_the_guard_to_a_bypass(tb)),
+    ),
+    (
+        "policies::a_refused_bypass_is_backed_off_not_looped",
+        |tb| Box::pin(policies::a_refused_bypass_is_backed_off_not_looped(tb)),
+    ),
+    (
+        "policies::chart_rolls_out_under_its_own_enforced_policies",
+        |tb| {
+            Box::pin(policies::chart_rolls_out_under_its_own_enforced_policies(
+                tb,
+            ))
+        },
     ),
     (
         "writes::the_classifier_reads_the_real_servers_refusals",

@@ -15,11 +15,11 @@ use crate::testbed::*;
 const RELEASE: &str = "chart-test";
 const NAMESPACE: &str = "initguard-chart";
 
-fn repo() -> PathBuf {
+pub(crate) fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn chart() -> PathBuf {
+pub(crate) fn chart() -> PathBuf {
     repo().join("charts/initguard")
 }
 
@@ -28,7 +28,7 @@ fn all_on_values() -> PathBuf {
 }
 
 /// Runs `program args`, failing the scenario with its output when it fails.
-fn run(what: &str, program: &Path, args: &[&str], stdin: Option<&str>) -> String {
+pub(crate) fn run(what: &str, program: &Path, args: &[&str], stdin: Option<&str>) -> String {
     use std::io::Write as _;
     let mut child = Command::new(program)
         .args(args)
@@ -294,6 +294,8 @@ pub async fn manifests_kustomize_and_chart_install_on_the_real_server(tb: Arc<Te
         "PodMonitor",
         "PrometheusRule",
         "Secret",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
     ] {
         assert!(
             installed.iter().any(|(k, _, _)| k == kind),
