@@ -275,6 +275,11 @@ impl Metrics {
                 crate::config::OwnerSpec::Service(_) => m
                     .watch_restarts_total
                     .with_label_values(&["endpointslices"]),
+                crate::config::OwnerSpec::WebhookService(_) => {
+                    m.watch_restarts_total
+                        .with_label_values(&["endpointslices"]);
+                    m.watch_restarts_total.with_label_values(&["services"])
+                }
                 crate::config::OwnerSpec::Pods { .. } | crate::config::OwnerSpec::Http { .. } => {
                     continue;
                 }

@@ -143,6 +143,14 @@ const SCENARIOS: &[(&str, Scenario)] = &[
         },
     ),
     (
+        "webhooks::webhook_whose_service_is_gone_is_bypassed_by_a_guard_started_after",
+        |tb| {
+            Box::pin(
+                webhooks::webhook_whose_service_is_gone_is_bypassed_by_a_guard_started_after(tb),
+            )
+        },
+    ),
+    (
         "webhooks::webhook_edits_by_others_are_not_overwritten",
         |tb| Box::pin(webhooks::webhook_edits_by_others_are_not_overwritten(tb)),
     ),

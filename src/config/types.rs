@@ -256,6 +256,11 @@ pub enum OwnerSpec {
     Lease(ObjectRef),
     /// Up while one of the Service's EndpointSlices lists a ready endpoint.
     Service(ObjectRef),
+    /// A webhook's default owner, its `clientConfig.service`: as `Service`, and down when the
+    /// Service is read and not found (the API server then fails every call to the webhook, as
+    /// after an uninstall that left the configuration behind). Never written in a config.
+    #[serde(rename = "service")]
+    WebhookService(ObjectRef),
     /// Up while at least one matching pod is Ready.
     Pods { namespace: String, selector: String },
     /// Up while GET answers 2xx within 1 s. For https, the server certificate is verified
@@ -281,7 +286,7 @@ impl OwnerSpec {
         match self {
             OwnerSpec::Deployment(_) => "deployment",
             OwnerSpec::Lease(_) => "lease",
-            OwnerSpec::Service(_) => "service",
+            OwnerSpec::Service(_) | OwnerSpec::WebhookService(_) => "service",
             OwnerSpec::Pods { .. } => "pods",
             OwnerSpec::Http { .. } => "http",
         }
@@ -398,7 +403,10 @@ impl fmt::Display for ObjectRef {
 impl fmt::Display for OwnerSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            OwnerSpec::Deployment(r) | OwnerSpec::Lease(r) | OwnerSpec::Service(r) => {
+            OwnerSpec::Deployment(r)
+            | OwnerSpec::Lease(r)
+            | OwnerSpec::Service(r)
+            | OwnerSpec::WebhookService(r) => {
                 write!(f, "{} {r}", self.kind())
             }
             OwnerSpec::Pods {

@@ -730,10 +730,10 @@ pub fn service_owners(config: &Config, read: &Configurations) -> Vec<(usize, Own
         match service {
             Some((namespace, name)) => {
                 info!(webhook = %listed.id, service = %format!("{namespace}/{name}"),
-                    "owner: the ready endpoints of the webhook's Service");
+                    "owner: the webhook's Service (down when it is missing) and its ready endpoints");
                 found.push((
                     i,
-                    OwnerSpec::Service(crate::config::ObjectRef { namespace, name }),
+                    OwnerSpec::WebhookService(crate::config::ObjectRef { namespace, name }),
                 ));
             }
             None => error!(webhook = %listed.id,

@@ -331,6 +331,47 @@ impl Model<EndpointSlice> for EndpointsModel {
     }
 }
 
+/// Whether the one Service watched by name exists.
+#[derive(Default)]
+pub(super) struct ServicePresence(bool);
+
+impl<K> Model<K> for ServicePresence {
+    fn apply(&mut self, _: K, _: Instant) {
+        self.0 = true;
+    }
+
+    fn delete(&mut self, _: K) {
+        self.0 = false;
+    }
+
+    fn evaluate(&self, _: Instant) -> Evaluation {
+        if self.0 {
+            Evaluation::new(Observed::Up, "Service found")
+        } else {
+            Evaluation::new(Observed::Unknown, "Service not found")
+        }
+    }
+}
+
+/// A webhook's default owner, from its Service `target` and that Service's EndpointSlices: a
+/// Service read and not found is down, since the API server fails every call to the webhook
+/// ("service not found"); otherwise the ready endpoints decide.
+pub(super) fn webhook_service(
+    service: &ServicePresence,
+    slices: &EndpointsModel,
+    target: &str,
+    now: Instant,
+) -> Evaluation {
+    if service.0 {
+        slices.evaluate(now)
+    } else {
+        Evaluation::new(
+            Observed::Down,
+            format!("Service {target} not found: the API server fails every call to the webhook"),
+        )
+    }
+}
+
 /// A Deployment of whichever group version the server serves, judged as apps/v1: the field
 /// read (`status.availableReplicas`) is the same in apps/v1beta1, apps/v1beta2 and
 /// extensions/v1beta1.
@@ -436,6 +477,41 @@ mod tests {
             "endpoints": endpoints,
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn a_webhooks_default_owner_is_down_while_its_service_is_missing_and_else_its_endpoints() {
+        let now = Instant::now();
+        let meta = || k8s_openapi::api::core::v1::Service::default();
+        let mut service = ServicePresence::default();
+        let mut slices = EndpointsModel::default();
+        let mut seen = false;
+        // Never seen, and read as absent: down, unlike an owner named in the config.
+        let (state, detail) = judge(
+            webhook_service(&service, &slices, "ns/svc", now),
+            &mut seen,
+            "EndpointSlice",
+        );
+        assert_eq!(state, Observed::Down);
+        assert!(detail.contains("Service ns/svc not found"), "{detail}");
+        // Present: the endpoints decide, ready or not.
+        Model::apply(&mut service, meta(), now);
+        slices.apply(slice("a", &[Some(true)]), now);
+        let verdict = |service: &ServicePresence, slices: &EndpointsModel, seen: &mut bool| {
+            judge(
+                webhook_service(service, slices, "ns/svc", now),
+                seen,
+                "EndpointSlice",
+            )
+            .0
+        };
+        assert_eq!(verdict(&service, &slices, &mut seen), Observed::Up);
+        slices.apply(slice("a", &[Some(false)]), now);
+        assert_eq!(verdict(&service, &slices, &mut seen), Observed::Down);
+        slices.apply(slice("a", &[Some(true)]), now);
+        // Deleted again: down whatever the slices still say.
+        Model::delete(&mut service, meta());
+        assert_eq!(verdict(&service, &slices, &mut seen), Observed::Down);
     }
 
     #[test]

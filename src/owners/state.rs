@@ -81,7 +81,10 @@ pub struct OwnerReport {
 /// leases, `ns/selector` for pods, the URL for http.
 pub fn owner_target(spec: &OwnerSpec) -> String {
     match spec {
-        OwnerSpec::Deployment(r) | OwnerSpec::Lease(r) | OwnerSpec::Service(r) => {
+        OwnerSpec::Deployment(r)
+        | OwnerSpec::Lease(r)
+        | OwnerSpec::Service(r)
+        | OwnerSpec::WebhookService(r) => {
             format!("{}/{}", r.namespace, r.name)
         }
         OwnerSpec::Pods {

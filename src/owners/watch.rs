@@ -17,9 +17,9 @@ use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::Connect;
 use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::DynamicObject;
+use kube::api::{DynamicObject, PartialObjectMeta};
 use kube::client::ConfigExt as _;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
@@ -35,8 +35,8 @@ use crate::config::{Config, ObjectRef, OwnerSpec};
 use crate::supervise::{self, Failures};
 
 use super::model::{
-    EndpointsModel, LeaseModel, Model, Observed, PodsModel, ServedDeploymentModel, apply_event,
-    judge,
+    EndpointsModel, LeaseModel, Model, Observed, PodsModel, ServedDeploymentModel, ServicePresence,
+    apply_event, judge, webhook_service,
 };
 use super::state::{Handle, owner_target};
 
@@ -72,6 +72,13 @@ pub(super) fn start(task: Task, client: &kube::Client, spec: &OwnerSpec, failure
                     service_slices(r),
                     "endpointslices",
                 ),
+            );
+        }
+        OwnerSpec::WebhookService(r) => {
+            supervise::spawn(
+                failures,
+                "owner watch",
+                task.watch_webhook_service(client.clone(), r.clone()),
             );
         }
         OwnerSpec::Pods {
@@ -153,6 +160,10 @@ pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<Strin
                 .get_opt(&r.name)
                 .await
                 .map(|l| l.is_some()),
+            OwnerSpec::WebhookService(r) => named_api::<Service>(client, r)
+                .get_metadata_opt(&r.name)
+                .await
+                .map(|s| s.is_some()),
             OwnerSpec::Service(r) => named_api::<EndpointSlice>(client, r)
                 .list_metadata(&kube::api::ListParams {
                     label_selector: Some(format!("{SERVICE_NAME_LABEL}={}", r.name)),
@@ -326,17 +337,7 @@ impl Task {
                 event = events.next() => match event {
                     Some(Ok(event)) => apply_event(event, &mut live, &mut relist, Instant::now()),
                     Some(Err(err)) => {
-                        self.handle.inner.metrics.watch_restarted(resource);
-                        let owner = self.handle.owner();
-                        let error = error_chain(&err);
-                        warn!(
-                            initializers = %owner.initializer_list,
-                            owner_kind = owner.spec.kind(),
-                            owner = %owner.target,
-                            error = %error,
-                            "owner watch failed; keeping the last known state and retrying"
-                        );
-                        self.handle.unknown_because(format!("watch failing: {error}"));
+                        self.watch_failed(resource, &err);
                         false
                     }
                     None => {
@@ -350,6 +351,75 @@ impl Task {
                 let evaluation = model.evaluate(Instant::now());
                 wake = evaluation.next_change;
                 let (observed, detail) = judge(evaluation, &mut seen, what);
+                self.handle.observe(observed, detail);
+            }
+        }
+    }
+
+    /// A failed watch: counted, logged, and the owner unknown until it recovers.
+    fn watch_failed(&self, resource: &str, err: &watcher::Error) {
+        self.handle.inner.metrics.watch_restarted(resource);
+        let owner = self.handle.owner();
+        let error = error_chain(err);
+        warn!(
+            initializers = %owner.initializer_list,
+            owner_kind = owner.spec.kind(),
+            owner = %owner.target,
+            error = %error,
+            "owner watch failed; keeping the last known state and retrying"
+        );
+        self.handle
+            .unknown_because(format!("watch failing: {error}"));
+    }
+
+    /// A webhook's default owner: the Service by name (metadata only: its presence is all that
+    /// counts) and its EndpointSlices, one verdict from both once both are listed.
+    async fn watch_webhook_service(self, client: kube::Client, r: ObjectRef) {
+        enum Change<S, E> {
+            Service(S),
+            Slice(E),
+        }
+        let services = watcher::watcher(
+            named_api::<PartialObjectMeta<Service>>(&client, &r),
+            name_selector(&r),
+        )
+        .default_backoff()
+        .map(Change::Service);
+        let slices = watcher::watcher(named_api::<EndpointSlice>(&client, &r), service_slices(&r))
+            .default_backoff()
+            .map(Change::Slice);
+        let mut events = pin!(futures::stream::select(services, slices));
+        let (mut service, mut service_relist) = (None::<ServicePresence>, None);
+        let (mut endpoints, mut endpoints_relist) = (None::<EndpointsModel>, None);
+        let mut seen = false;
+        let target = self.handle.owner().target.clone();
+        loop {
+            let changed = tokio::select! {
+                () = self.cancel.cancelled() => return,
+                event = events.next() => match event {
+                    Some(Change::Service(Ok(e))) => {
+                        apply_event(e, &mut service, &mut service_relist, Instant::now())
+                    }
+                    Some(Change::Slice(Ok(e))) => {
+                        apply_event(e, &mut endpoints, &mut endpoints_relist, Instant::now())
+                    }
+                    Some(Change::Service(Err(err))) => {
+                        self.watch_failed("services", &err);
+                        false
+                    }
+                    Some(Change::Slice(Err(err))) => {
+                        self.watch_failed("endpointslices", &err);
+                        false
+                    }
+                    None => {
+                        error!(owner = %target, "owner watch ended");
+                        return;
+                    }
+                },
+            };
+            if changed && let (Some(s), Some(e)) = (&service, &endpoints) {
+                let evaluation = webhook_service(s, e, &target, Instant::now());
+                let (observed, detail) = judge(evaluation, &mut seen, "EndpointSlice");
                 self.handle.observe(observed, detail);
             }
         }

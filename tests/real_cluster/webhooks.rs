@@ -501,21 +501,7 @@ pub async fn webhook_default_owner_is_the_services_endpoints(tb: Arc<Testbed>) {
         }],
     }));
     grant(&tb, prefix, name);
-    // The chart's rule for Service owners.
-    tb.kubectl(&[
-        "create",
-        "clusterrole",
-        "whv-endpointslices",
-        "--verb=list,watch",
-        "--resource=endpointslices.discovery.k8s.io",
-    ]);
-    tb.kubectl(&[
-        "create",
-        "clusterrolebinding",
-        "whv-endpointslices",
-        "--clusterrole=whv-endpointslices",
-        &format!("--user={GUARD_USER}"),
-    ]);
+    grant_service_owner_reads(&tb, prefix);
     let guard = tb
         .guard(
             prefix,
@@ -573,7 +559,126 @@ pub async fn webhook_default_owner_is_the_services_endpoints(tb: Arc<Testbed>) {
     );
     guard.stop();
     cleanup(&tb, prefix, name);
+    revoke_service_owner_reads(&tb, prefix);
+}
+
+/// The chart's rules for default (Service) owners: EndpointSlices, and the Services themselves.
+fn grant_service_owner_reads(tb: &Testbed, prefix: &str) {
+    let role = format!("{prefix}-service-owner");
+    tb.apply(&json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": { "name": role },
+        "rules": [
+            { "apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"] },
+            { "apiGroups": [""], "resources": ["services"], "verbs": ["get", "list", "watch"] },
+        ],
+    }));
+    tb.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        &role,
+        &format!("--clusterrole={role}"),
+        &format!("--user={GUARD_USER}"),
+    ]);
+}
+
+fn revoke_service_owner_reads(tb: &Testbed, prefix: &str) {
     for kind in ["clusterrolebinding", "clusterrole"] {
-        tb.kubectl(&["delete", kind, "whv-endpointslices", "--ignore-not-found"]);
+        tb.kubectl(&[
+            "delete",
+            kind,
+            &format!("{prefix}-service-owner"),
+            "--ignore-not-found",
+        ]);
     }
+}
+
+/// An uninstall that removed the webhook's Service but left its Fail configuration behind:
+/// the API server rejects every create ("service not found"). A guard started only then never
+/// saw the Service, and still judges the default owner down: after the grace the entry is
+/// bypassed, opted-in pods are admitted and others are still rejected.
+pub async fn webhook_whose_service_is_gone_is_bypassed_by_a_guard_started_after(tb: Arc<Testbed>) {
+    let started = jiff::Timestamp::now();
+    let (prefix, system) = ("whg", "whg-system");
+    let name = "whg-policy";
+    tb.namespace(system);
+    tb.namespace(prefix);
+    tb.kubectl(&["label", "namespace", prefix, "webhook-test=whg"]);
+    tb.apply(&json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": { "name": name },
+        "webhooks": [{
+            "name": ENTRY,
+            "clientConfig": { "service": { "namespace": system, "name": "uninstalled",
+                                           "path": "/validate" } },
+            "rules": [{ "operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                        "resources": ["pods"] }],
+            "namespaceSelector": { "matchLabels": { "webhook-test": prefix } },
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+        }],
+    }));
+    let before = get_configuration(&tb, name)["webhooks"].clone();
+    // The outage, as the API server reports it.
+    let refused = eventually("the dangling webhook to reject a create", || {
+        create_pod(&tb, prefix, "before", false).err()
+    })
+    .await;
+    assert!(
+        refused.contains("failed calling webhook") && refused.contains("not found"),
+        "{refused}"
+    );
+    grant(&tb, prefix, name);
+    grant_service_owner_reads(&tb, prefix);
+    let guard = tb
+        .guard(
+            prefix,
+            "initguard",
+            &config(&format!(
+                "webhooks:\n\
+                 \x20 - name: validating/{name}/{ENTRY}\n\
+                 \x20   ownerDownGrace: 1s\n"
+            )),
+        )
+        .await;
+    let webhook = format!("validating/{name}/{ENTRY}");
+    let down = eventually("the default owner down: its Service is missing", || {
+        let (code, body) = curl(&format!("http://127.0.0.1:{}/status", guard.port));
+        let status: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        status["owners"].as_array().and_then(|o| {
+            o.iter()
+                .find(|o| o["initializer"] == webhook.as_str() && o["state"] == "down")
+                .filter(|_| code == 200)
+                .cloned()
+        })
+    })
+    .await;
+    assert!(
+        down["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains(&format!("Service {system}/uninstalled not found"))),
+        "{down:#}"
+    );
+    eventually("an opted-in create admitted through the bypass", || {
+        create_pod(&tb, prefix, "opted-in", true).ok()
+    })
+    .await;
+    let still = create_pod(&tb, prefix, "not-opted-in", false)
+        .expect_err("a pod that did not opt in passed the bypassed webhook");
+    assert!(still.contains("failed calling webhook"), "{still}");
+    // Only the bypass's own elements were added.
+    let writes = configuration_writes(&tb, started);
+    assert!(
+        !writes.is_empty() && writes.iter().all(|w| w.user == GUARD_USER && w.ok()),
+        "{writes:#?}"
+    );
+    let after = get_configuration(&tb, name)["webhooks"].clone();
+    assert_eq!(after[0]["clientConfig"], before[0]["clientConfig"]);
+    assert_eq!(after[0]["failurePolicy"], before[0]["failurePolicy"]);
+    guard.stop();
+    cleanup(&tb, prefix, name);
+    revoke_service_owner_reads(&tb, prefix);
+    tb.kubectl(&["delete", "namespace", system, "--wait=false"]);
 }
