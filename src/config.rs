@@ -37,9 +37,9 @@ pub use resolve::{
     validate_http_url, webhook_namespace_requirement,
 };
 pub use types::{
-    BypassVia, Config, Defaults, InitializerConfig, LeaderElection, ObjectRef, OptIn, OptInMode,
-    OwnerSpec, Pileup, PileupAction, ServingCert, Trigger, UnlistedPolicy, WebhookConfig,
-    WebhookId, WebhookKind,
+    BypassVia, Config, Defaults, InitializerConfig, LeaderElection, ObjectRef, Operation, OptIn,
+    OptInMode, OwnerSpec, Pileup, PileupAction, Requester, ServingCert, Trigger, UnlistedPolicy,
+    WebhookConfig, WebhookId, WebhookKind,
 };
 
 /// Largest configuration file accepted, checked before any parsing.
@@ -460,9 +460,20 @@ impl Config {
                     types::OptInMode::Any => String::new(),
                     mode => format!(", optIn {}", mode.as_str()),
                 };
+                let mut lets = Vec::new();
+                if w.exempt_critical_path {
+                    lets.push("the critical path".to_owned());
+                }
+                lets.extend(w.exempt_requesters.iter().map(ToString::to_string));
+                lets.extend(w.exempt_operations.iter().map(|o| o.as_str().to_owned()));
+                let lets = if lets.is_empty() {
+                    String::new()
+                } else {
+                    format!(", lets through {}", lets.join(","))
+                };
                 writeln!(
                     out,
-                    "  {}: grace {}, restore after {}, via {via}{exempt}{opt_in}, {owner}",
+                    "  {}: grace {}, restore after {}, via {via}{exempt}{lets}{opt_in}, {owner}",
                     w.id,
                     d(w.owner_down_grace),
                     d(w.restore_grace)

@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::config::{OptIn, OptInMode, WebhookConfig, WebhookKind};
+use crate::config::{Operation, OptIn, OptInMode, Requester, WebhookConfig, WebhookKind};
 use crate::policy::OwnerState;
 use kube_common::selector::{Requirement, SelectorOp};
 
@@ -192,7 +192,37 @@ pub struct LetThrough {
     /// Objects in namespaces this `matchExpressions` requirement excludes from the webhook:
     /// the negation of `optIn.namespaceSelector`.
     pub namespace_requirement: Option<Value>,
+    /// Requests of these requesters (`exemptRequesters`).
+    pub requesters: Vec<Requester>,
+    /// Requests of these operations (`exemptOperations`).
+    pub operations: Vec<Operation>,
+    /// The cluster's own critical path ([`CRITICAL_PATH`]).
+    pub critical_path: bool,
 }
+
+/// `exemptCriticalPath: true`: what keeps a cluster running while a webhook that intercepts
+/// it is down. DELETE; anything in kube-system; Node and Lease writes by kubelets
+/// (`group:system:nodes`); bindings, pod status and Events by the scheduler; and, by
+/// kube-system ServiceAccounts or a controller manager without per-controller credentials,
+/// writes to leases, endpoints, endpointslices, events, nodes (and nodes/status) and
+/// serviceaccounts/token. It never lets a pod CREATE through outside kube-system. Total: every
+/// field that may be absent is guarded by `has()` (an erroring condition fails closed), and
+/// no optional syntax, which 1.28 rejects.
+pub const CRITICAL_PATH: &str = "request.operation == 'DELETE' \
+|| (has(request.namespace) && request.namespace == 'kube-system') \
+|| (has(request.userInfo.groups) && 'system:nodes' in request.userInfo.groups \
+&& ((request.resource.group == '' && request.resource.resource == 'nodes') \
+|| (request.resource.group == 'coordination.k8s.io' && request.resource.resource == 'leases'))) \
+|| (has(request.userInfo.username) && request.userInfo.username == 'system:kube-scheduler' \
+&& ((request.resource.group == '' && request.resource.resource == 'pods' \
+&& has(request.subResource) && request.subResource in ['binding', 'status']) \
+|| request.resource.resource == 'events')) \
+|| (has(request.userInfo.username) \
+&& (request.userInfo.username.startsWith('system:serviceaccount:kube-system:') \
+|| request.userInfo.username == 'system:kube-controller-manager') \
+&& (request.resource.resource in ['leases', 'endpoints', 'endpointslices', 'events', 'nodes'] \
+|| (request.resource.resource == 'serviceaccounts' && has(request.subResource) \
+&& request.subResource == 'token')))";
 
 /// How a bypass is made this time (`bypassVia: auto` resolves to one of these).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,7 +246,7 @@ impl Added {
             Via::MatchConditions => Added {
                 match_condition: Some(serde_json::json!({
                     "name": MATCH_CONDITION_NAME,
-                    "expression": cel_expression(label, namespaces),
+                    "expression": cel_expression(through),
                 })),
                 object_selector: None,
                 namespace_selector: None,
@@ -296,29 +326,64 @@ pub(crate) fn position_in(entry: &Value, path: [&str; 2], value: &Value) -> Opti
     list_at(entry, path)?.iter().position(|v| v == value)
 }
 
-/// The CEL condition under which the webhook is still called: the object does not carry the
-/// opt-in label and the request is not in one of `namespaces`. Label keys and namespace names
-/// are validated names (no quotes or backslashes), so single-quoted literals are safe.
-pub fn cel_expression(label: Option<&str>, namespaces: &[String]) -> String {
-    let labelled = label.map(|label| {
-        format!(
-            "(object != null && has(object.metadata.labels) && '{label}' in object.metadata.labels)"
-        )
-    });
-    let in_namespaces = (!namespaces.is_empty()).then(|| {
-        let list = namespaces
-            .iter()
+/// The CEL condition under which the webhook is still called: none of `through` applies (the
+/// object does not carry the opt-in label, the request is not in one of its namespaces, nor of
+/// an exempt requester or operation, nor on the critical path). Total, like [`CRITICAL_PATH`]:
+/// absent fields are guarded with `has()`. Label keys, namespace and requester names are
+/// validated (no quotes or backslashes), so single-quoted literals are safe.
+pub fn cel_expression(through: &LetThrough) -> String {
+    let quoted = |items: &mut dyn Iterator<Item = &str>| {
+        items
             .map(|n| format!("'{n}'"))
             .collect::<Vec<_>>()
-            .join(", ");
-        format!("request.namespace in [{list}]")
-    });
-    match (labelled, in_namespaces) {
-        (Some(l), Some(n)) => format!("!({l} || {n})"),
-        (Some(l), None) => format!("!{l}"),
-        (None, Some(n)) => format!("!({n})"),
+            .join(", ")
+    };
+    let username = |test: String| format!("(has(request.userInfo.username) && {test})");
+    let mut terms = Vec::new();
+    if let Some(label) = &through.label {
+        terms.push(format!(
+            "(object != null && has(object.metadata) && has(object.metadata.labels) && \
+             '{label}' in object.metadata.labels)"
+        ));
+    }
+    if !through.namespaces.is_empty() {
+        let list = quoted(&mut through.namespaces.iter().map(String::as_str));
+        terms.push(format!(
+            "(has(request.namespace) && request.namespace in [{list}])"
+        ));
+    }
+    for requester in &through.requesters {
+        terms.push(match requester {
+            Requester::Group(g) => {
+                format!("(has(request.userInfo.groups) && '{g}' in request.userInfo.groups)")
+            }
+            Requester::User(u) => username(format!("request.userInfo.username == '{u}'")),
+            Requester::ServiceAccount {
+                namespace,
+                name: Some(name),
+            } => username(format!(
+                "request.userInfo.username == 'system:serviceaccount:{namespace}:{name}'"
+            )),
+            Requester::ServiceAccount {
+                namespace,
+                name: None,
+            } => username(format!(
+                "request.userInfo.username.startsWith('system:serviceaccount:{namespace}:')"
+            )),
+        });
+    }
+    if !through.operations.is_empty() {
+        let list = quoted(&mut through.operations.iter().map(|o| o.as_str()));
+        terms.push(format!("request.operation in [{list}]"));
+    }
+    if through.critical_path {
+        terms.push(format!("({CRITICAL_PATH})"));
+    }
+    match terms.as_slice() {
         // Nothing to let through here (only a namespace requirement does): always call it.
-        (None, None) => "true".to_owned(),
+        [] => "true".to_owned(),
+        [one] if one.starts_with('(') => format!("!{one}"),
+        _ => format!("!({})", terms.join(" || ")),
     }
 }
 
@@ -343,15 +408,22 @@ pub fn let_through(listed: &WebhookConfig, opt_in: &OptIn) -> Option<LetThrough>
         .filter(|_| opted)
         .and_then(|s| crate::config::webhook_namespace_requirement(s).ok())
         .map(negation);
+    // Like exemptNamespaces, these break deadlocks: every optIn mode keeps them.
     let through = LetThrough {
         label,
         namespaces,
         namespace_requirement,
+        requesters: listed.exempt_requesters.clone(),
+        operations: listed.exempt_operations.clone(),
+        critical_path: listed.exempt_critical_path,
     };
     (through.label.is_some()
         || !through.namespaces.is_empty()
-        || through.namespace_requirement.is_some())
-    .then_some(through)
+        || through.namespace_requirement.is_some()
+        || !through.requesters.is_empty()
+        || !through.operations.is_empty()
+        || through.critical_path)
+        .then_some(through)
 }
 
 /// The `matchExpressions` requirement that excludes from a webhook the namespaces `selected`

@@ -1236,6 +1236,27 @@ mod corpus {
             "93-bad-namespace-selector.yaml",
             ":2:22: optIn.namespaceSelector: expected a label selector",
         ),
+        (
+            "94-webhook-bad-requester.yaml",
+            ":3:46: webhooks[0].exemptRequesters[1]: expected group:GROUP, user:USER, \
+             serviceaccount:NAMESPACE:NAME or serviceaccount:NAMESPACE:*, got \"team:ops\"",
+        ),
+        (
+            "95-webhook-requester-with-quote.yaml",
+            ":3:24: webhooks[0].exemptRequesters[0]: expected group:GROUP",
+        ),
+        (
+            "96-webhook-requester-bad-namespace.yaml",
+            ":3:24: webhooks[0].exemptRequesters[0]: expected group:GROUP",
+        ),
+        (
+            "97-webhook-bad-operation.yaml",
+            ":3:32: webhooks[0].exemptOperations[1]: unknown variant `PATCH`",
+        ),
+        (
+            "98-webhook-critical-path-with-selectors.yaml",
+            ":4:25: webhooks[0].exemptCriticalPath: expected bypassVia auto",
+        ),
     ];
 
     fn corpus_dir() -> PathBuf {

@@ -14,6 +14,8 @@
 
 use initguard_test_support::{testbed, wait};
 
+#[path = "real_cluster/cel.rs"]
+mod cel;
 #[path = "real_cluster/controllers.rs"]
 mod controllers;
 #[path = "real_cluster/deploy.rs"]
@@ -173,6 +175,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
                 tb,
             ))
         },
+    ),
+    (
+        "cel::generated_condition_lets_through_exactly_the_exempt_requests",
+        |tb| Box::pin(cel::generated_condition_lets_through_exactly_the_exempt_requests(tb)),
     ),
     (
         "writes::the_classifier_reads_the_real_servers_refusals",

@@ -9,7 +9,7 @@ use serde::de::{self, Deserializer, Visitor};
 
 use kube_common::Mechanism;
 
-use super::types::{BypassVia, OptInMode, PileupAction, Trigger, UnlistedPolicy};
+use super::types::{BypassVia, Operation, OptInMode, PileupAction, Trigger, UnlistedPolicy};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(
@@ -38,7 +38,8 @@ pub(super) struct RawConfig {
     deny_unknown_fields,
     rename_all = "camelCase",
     expecting = "a webhook entry: a mapping with keys name, owner, ownerDownGrace, restoreGrace, \
-                 exemptNamespaces, bypassVia and optIn"
+                 exemptNamespaces, exemptRequesters, exemptOperations, exemptCriticalPath, \
+                 bypassVia and optIn"
 )]
 pub(super) struct RawWebhook {
     pub name: Option<String>,
@@ -48,6 +49,9 @@ pub(super) struct RawWebhook {
     pub exempt_namespaces: Option<Vec<String>>,
     pub bypass_via: Option<BypassVia>,
     pub opt_in: Option<OptInMode>,
+    pub exempt_requesters: Option<Vec<String>>,
+    pub exempt_operations: Option<Vec<Operation>>,
+    pub exempt_critical_path: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -13,8 +13,8 @@ use super::raw::{
 };
 use super::types::{
     BypassVia, Config, Defaults, InitializerConfig, LeaderElection, ObjectRef, OptIn, OptInMode,
-    OwnerSpec, Pileup, PileupAction, ServingCert, Trigger, UnlistedPolicy, WebhookConfig,
-    WebhookId, WebhookKind,
+    OwnerSpec, Pileup, PileupAction, Requester, ServingCert, Trigger, UnlistedPolicy,
+    WebhookConfig, WebhookId, WebhookKind,
 };
 use kube_common::Mechanism;
 use kube_common::names::{
@@ -589,6 +589,31 @@ fn webhook(
             problems.value(&format!("{path}.exemptNamespaces[{i}]"), e);
         }
     }
+    let mut exempt_requesters = Vec::new();
+    for (i, text) in raw.exempt_requesters.unwrap_or_default().iter().enumerate() {
+        match Requester::parse(text) {
+            Ok(r) => exempt_requesters.push(r),
+            Err(e) => problems.value(&format!("{path}.exemptRequesters[{i}]"), e),
+        }
+    }
+    let exempt_operations = raw.exempt_operations.unwrap_or_default();
+    let exempt_critical_path = raw.exempt_critical_path.unwrap_or(false);
+    let bypass_via = raw.bypass_via.unwrap_or(BypassVia::Auto);
+    if bypass_via == BypassVia::Selectors {
+        for (key, set) in [
+            ("exemptRequesters", !exempt_requesters.is_empty()),
+            ("exemptOperations", !exempt_operations.is_empty()),
+            ("exemptCriticalPath", exempt_critical_path),
+        ] {
+            if set {
+                problems.value(
+                    &format!("{path}.{key}"),
+                    "expected bypassVia auto: only a matchConditions expression (Kubernetes \
+                     1.28+) can let requesters and operations through, selectors cannot",
+                );
+            }
+        }
+    }
     let resolved = WebhookConfig {
         id: id?,
         owner: raw
@@ -609,8 +634,11 @@ fn webhook(
             Minimum::Zero,
         ),
         exempt_namespaces,
-        bypass_via: raw.bypass_via.unwrap_or(BypassVia::Auto),
+        bypass_via,
         opt_in: raw.opt_in.unwrap_or_default(),
+        exempt_requesters,
+        exempt_operations,
+        exempt_critical_path,
         probe_interval: defaults.probe_interval,
     };
     (problems.list.len() == before).then_some(resolved)

@@ -58,6 +58,13 @@ pub struct WebhookConfig {
     /// Which objects may opt in to pass this webhook while it is bypassed
     /// (`exemptNamespaces` always do).
     pub opt_in: OptInMode,
+    /// Requesters let through while it is bypassed, under every `optIn` mode.
+    pub exempt_requesters: Vec<Requester>,
+    /// Operations let through while it is bypassed.
+    pub exempt_operations: Vec<Operation>,
+    /// The cluster's own critical path let through while it is bypassed
+    /// (`webhook::CRITICAL_PATH`).
+    pub exempt_critical_path: bool,
     /// Resolved: `defaults.probeInterval` (used by http owners).
     #[serde(with = "humantime_serde")]
     pub probe_interval: Duration,
@@ -124,6 +131,115 @@ impl fmt::Display for WebhookId {
 impl Serialize for WebhookId {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)
+    }
+}
+
+/// A requester a bypassed webhook lets through (`exemptRequesters`): `group:G`, `user:U`,
+/// `serviceaccount:NS:NAME` or `serviceaccount:NS:*`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum Requester {
+    Group(String),
+    User(String),
+    /// `name` None: every ServiceAccount of the namespace.
+    ServiceAccount {
+        namespace: String,
+        name: Option<String>,
+    },
+}
+
+impl Requester {
+    /// Parse `group:G`, `user:U`, `serviceaccount:NS:NAME` or `serviceaccount:NS:*`. Names go
+    /// into single-quoted CEL literals, so quotes, backslashes and control characters are
+    /// refused.
+    pub fn parse(text: &str) -> Result<Requester, String> {
+        let expected = "expected group:GROUP, user:USER, serviceaccount:NAMESPACE:NAME or \
+                        serviceaccount:NAMESPACE:*";
+        let plain = |what: &str, name: &str| -> Result<String, String> {
+            if name.is_empty() {
+                Err(format!("{expected}, got {text:?}: the {what} is empty"))
+            } else if let Some(c) = name
+                .chars()
+                .find(|c| matches!(c, '\'' | '\\') || c.is_control())
+            {
+                Err(format!(
+                    "{expected}, got {text:?}: the {what} holds {c:?} (quotes, backslashes and \
+                     control characters cannot appear in the generated CEL)"
+                ))
+            } else {
+                Ok(name.to_owned())
+            }
+        };
+        match text.split_once(':') {
+            Some(("group", group)) => Ok(Requester::Group(plain("group", group)?)),
+            Some(("user", user)) => Ok(Requester::User(plain("user", user)?)),
+            Some(("serviceaccount", rest)) => {
+                let Some((namespace, name)) = rest.split_once(':') else {
+                    return Err(format!(
+                        "{expected}, got {text:?}: no NAME (or *) after the namespace"
+                    ));
+                };
+                kube_common::names::validate_dns1123_label(namespace)
+                    .map_err(|e| format!("{expected}, got {text:?}: namespace: {e}"))?;
+                let name = match name {
+                    "*" => None,
+                    name => {
+                        kube_common::names::validate_dns1123_subdomain(name)
+                            .map_err(|e| format!("{expected}, got {text:?}: name: {e}"))?;
+                        Some(name.to_owned())
+                    }
+                };
+                Ok(Requester::ServiceAccount {
+                    namespace: namespace.to_owned(),
+                    name,
+                })
+            }
+            _ => Err(format!("{expected}, got {text:?}")),
+        }
+    }
+}
+
+/// As written in the config.
+impl fmt::Display for Requester {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Requester::Group(g) => write!(f, "group:{g}"),
+            Requester::User(u) => write!(f, "user:{u}"),
+            Requester::ServiceAccount { namespace, name } => {
+                write!(
+                    f,
+                    "serviceaccount:{namespace}:{}",
+                    name.as_deref().unwrap_or("*")
+                )
+            }
+        }
+    }
+}
+
+impl Serialize for Requester {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+/// An admission operation (`exemptOperations`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Operation {
+    Create,
+    Update,
+    Delete,
+    Connect,
+}
+
+impl Operation {
+    /// As the API server names it in `request.operation`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+        }
     }
 }
 

@@ -395,8 +395,13 @@ impl WebhookGuard {
                 warn!(webhook = %name, "the written entry does not hold the bypass; deciding again");
                 return step;
             };
-            warn!(webhook = %name,
-                "the API server did not keep matchConditions (feature off?); using selectors");
+            let listed = plan.listed;
+            let exemptions = !listed.exempt_requesters.is_empty()
+                || !listed.exempt_operations.is_empty()
+                || listed.exempt_critical_path;
+            warn!(webhook = %name, exemptions_dropped = exemptions,
+                "the API server did not keep matchConditions (feature off?); using selectors, \
+                 which cannot let exempt requesters, operations or the critical path through");
             memory.selectors_only = true;
             plan = plan.through_selectors(index, &self.config.opt_in);
             let records = written.records().unwrap_or_default();

@@ -29,7 +29,19 @@ fn listed(name: &str) -> WebhookConfig {
         exempt_namespaces: vec!["policy-system".to_owned()],
         bypass_via: BypassVia::Auto,
         opt_in: OptInMode::Any,
+        exempt_requesters: Vec::new(),
+        exempt_operations: Vec::new(),
+        exempt_critical_path: false,
         probe_interval: Duration::from_secs(2),
+    }
+}
+
+/// Who passes: the label and `namespaces` only.
+fn passing(label: Option<&str>, namespaces: &[String]) -> LetThrough {
+    LetThrough {
+        label: label.map(str::to_owned),
+        namespaces: namespaces.to_vec(),
+        ..LetThrough::default()
     }
 }
 
@@ -52,9 +64,8 @@ fn bypass_of(via: Via, namespaces: &[String]) -> Bypass {
 /// `matchExpressions` requirement excludes.
 fn through(via: Via, namespaces: &[String], requirement: Option<Value>) -> Bypass {
     let through = LetThrough {
-        label: Some(LABEL.to_owned()),
-        namespaces: namespaces.to_vec(),
         namespace_requirement: requirement,
+        ..passing(Some(LABEL), namespaces)
     };
     Bypass {
         since: "2027-01-15T08:00:00Z".to_owned(),
@@ -407,13 +418,67 @@ fn v1beta1_entries_without_a_policy_fail_open_and_are_left_alone() {
 #[test]
 fn the_condition_keeps_calling_the_webhook_for_everything_not_opted_in() {
     assert_eq!(
-        cel_expression(Some(LABEL), &[]),
-        "!(object != null && has(object.metadata.labels) && 'initguard.io/bypass' in object.metadata.labels)"
+        cel_expression(&passing(Some(LABEL), &[])),
+        "!(object != null && has(object.metadata) && has(object.metadata.labels) && 'initguard.io/bypass' in object.metadata.labels)"
     );
     assert_eq!(
-        cel_expression(Some(LABEL), &["a".to_owned(), "b".to_owned()]),
-        "!((object != null && has(object.metadata.labels) && 'initguard.io/bypass' in object.metadata.labels) || request.namespace in ['a', 'b'])"
+        cel_expression(&passing(Some(LABEL), &["a".to_owned(), "b".to_owned()])),
+        "!((object != null && has(object.metadata) && has(object.metadata.labels) && 'initguard.io/bypass' in object.metadata.labels) || (has(request.namespace) && request.namespace in ['a', 'b']))"
     );
+}
+
+#[test]
+fn exempt_requesters_operations_and_the_critical_path_join_the_condition_guarded() {
+    let through = LetThrough {
+        requesters: [
+            "group:system:nodes",
+            "user:alice@example.com",
+            "serviceaccount:ci:deployer",
+            "serviceaccount:ops:*",
+        ]
+        .iter()
+        .map(|r| crate::config::Requester::parse(r).unwrap())
+        .collect(),
+        operations: vec![
+            crate::config::Operation::Delete,
+            crate::config::Operation::Connect,
+        ],
+        critical_path: true,
+        ..LetThrough::default()
+    };
+    let expression = cel_expression(&through);
+    for term in [
+        "(has(request.userInfo.groups) && 'system:nodes' in request.userInfo.groups)",
+        "(has(request.userInfo.username) && request.userInfo.username == 'alice@example.com')",
+        "(has(request.userInfo.username) && request.userInfo.username == 'system:serviceaccount:ci:deployer')",
+        "(has(request.userInfo.username) && request.userInfo.username.startsWith('system:serviceaccount:ops:'))",
+        "request.operation in ['DELETE', 'CONNECT']",
+        CRITICAL_PATH,
+    ] {
+        assert!(
+            expression.contains(term),
+            "{term} missing from {expression}"
+        );
+    }
+    assert!(expression.starts_with("!("), "{expression}");
+    // No optional syntax, which 1.28 rejects.
+    assert!(
+        !expression.contains(".?") && !expression.contains("[?"),
+        "{expression}"
+    );
+    // Someone with only the critical path still passes: a bypass is made.
+    let mut config = listed("w0.example.com");
+    config.opt_in = OptInMode::None;
+    config.exempt_namespaces.clear();
+    config.exempt_critical_path = true;
+    let opt_in = OptIn {
+        label: LABEL.to_owned(),
+        namespaces: Vec::new(),
+        namespace_selector: String::new(),
+        selector: None,
+    };
+    let through = let_through(&config, &opt_in).expect("the critical path passes");
+    assert!(through.critical_path && through.label.is_none());
 }
 
 #[test]
@@ -428,9 +493,8 @@ fn opt_in_modes_decide_who_passes_a_bypassed_webhook() {
     let both = vec!["batch".to_owned(), "policy-system".to_owned()];
     let passes = |label: Option<&str>, namespaces: &[String], requirement: Option<Value>| {
         Some(LetThrough {
-            label: label.map(str::to_owned),
-            namespaces: namespaces.to_vec(),
             namespace_requirement: requirement,
+            ..passing(label, namespaces)
         })
     };
     assert_eq!(
@@ -461,13 +525,12 @@ fn opt_in_modes_decide_who_passes_a_bypassed_webhook() {
     // Without the label, neither the condition nor the selectors mention it.
     let namespaces = ["batch".to_owned()];
     assert_eq!(
-        cel_expression(None, &namespaces),
-        "!(request.namespace in ['batch'])"
+        cel_expression(&passing(None, &namespaces)),
+        "!(has(request.namespace) && request.namespace in ['batch'])"
     );
     let through = LetThrough {
-        label: None,
-        namespaces: namespaces.to_vec(),
         namespace_requirement: Some(negated.clone()),
+        ..passing(None, &namespaces)
     };
     let added = Added::new(Via::Selectors, &through);
     assert_eq!(added.object_selector, None);

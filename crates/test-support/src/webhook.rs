@@ -26,6 +26,8 @@ pub struct WebhookServer {
     pub addr: SocketAddr,
     /// Requests answered so far.
     pub calls: Arc<AtomicUsize>,
+    /// The `request` of every AdmissionReview answered, in arrival order.
+    pub reviews: Arc<std::sync::Mutex<Vec<Value>>>,
     ca_pem: String,
     tls: Arc<rustls::ServerConfig>,
     handle: Option<axum_server::Handle<SocketAddr>>,
@@ -55,6 +57,7 @@ impl WebhookServer {
             ca_pem: cert.pem(),
             tls: Arc::new(tls),
             calls: Arc::new(AtomicUsize::new(0)),
+            reviews: Arc::default(),
             handle: None,
         };
         server.serve();
@@ -76,10 +79,14 @@ impl WebhookServer {
             .into_std()
             .unwrap_or_else(|e| panic!("webhook listener: {e}"));
         let calls = self.calls.clone();
+        let reviews = self.reviews.clone();
         let app = axum::Router::new().route(
             "/validate",
             post(move |Json(review): Json<Value>| {
                 calls.fetch_add(1, Ordering::SeqCst);
+                if let Ok(mut held) = reviews.lock() {
+                    held.push(review["request"].clone());
+                }
                 let uid = review["request"]["uid"].clone();
                 async move {
                     Json(json!({
