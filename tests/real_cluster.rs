@@ -153,6 +153,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
         },
     ),
     (
+        "webhooks::webhook_bypass_lets_the_critical_path_through",
+        |tb| Box::pin(webhooks::webhook_bypass_lets_the_critical_path_through(tb)),
+    ),
+    (
         "webhooks::webhook_edits_by_others_are_not_overwritten",
         |tb| Box::pin(webhooks::webhook_edits_by_others_are_not_overwritten(tb)),
     ),

@@ -682,3 +682,126 @@ pub async fn webhook_whose_service_is_gone_is_bypassed_by_a_guard_started_after(
     revoke_service_owner_reads(&tb, prefix);
     tb.kubectl(&["delete", "namespace", system, "--wait=false"]);
 }
+
+/// A webhook that intercepts the cluster's own requests (Nodes, kube-system, DELETEs), bypassed
+/// with `exemptCriticalPath`: while its backend is dead, a kubelet's Node write, a DELETE and a
+/// kube-system write are admitted, while an admin's Node write and a ReplicaSet's pod that did
+/// not opt in are still rejected; the entry is restored exactly afterwards.
+pub async fn webhook_bypass_lets_the_critical_path_through(tb: Arc<Testbed>) {
+    let prefix = "whc";
+    let mut bed = Bed::new(tb.clone(), prefix).await;
+    let (apps, system, name) = (bed.apps.clone(), bed.system.clone(), bed.name.clone());
+    // The listed entry also intercepts Nodes, DELETEs and kube-system.
+    let broaden = json!([
+        { "op": "replace", "path": "/webhooks/1/rules", "value": [
+            { "operations": ["CREATE", "DELETE"], "apiGroups": [""], "apiVersions": ["v1"],
+              "resources": ["pods", "configmaps"] },
+            { "operations": ["UPDATE"], "apiGroups": [""], "apiVersions": ["v1"],
+              "resources": ["nodes"] },
+        ] },
+        { "op": "replace", "path": "/webhooks/1/namespaceSelector", "value": {
+            "matchExpressions": [{ "key": "kubernetes.io/metadata.name", "operator": "In",
+                                   "values": [apps, system, "kube-system"] }] } },
+    ])
+    .to_string();
+    tb.kubectl(&[
+        "patch",
+        "validatingwebhookconfiguration",
+        &name,
+        "--type",
+        "json",
+        "-p",
+        &broaden,
+    ]);
+    let baseline = get_configuration(&tb, &name);
+    let guard = tb
+        .guard(
+            prefix,
+            "initguard",
+            &config(&format!(
+                "webhooks:\n\
+                 \x20 - name: validating/{name}/{ENTRY}\n\
+                 \x20   owner: {{ lease: {system}/policy-webhook }}\n\
+                 \x20   ownerDownGrace: {GRACE_S}s\n\
+                 \x20   restoreGrace: {RESTORE_GRACE_S}s\n\
+                 \x20   exemptNamespaces: [{system}]\n\
+                 \x20   exemptCriticalPath: true\n"
+            )),
+        )
+        .await;
+    create_pod(&tb, &apps, "victim", false).unwrap_or_else(|e| panic!("webhook up: {e}"));
+    let node = "testbed-node-2";
+    let label_node = |as_kubelet: bool, value: &str| {
+        let mut args = vec!["label", "node", node, "--overwrite"];
+        let label = format!("whc={value}");
+        args.push(&label);
+        let who = ["--as=system:node:testbed-node-2", "--as-group=system:nodes"];
+        if as_kubelet {
+            args.extend(who);
+        }
+        let out = tb.kubectl_with("admin", &args, None);
+        out.status
+            .success()
+            .then_some(())
+            .ok_or_else(|| String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    bed.kill_owner().await;
+    let refused = label_node(true, "down").expect_err("the dead webhook rejects Node writes");
+    assert!(refused.contains("failed calling webhook"), "{refused}");
+
+    let mut attempt = 0;
+    eventually("an opted-in pod admitted while the webhook is down", || {
+        attempt += 1;
+        create_pod(&tb, &apps, &format!("opted-in-{attempt}"), true).ok()
+    })
+    .await;
+    // The critical path passes the dead webhook.
+    label_node(true, "kubelet").unwrap_or_else(|e| panic!("a kubelet's Node write: {e}"));
+    tb.kubectl(&["delete", "pod", "victim", "-n", &apps, "--wait=false"]);
+    tb.kubectl(&["create", "configmap", "whc-probe", "-n", "kube-system"]);
+    // What is not on it still goes to the dead webhook.
+    let admin_node = label_node(false, "admin").expect_err("an admin's Node write is not exempt");
+    assert!(admin_node.contains(ENTRY), "{admin_node}");
+    let rs_created = jiff::Timestamp::now();
+    tb.apply(&json!({
+        "apiVersion": "apps/v1", "kind": "ReplicaSet",
+        "metadata": { "name": "tenant", "namespace": apps },
+        "spec": { "replicas": 1, "selector": { "matchLabels": { "app": "tenant" } },
+                  "template": { "metadata": { "labels": { "app": "tenant" } },
+                                "spec": { "containers": [{ "name": "c", "image": "registry.k8s.io/pause:3.10" }] } } },
+    }));
+    let rejected = eventually(
+        "the ReplicaSet's pod create rejected by the dead webhook",
+        || {
+            tb.audit().into_iter().find(|a| {
+                a.user == "system:serviceaccount:kube-system:replicaset-controller"
+                    && a.resource == "pods"
+                    && a.verb == "create"
+                    && a.namespace == apps
+                    && timestamp(&a.received) >= rs_created
+            })
+        },
+    )
+    .await;
+    assert!(
+        !rejected.ok(),
+        "a ReplicaSet's pod that did not opt in was admitted: {rejected:#?}"
+    );
+    assert!(tb.list("pods", &apps, Some("app=tenant")).is_empty());
+
+    // Restored exactly once the owner is back.
+    bed.revive_owner();
+    eventually(
+        "the entry restored exactly after the owner came back",
+        || {
+            let now = get_configuration(&tb, &name);
+            (now["webhooks"] == baseline["webhooks"]).then_some(())
+        },
+    )
+    .await;
+    guard.stop();
+    tb.kubectl(&["label", "node", node, "whc-"]);
+    tb.kubectl(&["delete", "configmap", "whc-probe", "-n", "kube-system"]);
+    tb.kubectl(&["delete", "replicaset", "tenant", "-n", &apps]);
+    bed.cleanup();
+}
