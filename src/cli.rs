@@ -51,6 +51,30 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = StatusOutput::Table)]
         output: StatusOutput,
     },
+    /// Undo every recorded webhook bypass (or those named) now, whatever the owner's state, as
+    /// the guard's own restore does, leaving a tombstone: no guard bypasses the entry again
+    /// until its owner has been seen up. Exit 0 when no recorded bypass remains (with
+    /// --conflicts-ok: when only conflicts remain), 1 otherwise.
+    Restore {
+        /// Path of the YAML configuration (which webhooks are listed).
+        #[arg(long, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
+        /// Kubeconfig file; default $KUBECONFIG or ~/.kube/config, then in-cluster.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Only this listed webhook (KIND/CONFIGURATION/WEBHOOK); repeatable.
+        #[arg(long = "webhook", value_parser = crate::config::parse_webhook_id)]
+        webhooks: Vec<crate::config::WebhookId>,
+        /// Print what would be restored and exit 0.
+        #[arg(long)]
+        dry_run: bool,
+        /// Exit 0 when only conflicts remain (an entry someone else changed is left alone).
+        #[arg(long)]
+        conflicts_ok: bool,
+        /// Who the tombstone names (the chart's uninstall hook passes `uninstall`).
+        #[arg(long, value_enum, default_value_t = crate::restore::RestoredBy::Cli, hide = true)]
+        by: crate::restore::RestoredBy,
+    },
     /// Validate a configuration file: exit 0 with a summary, or 2 with located errors.
     CheckConfig {
         /// Path of the YAML configuration.

@@ -18,6 +18,7 @@ pub mod owners;
 pub mod pod;
 pub mod policy;
 pub mod report;
+pub mod restore;
 pub mod status;
 pub mod supervise;
 pub mod tracker;

@@ -11,7 +11,7 @@ use initguard::cli::DemoMechanism;
 use initguard::cli::{Cli, Command, LogFormat, Output, StatusOutput};
 use initguard::config::Config;
 use initguard::guard::Guard;
-use initguard::status;
+use initguard::{restore, status};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -40,6 +40,22 @@ fn main() -> ExitCode {
         } => {
             init_logging(format, "info");
             status_report(&config, kubeconfig.as_deref(), output)
+        }
+        Command::Restore {
+            config,
+            kubeconfig,
+            webhooks,
+            dry_run,
+            conflicts_ok,
+            by,
+        } => {
+            init_logging(format, "info");
+            let options = restore::Options {
+                webhooks,
+                dry_run,
+                by,
+            };
+            restore_now(&config, kubeconfig.as_deref(), &options, conflicts_ok)
         }
         // kube's per-request error lines are off: simulated creators get 504s by design.
         #[cfg(feature = "sim")]
@@ -161,6 +177,49 @@ fn status_report(path: &Path, kubeconfig: Option<&Path>, output: StatusOutput) -
                     },
                 }
                 ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(1)
+            }
+        }
+    })
+}
+
+/// `initguard restore`: one line per listed webhook on stdout.
+fn restore_now(
+    path: &Path,
+    kubeconfig: Option<&Path>,
+    options: &restore::Options,
+    conflicts_ok: bool,
+) -> ExitCode {
+    let config = match load(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    rt.block_on(async move {
+        let done = async {
+            let connection = status::connect(kubeconfig, &config)
+                .await
+                .map_err(|e| e.to_string())?;
+            restore::restore(&connection.client, &config, options)
+                .await
+                .map_err(|e| e.to_string())
+        };
+        match done.await {
+            Ok(lines) => {
+                for line in &lines {
+                    println!("{line}");
+                }
+                if restore::succeeded(&lines, options.dry_run, conflicts_ok) {
+                    ExitCode::SUCCESS
+                } else {
+                    ExitCode::from(1)
+                }
             }
             Err(e) => {
                 eprintln!("error: {e}");

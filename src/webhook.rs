@@ -44,6 +44,8 @@ pub struct Configuration {
     pub kind: WebhookKind,
     pub name: String,
     pub resource_version: String,
+    /// Whether it carries [`NO_BYPASS_ANNOTATION`].
+    pub paused: bool,
     /// Whether `metadata.annotations` exists (a patch adds the map or a key to it).
     pub annotations_present: bool,
     /// The raw value of [`RECORD_ANNOTATION`], if any.
@@ -102,6 +104,7 @@ impl Configuration {
             kind,
             name: text("name")?,
             resource_version: text("resourceVersion")?,
+            paused: annotations.is_some_and(|a| a.get(NO_BYPASS_ANNOTATION).is_some()),
             annotations_present: annotations.is_some_and(Value::is_object),
             record_text,
             entries,
@@ -146,8 +149,60 @@ impl Configuration {
     }
 }
 
-/// The record annotation's value: entry name → what was added.
-pub type Records = BTreeMap<String, Bypass>;
+/// The record annotation's value: entry name → what was added, or a tombstone.
+pub type Records = BTreeMap<String, Record>;
+
+/// One entry's record: a bypass in force, or the tombstone of one restored on demand.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Record {
+    Bypass(Bypass),
+    Restored(Tombstone),
+}
+
+impl Record {
+    /// The bypass in force, if this is one.
+    pub fn bypass(&self) -> Option<&Bypass> {
+        match self {
+            Record::Bypass(b) => Some(b),
+            Record::Restored(_) => None,
+        }
+    }
+
+    /// The tombstone, if this is one.
+    pub fn tombstone(&self) -> Option<&Restored> {
+        match self {
+            Record::Bypass(_) => None,
+            Record::Restored(t) => Some(&t.restored),
+        }
+    }
+}
+
+/// `{"restored": {...}}`: left by `initguard restore` (or the chart's uninstall hook). Until
+/// the entry's owner has been seen up, the guard does not bypass the entry again: a restarting
+/// or still-running guard never undoes a person's restore.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Tombstone {
+    pub restored: Restored,
+}
+
+/// When, by whom and in which owner state a bypass was restored on demand.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Restored {
+    /// RFC 3339, UTC.
+    pub at: String,
+    /// `cli` or `uninstall`.
+    pub by: String,
+    /// The owner's state as the restorer knew it (`unknown` for the CLI, which does not watch
+    /// owners).
+    pub owner_state: String,
+}
+
+/// The annotation on a configuration that pauses the guard for it: no new bypass of any of
+/// its entries while it is there (restores still happen).
+pub const NO_BYPASS_ANNOTATION: &str = "initguard.io/no-bypass";
 
 /// One bypass in force, as recorded on the configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -454,6 +509,11 @@ pub struct Situation<'a> {
     pub entry: Option<(&'a Configuration, usize)>,
     /// This entry's record, if the guard bypassed it.
     pub record: Option<&'a Bypass>,
+    /// A tombstone of a restore on demand stands in for the record: no new bypass until the
+    /// owner is seen up.
+    pub tombstone: bool,
+    /// The configuration carries [`NO_BYPASS_ANNOTATION`]: no new bypass.
+    pub paused: bool,
     pub owner: OwnerState,
     /// Bypasses undone by another writer within [`FLAP_WINDOW`] before `now`.
     pub undone_recently: usize,
@@ -477,6 +537,9 @@ pub enum Action {
     /// A bypass was undone by someone else [`FLAP_LIMIT`] times within [`FLAP_WINDOW`]: stop
     /// re-applying it, alert.
     Flapping,
+    /// The owner is up after a restore on demand: drop the tombstone, so the next outage is
+    /// handled again.
+    ForgetTombstone,
 }
 
 /// The decision rule for one listed webhook.
@@ -487,6 +550,8 @@ pub enum Action {
 ///   was undone [`FLAP_LIMIT`] times within [`FLAP_WINDOW`].
 /// * Restore once the owner has been up for at least `restoreGrace`, and only while every
 ///   added value is still in the entry; otherwise it is a conflict.
+/// * After a restore on demand (a tombstone), no bypass until the owner has been seen up (the
+///   tombstone is then dropped) and is down again; a paused configuration gets no new bypass.
 pub fn decide(s: &Situation<'_>) -> Action {
     let Some((configuration, index)) = s.entry else {
         // Nothing to bypass or restore; a record on a removed entry goes with the entry.
@@ -505,8 +570,12 @@ pub fn decide(s: &Situation<'_>) -> Action {
                 Action::Conflict
             }
         }
+        (None, OwnerState::Up { .. }) if s.tombstone => Action::ForgetTombstone,
         (record, OwnerState::Down { since }) => {
             if record.is_some_and(|r| r.added.present_in(entry)) {
+                return Action::Wait(None);
+            }
+            if s.tombstone || s.paused {
                 return Action::Wait(None);
             }
             if configuration.failure_policy(index) != FailurePolicy::Fail || !s.lets_through {
@@ -565,7 +634,7 @@ pub fn status(
         status.state = "record unreadable";
         return status;
     };
-    match records.get(&config.id.webhook) {
+    match records.get(&config.id.webhook).and_then(Record::bypass) {
         Some(b) if b.added.present_in(&c.entries[index]) => {
             status.state = "bypassed";
             status.bypassed_since = Some(b.since.clone());

@@ -27,8 +27,8 @@ use crate::policy::Reason;
 use crate::supervise::{self, Failures};
 use crate::webhook::patch::{bypass_patch, forget_patch, go_json, restore_patch};
 use crate::webhook::{
-    Action, Added, Bypass, Configuration, FLAP_WINDOW, FailurePolicy, Situation, Via, decide,
-    let_through,
+    Action, Added, Bypass, Configuration, FLAP_WINDOW, FailurePolicy, Record, Situation, Via,
+    decide, let_through,
 };
 
 /// After a write that failed for another reason than a changed object, decide again this
@@ -37,7 +37,7 @@ const RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// `failurePolicy` of an entry that omits it: `Fail` in admissionregistration.k8s.io/v1,
 /// `Ignore` in v1beta1.
-fn default_failure_policy(resource: &ApiResource) -> FailurePolicy {
+pub(crate) fn default_failure_policy(resource: &ApiResource) -> FailurePolicy {
     if resource.version == "v1" {
         FailurePolicy::Fail
     } else {
@@ -199,7 +199,9 @@ impl WebhookGuard {
                 return Step::default();
             }
         };
-        let record = records.get(&listed.id.webhook);
+        let kept = records.get(&listed.id.webhook);
+        let record = kept.and_then(Record::bypass);
+        let tombstone = kept.and_then(Record::tombstone).is_some();
         let bypassed = match (record, entry) {
             (Some(r), Some((c, i))) => r.added.present_in(&c.entries[i]),
             _ => false,
@@ -234,6 +236,8 @@ impl WebhookGuard {
             config: listed,
             entry,
             record,
+            tombstone,
+            paused: configuration.is_some_and(|c| c.paused),
             owner,
             undone_recently: memory.undone.len(),
             lets_through: passes.is_some(),
@@ -318,6 +322,16 @@ impl WebhookGuard {
                     self.event(listed, resource, "WebhookRestored", "Restore", cancel, format!(
                         "initguard removed its bypass of webhook {}: the owner has been up for {}",
                         listed.id.webhook, humantime::format_duration(listed.restore_grace))).await;
+                }
+                step
+            }
+            Action::ForgetTombstone if self.config.dry_run => Step::default(),
+            Action::ForgetTombstone => {
+                let patch = forget_patch(configuration, &listed.id.webhook, &records);
+                let step = self.write(listed, resource, patch, cancel).await;
+                if step.refreshed.is_some() {
+                    info!(webhook = %name,
+                        "owner up since the bypass was restored on demand; tombstone dropped");
                 }
                 step
             }
@@ -586,7 +600,7 @@ impl Plan<'_> {
 
 /// The PATCH of one configuration with `patch` as the API server's Go code would encode it
 /// ([`go_json`]: its `test`s compare raw bytes).
-fn patch_request(
+pub(crate) fn patch_request(
     resource: &ApiResource,
     name: &str,
     patch: &JsonPatch,

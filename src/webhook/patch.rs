@@ -12,7 +12,10 @@ use json_patch::{
 };
 use serde_json::Value;
 
-use super::{Bypass, Configuration, RECORD_ANNOTATION, Records, list_at, position_in};
+use super::{
+    Bypass, Configuration, RECORD_ANNOTATION, Record, Records, Restored, Tombstone, list_at,
+    position_in,
+};
 
 fn test(path: PointerBuf, value: Value) -> PatchOperation {
     PatchOperation::Test(TestOperation { path, value })
@@ -122,7 +125,7 @@ pub fn bypass_patch(
         }
     }
     let mut next = records.clone();
-    next.insert(webhook.to_owned(), bypass.clone());
+    next.insert(webhook.to_owned(), Record::Bypass(bypass.clone()));
     ops.extend(record_ops(configuration, &next));
     Patch(ops)
 }
@@ -135,7 +138,28 @@ pub fn restore_patch(
     webhook: &str,
     records: &Records,
 ) -> Option<Patch> {
-    let bypass = records.get(webhook)?;
+    restore_leaving(configuration, index, webhook, records, None)
+}
+
+/// As [`restore_patch`], leaving `tombstone` in place of the record (`initguard restore`).
+pub fn restore_with_tombstone(
+    configuration: &Configuration,
+    index: usize,
+    webhook: &str,
+    records: &Records,
+    tombstone: Restored,
+) -> Option<Patch> {
+    restore_leaving(configuration, index, webhook, records, Some(tombstone))
+}
+
+fn restore_leaving(
+    configuration: &Configuration,
+    index: usize,
+    webhook: &str,
+    records: &Records,
+    tombstone: Option<Restored>,
+) -> Option<Patch> {
+    let bypass = records.get(webhook)?.bypass()?;
     let entry = &configuration.entries[index];
     let mut ops = preconditions(configuration, index, webhook);
     let mut found = Vec::new();
@@ -151,7 +175,14 @@ pub fn restore_patch(
         ops.push(PatchOperation::Remove(RemoveOperation { path: pointer }));
     }
     let mut next = records.clone();
-    next.remove(webhook);
+    match tombstone {
+        Some(restored) => {
+            next.insert(webhook.to_owned(), Record::Restored(Tombstone { restored }));
+        }
+        None => {
+            next.remove(webhook);
+        }
+    }
     ops.extend(record_ops(configuration, &next));
     Some(Patch(ops))
 }

@@ -166,7 +166,7 @@ fn arb_configuration() -> impl Strategy<Value = (Value, usize)> {
             if other_record {
                 // Another entry of this configuration is bypassed already.
                 let mut records = Records::new();
-                records.insert("elsewhere.example.com".into(), bypass_of(Via::Selectors, &[]));
+                records.insert("elsewhere.example.com".into(), Record::Bypass(bypass_of(Via::Selectors, &[])));
                 annotations.insert(RECORD_ANNOTATION.into(), json!(serde_json::to_string(&records).expect("serializes")));
             }
             if !annotations.is_empty() {
@@ -227,7 +227,7 @@ proptest! {
 
         let after = decode(&bypassed);
         let recorded = after.records().expect("the record parses");
-        prop_assert_eq!(recorded.get(&name), Some(&bypass));
+        prop_assert_eq!(recorded.get(&name).and_then(Record::bypass), Some(&bypass));
         for (other, b) in &records {
             prop_assert_eq!(recorded.get(other), Some(b), "another entry's record survives");
         }
@@ -267,6 +267,8 @@ proptest! {
         still_present in any::<bool>(),
         undone in 0usize..5,
         lets_through in any::<bool>(),
+        tombstone in any::<bool>(),
+        paused in any::<bool>(),
     ) {
         let mut object = object;
         let name = format!("w{index}.example.com");
@@ -282,10 +284,14 @@ proptest! {
         };
         let config = listed(&name);
         let record = recorded.then_some(&bypass);
+        // A tombstone stands in the record's place.
+        let tombstone = tombstone && !recorded;
         let situation = Situation {
             config: &config,
             entry: Some((&configuration, index)),
             record,
+            tombstone,
+            paused,
             owner,
             undone_recently: undone,
             lets_through,
@@ -302,8 +308,15 @@ proptest! {
                 prop_assert!(!record.is_some_and(|r| r.added.present_in(&configuration.entries[index])),
                     "bypassed twice");
                 prop_assert!(record.is_none() || undone < FLAP_LIMIT);
+                prop_assert!(!tombstone, "bypassed before the owner was seen up after a restore on demand");
+                prop_assert!(!paused, "bypassed a paused configuration");
+            }
+            Action::ForgetTombstone => {
+                prop_assert!(tombstone && record.is_none());
+                prop_assert!(matches!(owner, OwnerState::Up { .. }), "tombstone dropped with an owner not up");
             }
             Action::Flapping => {
+                prop_assert!(!paused && !tombstone);
                 prop_assert!(matches!(owner, OwnerState::Down { .. }), "flapping with an owner not down");
                 prop_assert!(record.is_some() && undone >= FLAP_LIMIT);
             }
@@ -338,6 +351,8 @@ fn an_owner_down_for_the_grace_bypasses_and_up_for_the_restore_grace_restores() 
             config: &config,
             entry: Some((&configuration, 0)),
             record,
+            tombstone: false,
+            paused: false,
             owner,
             undone_recently: 0,
             lets_through: true,
@@ -361,6 +376,8 @@ fn an_owner_down_for_the_grace_bypasses_and_up_for_the_restore_grace_restores() 
         config: &config,
         entry: Some((&configuration, 0)),
         record: Some(&bypass),
+        tombstone: false,
+        paused: false,
         owner: up,
         undone_recently: 0,
         lets_through: true,
@@ -383,6 +400,8 @@ fn the_third_undone_bypass_in_the_window_is_flapping() {
             config: &config,
             entry: Some((&configuration, 0)),
             record: Some(&bypass),
+            tombstone: false,
+            paused: false,
             owner: OwnerState::Down { since: t(0) },
             undone_recently: undone,
             lets_through: true,
@@ -407,6 +426,8 @@ fn v1beta1_entries_without_a_policy_fail_open_and_are_left_alone() {
         config: &config,
         entry: Some((&configuration, 0)),
         record: None,
+        tombstone: false,
+        paused: false,
         owner: OwnerState::Down { since: t(0) },
         undone_recently: 0,
         lets_through: true,
@@ -632,4 +653,48 @@ fn patches_are_sent_with_go_escaping_so_the_servers_byte_compare_matches() {
     // Still the same patch once parsed.
     let parsed: json_patch::Patch = serde_json::from_str(&sent).expect("valid JSON");
     assert_eq!(parsed, patch);
+}
+
+#[test]
+fn a_restore_on_demand_holds_until_the_owner_is_seen_up_and_down_again() {
+    let object = json!({
+        "metadata": { "name": "policy", "resourceVersion": "7" },
+        "webhooks": [{ "name": "w0.example.com", "failurePolicy": "Fail" }],
+    });
+    let configuration = decode(&object);
+    let config = listed("w0.example.com");
+    let decide_with = |tombstone: bool, paused: bool, owner: OwnerState| {
+        decide(&Situation {
+            config: &config,
+            entry: Some((&configuration, 0)),
+            record: None,
+            tombstone,
+            paused,
+            owner,
+            undone_recently: 0,
+            lets_through: true,
+            now: t(1000),
+        })
+    };
+    let down = OwnerState::Down { since: t(0) };
+    let up = OwnerState::Up { since: t(999) };
+    // Restored by a person while the owner is still down: not bypassed again.
+    assert_eq!(decide_with(true, false, down), Action::Wait(None));
+    // Seen up (at once, no grace): the tombstone goes; down again: bypassed as usual.
+    assert_eq!(decide_with(true, false, up), Action::ForgetTombstone);
+    assert_eq!(decide_with(false, false, down), Action::Bypass);
+    // A paused configuration: never a new bypass.
+    assert_eq!(decide_with(false, true, down), Action::Wait(None));
+    // Tombstones read back as such, bypass records as bypasses.
+    let tomb: Records = serde_json::from_str(
+        r#"{"w0.example.com":{"restored":{"at":"2026-11-26T00:00:00Z","by":"cli","ownerState":"unknown"}}}"#,
+    )
+    .expect("a tombstone parses");
+    assert!(
+        tomb["w0.example.com"].tombstone().is_some() && tomb["w0.example.com"].bypass().is_none()
+    );
+    let bypass: Records =
+        serde_json::from_value(json!({ "w0.example.com": bypass_of(Via::MatchConditions, &[]) }))
+            .expect("a bypass parses");
+    assert!(bypass["w0.example.com"].bypass().is_some());
 }

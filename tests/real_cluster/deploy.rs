@@ -371,6 +371,9 @@ pub async fn manifests_kustomize_and_chart_install_on_the_real_server(tb: Arc<Te
             "--namespace",
             NAMESPACE,
             "--wait",
+            // The restore hook's pod would never run here (no kubelet);
+            // webhooks::webhook_bypass_is_restored_by_helm_uninstall runs it.
+            "--no-hooks",
         ],
         None,
     );

@@ -596,7 +596,10 @@ fn revoke_service_owner_reads(tb: &Testbed, prefix: &str) {
 /// An uninstall that removed the webhook's Service but left its Fail configuration behind:
 /// the API server rejects every create ("service not found"). A guard started only then never
 /// saw the Service, and still judges the default owner down: after the grace the entry is
-/// bypassed, opted-in pods are admitted and others are still rejected.
+/// bypassed, opted-in pods are admitted and others are still rejected. `initguard restore`
+/// then puts the entry back exactly while the Service is still missing and leaves a tombstone:
+/// the running guard does not bypass again until the owner has been up (the tombstone goes)
+/// and down again.
 pub async fn webhook_whose_service_is_gone_is_bypassed_by_a_guard_started_after(tb: Arc<Testbed>) {
     let started = jiff::Timestamp::now();
     let (prefix, system) = ("whg", "whg-system");
@@ -677,7 +680,117 @@ pub async fn webhook_whose_service_is_gone_is_bypassed_by_a_guard_started_after(
     let after = get_configuration(&tb, name)["webhooks"].clone();
     assert_eq!(after[0]["clientConfig"], before[0]["clientConfig"]);
     assert_eq!(after[0]["failurePolicy"], before[0]["failurePolicy"]);
+
+    // `initguard restore` while the Service is still missing: the entry exactly as before,
+    // and a tombstone in place of the record.
+    let config_path = tb.dir.join(format!("{prefix}-restore.yaml"));
+    std::fs::write(
+        &config_path,
+        config(&format!("webhooks:\n  - name: validating/{name}/{ENTRY}\n")),
+    )
+    .expect("write the restore config");
+    let restore = |extra: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_initguard"))
+            .arg("restore")
+            .arg("--config")
+            .arg(&config_path)
+            .arg("--kubeconfig")
+            .arg(tb.kubeconfig("initguard"))
+            .args(extra)
+            .output()
+            .expect("initguard restore runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, printed) = restore(&["--dry-run"]);
+    assert_eq!(code, Some(0), "{printed}");
+    assert!(printed.contains("would restore"), "{printed}");
+    assert_ne!(
+        get_configuration(&tb, name)["webhooks"],
+        before,
+        "a dry run wrote"
+    );
+    let (code, printed) = restore(&[]);
+    assert_eq!(code, Some(0), "{printed}");
+    assert!(printed.contains("restored"), "{printed}");
+    let restored_at = jiff::Timestamp::now();
+    let restored = get_configuration(&tb, name);
+    assert_eq!(restored["webhooks"], before, "restored exactly");
+    let record: Value = serde_json::from_str(
+        restored["metadata"]["annotations"][RECORD]
+            .as_str()
+            .expect("the record annotation holds the tombstone"),
+    )
+    .expect("the record is JSON");
+    assert_eq!(record[ENTRY]["restored"]["by"], "cli", "{record:#}");
+    let refused = create_pod(&tb, prefix, "after-restore", true)
+        .expect_err("the restored webhook rejects again, opted in or not");
+    assert!(refused.contains("failed calling webhook"), "{refused}");
+    // Again: nothing left to restore.
+    let (code, printed) = restore(&[]);
+    assert_eq!(
+        (code, printed.contains("no bypass recorded")),
+        (Some(0), true),
+        "{printed}"
+    );
+
+    // The running guard leaves it alone while the owner stays down (its grace is 1 s).
+    tokio::time::sleep(std::time::Duration::from_secs(4)).await;
+    let writes_after = |since: jiff::Timestamp| -> Vec<Audit> {
+        configuration_writes(&tb, since)
+            .into_iter()
+            .filter(|w| w.user == GUARD_USER)
+            .collect()
+    };
+    assert!(
+        writes_after(restored_at).is_empty(),
+        "the guard bypassed again before the owner was seen up: {:#?}",
+        writes_after(restored_at)
+    );
+    // The owner comes up (the Service and a ready endpoint): the tombstone goes; down again
+    // (the Service removed): bypassed again, in that order.
+    tb.kubectl(&[
+        "-n",
+        system,
+        "create",
+        "service",
+        "clusterip",
+        "uninstalled",
+        "--tcp=443:9443",
+    ]);
+    tb.apply(&json!({
+        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+        "metadata": { "name": "uninstalled-1", "namespace": system,
+                      "labels": { "kubernetes.io/service-name": "uninstalled" } },
+        "addressType": "IPv4",
+        "endpoints": [{ "addresses": ["10.0.0.98"], "conditions": { "ready": true } }],
+        "ports": [{ "name": "", "port": 9443, "protocol": "TCP" }],
+    }));
+    eventually("the tombstone dropped once the owner is seen up", || {
+        let now = get_configuration(&tb, name);
+        now["metadata"]["annotations"][RECORD]
+            .is_null()
+            .then_some(())
+    })
+    .await;
+    let up_seen = jiff::Timestamp::now();
+    tb.kubectl(&["-n", system, "delete", "service", "uninstalled"]);
+    tb.kubectl(&["-n", system, "delete", "endpointslice", "uninstalled-1"]);
+    eventually("bypassed again after the owner went down again", || {
+        create_pod(&tb, prefix, "opted-in-again", true).ok()
+    })
+    .await;
+    let rebypass = writes_after(up_seen);
+    assert!(
+        !rebypass.is_empty() && rebypass.iter().all(Audit::ok),
+        "{rebypass:#?}"
+    );
     guard.stop();
+    // Leave nothing bypassed: the owner is still down, so the guard would keep it.
+    let (code, printed) = restore(&[]);
+    assert_eq!(code, Some(0), "{printed}");
     cleanup(&tb, prefix, name);
     revoke_service_owner_reads(&tb, prefix);
     tb.kubectl(&["delete", "namespace", system, "--wait=false"]);
