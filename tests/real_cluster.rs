@@ -157,6 +157,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
         |tb| Box::pin(webhooks::webhook_bypass_lets_the_critical_path_through(tb)),
     ),
     (
+        "webhooks::webhook_bypass_is_restored_by_helm_uninstall",
+        |tb| Box::pin(webhooks::webhook_bypass_is_restored_by_helm_uninstall(tb)),
+    ),
+    (
         "webhooks::webhook_edits_by_others_are_not_overwritten",
         |tb| Box::pin(webhooks::webhook_edits_by_others_are_not_overwritten(tb)),
     ),

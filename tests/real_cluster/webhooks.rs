@@ -918,3 +918,230 @@ pub async fn webhook_bypass_lets_the_critical_path_through(tb: Arc<Testbed>) {
     tb.kubectl(&["delete", "replicaset", "tenant", "-n", &apps]);
     bed.cleanup();
 }
+
+/// `helm uninstall` leaves no webhook bypassed: the chart's pre-delete hook Job restores it.
+/// The test bed runs no kubelet, so the test plays the kubelet's part for the hook's pod: it
+/// runs the pod's own command line as a host process, with a TokenRequest token of the pod's
+/// ServiceAccount and the release's rendered config, then reports the pod Succeeded through
+/// `pods/status`; the real Job controller and helm do the rest.
+pub async fn webhook_bypass_is_restored_by_helm_uninstall(tb: Arc<Testbed>) {
+    let (prefix, system, release_ns) = ("whu", "whu-system", "whu-release");
+    let name = "whu-policy";
+    let release = "whu";
+    tb.namespace(system);
+    tb.namespace(prefix);
+    tb.kubectl(&["label", "namespace", prefix, "webhook-test=whu"]);
+    tb.apply(&json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": { "name": name },
+        "webhooks": [{
+            "name": ENTRY,
+            "clientConfig": { "service": { "namespace": system, "name": "uninstalled",
+                                           "path": "/validate" } },
+            "rules": [{ "operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                        "resources": ["pods"] }],
+            "namespaceSelector": { "matchLabels": { "webhook-test": prefix } },
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+        }],
+    }));
+    let before = get_configuration(&tb, name)["webhooks"].clone();
+    // A guard bypasses it (the release's own replicas never run here), then stops.
+    grant(&tb, prefix, name);
+    grant_service_owner_reads(&tb, prefix);
+    let webhook = format!("validating/{name}/{ENTRY}");
+    let guard = tb
+        .guard(
+            prefix,
+            "initguard",
+            &config(&format!(
+                "webhooks:\n  - {{ name: {webhook}, ownerDownGrace: 1s }}\n"
+            )),
+        )
+        .await;
+    eventually("the bypass", || {
+        create_pod(&tb, prefix, "opted-in", true).ok()
+    })
+    .await;
+    guard.stop();
+    cleanup_rbac_only(&tb, prefix);
+    revoke_service_owner_reads(&tb, prefix);
+
+    let helm = tb.bin.join("helm");
+    let admin = tb.kubeconfig("admin");
+    let admin = admin.to_str().expect("UTF-8 path");
+    let chart = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("charts/initguard");
+    let webhooks = json!([{ "name": webhook }]).to_string();
+    crate::deploy::run(
+        "helm install",
+        &helm,
+        &[
+            "--kubeconfig",
+            admin,
+            "install",
+            release,
+            chart.to_str().expect("UTF-8 path"),
+            "--namespace",
+            release_ns,
+            "--create-namespace",
+            "--set-json",
+            &format!("config.webhooks={webhooks}"),
+            "--set",
+            "config.dryRun=false",
+            "--set",
+            "replicaCount=1",
+            "--set",
+            "admissionPolicies.enabled=false",
+        ],
+        None,
+    );
+    let uninstall = std::process::Command::new(&helm)
+        .args([
+            "--kubeconfig",
+            admin,
+            "uninstall",
+            release,
+            "--namespace",
+            release_ns,
+            "--wait",
+            "--timeout",
+            "3m",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("helm uninstall starts");
+    let pod = eventually("the restore hook's pod", || {
+        tb.list(
+            "pods",
+            release_ns,
+            Some("app.kubernetes.io/component=restore"),
+        )
+        .into_iter()
+        .next()
+    })
+    .await;
+    let pod_name = pod["metadata"]["name"]
+        .as_str()
+        .expect("pod name")
+        .to_owned();
+    let container = &pod["spec"]["containers"][0];
+    assert_eq!(
+        pod["metadata"]["labels"][OPT_IN], "true",
+        "the hook pod is opted in"
+    );
+    // The pod's identity and configuration, as the kubelet would mount them.
+    let sa = pod["spec"]["serviceAccountName"]
+        .as_str()
+        .expect("a ServiceAccount");
+    let token = tb.kubectl(&["create", "token", sa, "-n", release_ns]);
+    let kubeconfig = std::fs::read_to_string(tb.kubeconfig("admin"))
+        .expect("admin kubeconfig")
+        .lines()
+        .map(|l| {
+            if l.trim_start().starts_with("token:") {
+                format!("    token: {}", token.trim())
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let kubeconfig_path = tb.dir.join("whu-hook.kubeconfig");
+    std::fs::write(&kubeconfig_path, kubeconfig).expect("write the hook kubeconfig");
+    let rendered = tb.kubectl(&[
+        "get",
+        "configmap",
+        &format!("{release}-initguard"),
+        "-n",
+        release_ns,
+        "-o",
+        "jsonpath={.data.config\\.yaml}",
+    ]);
+    let config_path = tb.dir.join("whu-hook-config.yaml");
+    std::fs::write(&config_path, rendered).expect("write the release's config");
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .expect("the hook's args")
+        .iter()
+        .map(|a| {
+            let a = a.as_str().unwrap_or_default();
+            if a == "/etc/initguard/config.yaml" {
+                config_path.display().to_string()
+            } else {
+                a.to_owned()
+            }
+        })
+        .collect();
+    assert_eq!(
+        args.first().map(String::as_str),
+        Some("restore"),
+        "{args:?}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_initguard"))
+        .args(&args)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig_path)
+        .output()
+        .expect("the hook's command runs");
+    let printed = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success() && printed.contains("restored"),
+        "the hook's command: {printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    tb.kubectl(&[
+        "patch",
+        "pod",
+        &pod_name,
+        "-n",
+        release_ns,
+        "--subresource",
+        "status",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"status":{"phase":"Succeeded"}}"#,
+    ]);
+    let done = uninstall.wait_with_output().expect("helm uninstall ends");
+    assert!(
+        done.status.success(),
+        "helm uninstall: {}{}",
+        String::from_utf8_lossy(&done.stdout),
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let status = std::process::Command::new(&helm)
+        .args([
+            "--kubeconfig",
+            admin,
+            "status",
+            release,
+            "--namespace",
+            release_ns,
+        ])
+        .output()
+        .expect("helm status runs");
+    assert!(!status.status.success(), "the release is still there");
+    let after = get_configuration(&tb, name);
+    assert_eq!(after["webhooks"], before, "restored exactly by the hook");
+    let record: Value = serde_json::from_str(
+        after["metadata"]["annotations"][RECORD]
+            .as_str()
+            .expect("the tombstone"),
+    )
+    .expect("JSON");
+    assert_eq!(record[ENTRY]["restored"]["by"], "uninstall", "{record:#}");
+    tb.kubectl(&["delete", "validatingwebhookconfiguration", name]);
+    for ns in [system, release_ns] {
+        tb.kubectl(&["delete", "namespace", ns, "--wait=false"]);
+    }
+}
+
+/// The RBAC of [`grant`] alone (the configuration stays).
+fn cleanup_rbac_only(tb: &Testbed, prefix: &str) {
+    let role = format!("{prefix}-initguard-webhooks");
+    tb.kubectl(&["delete", "clusterrolebinding", &role, "--ignore-not-found"]);
+    tb.kubectl(&["delete", "clusterrole", &role, "--ignore-not-found"]);
+}
