@@ -269,15 +269,20 @@ fn check_config(path: &std::path::Path, output: Output, kubeconfig: Option<&Path
     }
 }
 
-/// The listed owners missing from the cluster of `kubeconfig`; exit 1 when it cannot be reached
-/// at all (a valid config with missing owners is still exit 0: they are warnings).
+/// The listed owners missing from the cluster of `kubeconfig`, and bypass records left on
+/// webhooks no longer listed; exit 1 when it cannot be reached at all (a valid config with
+/// missing owners is still exit 0: they are warnings).
 fn missing_owners(kubeconfig: &Path, config: &Config) -> Result<Vec<String>, ExitCode> {
     let rt = runtime()?;
     rt.block_on(async {
         match status::connect(Some(kubeconfig), config).await {
             // Reachability first: "could not check" for every owner would bury the cause.
             Ok(conn) => match conn.client.apiserver_version().await {
-                Ok(_) => Ok(initguard::owners::missing_owners(&conn.client, config).await),
+                Ok(_) => {
+                    let mut lines = initguard::owners::missing_owners(&conn.client, config).await;
+                    lines.extend(restore::orphaned_records(&conn.client, config).await);
+                    Ok(lines)
+                }
                 Err(e) => {
                     eprintln!("error: cannot reach the API server to check the owners: {e}");
                     Err(ExitCode::from(1))

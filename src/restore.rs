@@ -10,7 +10,7 @@ use kube::Api;
 use kube::api::{ApiResource, DynamicObject};
 use serde::Serialize;
 
-use crate::config::{Config, WebhookConfig, WebhookId};
+use crate::config::{Config, WebhookConfig, WebhookId, WebhookKind};
 use crate::guard::webhooks::{default_failure_policy, patch_request};
 use crate::guard::write::{self, Refusal};
 use crate::webhook::patch::restore_with_tombstone;
@@ -225,6 +225,71 @@ async fn restore_one(
     Outcome::Failed(format!(
         "{name} kept changing between read and write ({ATTEMPTS} attempts)"
     ))
+}
+
+/// For `check-config --kubeconfig`: one warning per bypass recorded on a configuration for an
+/// entry the config does not list (a guard reconfigured, or uninstalled without its hook, left
+/// it behind: no guard will ever restore it), and one when the configurations cannot be read.
+pub async fn orphaned_records(client: &kube::Client, config: &Config) -> Vec<String> {
+    let surface = match kube_common::ApiSurface::read(client).await {
+        Ok(s) => s,
+        Err(e) => {
+            return vec![format!(
+                "cannot read discovery to look for bypass records: {e}"
+            )];
+        }
+    };
+    let mut lines = Vec::new();
+    for kind in [WebhookKind::Validating, WebhookKind::Mutating] {
+        let Some(resource) = surface.webhook_configurations(kind.object_kind(), kind.resource())
+        else {
+            continue;
+        };
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        let list = match api.list_metadata(&kube::api::ListParams::default()).await {
+            Ok(list) => list,
+            Err(e) => {
+                lines.push(format!(
+                    "cannot list {} to look for bypass records left behind: {e}",
+                    kind.resource()
+                ));
+                continue;
+            }
+        };
+        for object in list.items {
+            let name = object.metadata.name.unwrap_or_default();
+            let Some(text) = object
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::webhook::RECORD_ANNOTATION))
+            else {
+                continue;
+            };
+            let Ok(records) = serde_json::from_str::<crate::webhook::Records>(text) else {
+                lines.push(format!(
+                    "{}/{name}: the {} annotation is not valid JSON",
+                    kind.as_str(),
+                    crate::webhook::RECORD_ANNOTATION
+                ));
+                continue;
+            };
+            for (entry, record) in &records {
+                let listed = config.webhooks.iter().any(|w| {
+                    w.id.kind == kind && w.id.configuration == name && &w.id.webhook == entry
+                });
+                if record.bypass().is_some() && !listed {
+                    lines.push(format!(
+                        "{}/{name}/{entry} carries a bypass record but is not listed: no guard \
+                         will restore it; list it and run `initguard restore --webhook {}/{name}/{entry}`",
+                        kind.as_str(),
+                        kind.as_str()
+                    ));
+                }
+            }
+        }
+    }
+    lines
 }
 
 #[cfg(test)]

@@ -968,6 +968,26 @@ pub async fn webhook_bypass_is_restored_by_helm_uninstall(tb: Arc<Testbed>) {
     guard.stop();
     cleanup_rbac_only(&tb, prefix);
     revoke_service_owner_reads(&tb, prefix);
+    // A config that no longer lists it: check-config says the record is left behind.
+    let unlisted = tb.dir.join("whu-unlisted.yaml");
+    std::fs::write(&unlisted, config("")).expect("write a config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_initguard"))
+        .arg("check-config")
+        .arg(&unlisted)
+        .arg("--kubeconfig")
+        .arg(tb.kubeconfig("admin"))
+        .output()
+        .expect("check-config runs");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && printed.lines().any(|l| l.starts_with("warning: ")
+                && l.contains(&format!(
+                    "{webhook} carries a bypass record but is not listed"
+                ))),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 
     let helm = tb.bin.join("helm");
     let admin = tb.kubeconfig("admin");
