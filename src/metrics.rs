@@ -57,6 +57,7 @@ pub struct Metrics {
     pub pileups: IntGaugeVec,
     pub is_leader: IntGauge,
     pub watch_restarts_total: IntCounterVec,
+    pub owner_probe_total: IntCounterVec,
     pub build_info: IntGaugeVec,
     pub deadline_seconds: GaugeVec,
     pub dry_run: IntGauge,
@@ -160,6 +161,13 @@ impl Metrics {
                 ),
                 &["resource"],
             )?,
+            owner_probe_total: IntCounterVec::new(
+                Opts::new(
+                    "initguard_owner_probe_total",
+                    "Probes of http owners and dry-run canaries of apiserver owners, by verdict.",
+                ),
+                &["owner_kind", "outcome"],
+            )?,
             build_info: IntGaugeVec::new(
                 Opts::new(
                     "initguard_build_info",
@@ -225,6 +233,7 @@ impl Metrics {
         r.register(Box::new(m.pileups.clone()))?;
         r.register(Box::new(m.is_leader.clone()))?;
         r.register(Box::new(m.watch_restarts_total.clone()))?;
+        r.register(Box::new(m.owner_probe_total.clone()))?;
         r.register(Box::new(m.build_info.clone()))?;
         r.register(Box::new(m.deadline_seconds.clone()))?;
         r.register(Box::new(m.dry_run.clone()))?;
@@ -280,7 +289,9 @@ impl Metrics {
                         .with_label_values(&["endpointslices"]);
                     m.watch_restarts_total.with_label_values(&["services"])
                 }
-                crate::config::OwnerSpec::Pods { .. } | crate::config::OwnerSpec::Http { .. } => {
+                crate::config::OwnerSpec::Pods { .. }
+                | crate::config::OwnerSpec::Http { .. }
+                | crate::config::OwnerSpec::Apiserver(_) => {
                     continue;
                 }
             };
@@ -354,6 +365,14 @@ impl Metrics {
     pub fn watch_restarted(&self, resource: &str) {
         self.watch_restarts_total
             .with_label_values(&[resource])
+            .inc();
+    }
+
+    /// Count one probe of an `owner_kind` (http, apiserver) owner with its `outcome`
+    /// (up, down, unknown).
+    pub fn owner_probed(&self, owner_kind: &str, outcome: &str) {
+        self.owner_probe_total
+            .with_label_values(&[owner_kind, outcome])
             .inc();
     }
 

@@ -434,11 +434,17 @@ pub fn cel_expression(through: &LetThrough) -> String {
     if through.critical_path {
         terms.push(format!("({CRITICAL_PATH})"));
     }
+    // A canary (an apiserver owner's dry run) always reaches the webhook.
+    let canary = format!(
+        "(object != null && has(object.metadata) && has(object.metadata.labels) && \
+         '{}' in object.metadata.labels)",
+        crate::config::CANARY_LABEL
+    );
     match terms.as_slice() {
         // Nothing to let through here (only a namespace requirement does): always call it.
         [] => "true".to_owned(),
-        [one] if one.starts_with('(') => format!("!{one}"),
-        _ => format!("!({})", terms.join(" || ")),
+        [one] if one.starts_with('(') => format!("{canary} || !{one}"),
+        _ => format!("{canary} || !({})", terms.join(" || ")),
     }
 }
 

@@ -469,12 +469,12 @@ mod rules {
         assert_rejected(
             "initializers:\n  - name: s.example.com\n    owner: {}\n",
             "3:5",
-            "initializers[0].owner: expected exactly one of deployment, lease, service, pods or http, got none",
+            "initializers[0].owner: expected exactly one of deployment, lease, service, pods, http or apiserver, got none",
         );
         assert_rejected(
             "initializers:\n  - name: s.example.com\n    owner:\n      deployment: a/b\n      http: http://x/\n",
             "3:5",
-            "initializers[0].owner: expected exactly one of deployment, lease, service, pods or http, got \
+            "initializers[0].owner: expected exactly one of deployment, lease, service, pods, http or apiserver, got \
              deployment and http",
         );
     }
@@ -1256,6 +1256,19 @@ mod corpus {
         (
             "98-webhook-critical-path-with-selectors.yaml",
             ":4:25: webhooks[0].exemptCriticalPath: expected bypassVia auto",
+        ),
+        (
+            "99-initializer-apiserver-owner.yaml",
+            ":3:14: initializers[0].owner.apiserver: expected another owner kind",
+        ),
+        (
+            "99a-webhook-canary-in-exempt-namespace.yaml",
+            ":4:38: webhooks[0].owner.apiserver.namespace: expected a namespace the bypass does \
+             not exempt",
+        ),
+        (
+            "99b-webhook-canary-bad-resource.yaml",
+            ":3:56: webhooks[0].owner.apiserver.resource: unknown variant `secrets`",
         ),
     ];
 

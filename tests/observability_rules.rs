@@ -57,6 +57,7 @@ const EXPORTED: &[&str] = &[
     "initguard_pileups",
     "initguard_is_leader",
     "initguard_watch_restarts_total",
+    "initguard_owner_probe_total",
     "initguard_build_info",
     "initguard_deadline_seconds",
     "initguard_dry_run",

@@ -161,6 +161,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
         |tb| Box::pin(webhooks::webhook_bypass_is_restored_by_helm_uninstall(tb)),
     ),
     (
+        "webhooks::webhook_canary_sees_a_backend_that_is_up_but_does_not_answer",
+        |tb| Box::pin(webhooks::webhook_canary_sees_a_backend_that_is_up_but_does_not_answer(tb)),
+    ),
+    (
         "webhooks::webhook_edits_by_others_are_not_overwritten",
         |tb| Box::pin(webhooks::webhook_edits_by_others_are_not_overwritten(tb)),
     ),

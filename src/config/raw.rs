@@ -9,7 +9,9 @@ use serde::de::{self, Deserializer, Visitor};
 
 use kube_common::Mechanism;
 
-use super::types::{BypassVia, Operation, OptInMode, PileupAction, Trigger, UnlistedPolicy};
+use super::types::{
+    BypassVia, CanaryResource, Operation, OptInMode, PileupAction, Trigger, UnlistedPolicy,
+};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(
@@ -108,6 +110,20 @@ pub(super) struct RawOwner {
     pub service: Option<String>,
     pub pods: Option<RawPods>,
     pub http: Option<RawHttp>,
+    pub apiserver: Option<RawCanary>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    expecting = "a mapping with keys namespace, resource, labels and interval"
+)]
+pub(super) struct RawCanary {
+    pub namespace: Option<String>,
+    pub resource: Option<CanaryResource>,
+    pub labels: Option<std::collections::BTreeMap<String, String>>,
+    pub interval: Option<HumanDuration>,
 }
 
 /// `tls: { certFile, keyFile }` of the HTTPS listener; both empty or absent: self-signed.

@@ -12,9 +12,9 @@ use super::raw::{
     Count, HumanDuration, RawConfig, RawHttp, RawInitializer, RawOwner, RawTls, RawWebhook,
 };
 use super::types::{
-    BypassVia, Config, Defaults, InitializerConfig, LeaderElection, ObjectRef, OptIn, OptInMode,
-    OwnerSpec, Pileup, PileupAction, Requester, ServingCert, Trigger, UnlistedPolicy,
-    WebhookConfig, WebhookId, WebhookKind,
+    BypassVia, Canary, CanaryResource, Config, Defaults, InitializerConfig, LeaderElection,
+    ObjectRef, OptIn, OptInMode, OwnerSpec, Pileup, PileupAction, Requester, ServingCert, Trigger,
+    UnlistedPolicy, WebhookConfig, WebhookId, WebhookKind,
 };
 use kube_common::Mechanism;
 use kube_common::names::{
@@ -198,9 +198,65 @@ fn count(
     }
 }
 
-fn owner(problems: &mut Findings<'_>, path: &str, raw: RawOwner) -> Option<OwnerSpec> {
+/// Default and floor of a canary's interval: each probe is a request to the API server.
+const CANARY_INTERVAL: Duration = Duration::from_secs(10);
+const CANARY_MIN_INTERVAL: Duration = Duration::from_secs(1);
+
+/// `owner:` of an initializer (`webhook` None) or of the webhook entry named `webhook`.
+fn owner(
+    problems: &mut Findings<'_>,
+    path: &str,
+    raw: RawOwner,
+    webhook: Option<&str>,
+) -> Option<OwnerSpec> {
     let mut kinds = Vec::new();
     let mut specs = Vec::new();
+    if let Some(raw) = raw.apiserver {
+        kinds.push("apiserver");
+        let p = format!("{path}.apiserver");
+        let before = problems.list.len();
+        if webhook.is_none() {
+            problems.key(
+                &p,
+                "expected another owner kind: an apiserver owner (a dry-run canary) judges a \
+                 webhook's calls, and is for webhooks only",
+            );
+        }
+        let namespace = raw.namespace.unwrap_or_default();
+        if namespace.is_empty() {
+            problems.key(
+                &p,
+                "expected a namespace key (where the dry-run canary is created)",
+            );
+        } else if let Err(e) = validate_dns1123_label(&namespace) {
+            problems.value(&format!("{p}.namespace"), e);
+        }
+        let labels = raw.labels.unwrap_or_default();
+        for (key, value) in &labels {
+            if let Err(e) = validate_qualified_name(key) {
+                problems.value(&format!("{p}.labels"), format!("label key {key:?}: {e}"));
+            } else if let Err(e) = kube_common::names::validate_label_value(value) {
+                problems.value(&format!("{p}.labels"), format!("label {key}: {e}"));
+            }
+        }
+        let interval = duration(
+            problems,
+            &format!("{p}.interval"),
+            raw.interval,
+            CANARY_INTERVAL,
+            Minimum::Positive,
+        )
+        .max(CANARY_MIN_INTERVAL);
+        if problems.list.len() == before {
+            specs.push(OwnerSpec::Apiserver(Canary {
+                webhook: webhook.unwrap_or_default().to_owned(),
+                namespace,
+                resource: raw.resource.unwrap_or(CanaryResource::Pods),
+                labels,
+                interval,
+            }));
+        }
+    }
     // The kinds named by `namespace/name`.
     type Named = (&'static str, Option<String>, fn(ObjectRef) -> OwnerSpec);
     let named: [Named; 3] = [
@@ -280,7 +336,7 @@ fn owner(problems: &mut Findings<'_>, path: &str, raw: RawOwner) -> Option<Owner
         0 => {
             problems.key(
                 path,
-                "expected exactly one of deployment, lease, service, pods or http, got none \
+                "expected exactly one of deployment, lease, service, pods, http or apiserver, got none \
                  (omit owner for the default: deadline only for an initializer, the Service's \
                  ready endpoints for a webhook)",
             );
@@ -291,7 +347,7 @@ fn owner(problems: &mut Findings<'_>, path: &str, raw: RawOwner) -> Option<Owner
             problems.key(
                 path,
                 format!(
-                    "expected exactly one of deployment, lease, service, pods or http, got {}",
+                    "expected exactly one of deployment, lease, service, pods, http or apiserver, got {}",
                     kinds.join(" and ")
                 ),
             );
@@ -511,7 +567,7 @@ fn initializer(
         ),
         owner: raw
             .owner
-            .and_then(|o| owner(problems, &format!("{path}.owner"), o)),
+            .and_then(|o| owner(problems, &format!("{path}.owner"), o, None)),
         opt_in: raw.opt_in.unwrap_or_default(),
         bypass_on: bypass_on(problems, &format!("{path}.bypassOn"), raw.bypass_on),
     }
@@ -614,11 +670,41 @@ fn webhook(
             }
         }
     }
+    let entry = id.as_ref().map(|i| i.webhook.clone()).unwrap_or_default();
+    let owner = raw
+        .owner
+        .and_then(|o| owner(problems, &format!("{path}.owner"), o, Some(&entry)));
+    // The canary must always reach the webhook, bypassed or not.
+    if let Some(OwnerSpec::Apiserver(canary)) = &owner {
+        let at = format!("{path}.owner.apiserver.namespace");
+        if exempt_namespaces.contains(&canary.namespace) {
+            problems.value(
+                &at,
+                format!(
+                    "expected a namespace the bypass does not exempt, got {:?}, which is in \
+                     exemptNamespaces",
+                    canary.namespace
+                ),
+            );
+        }
+        if exempt_critical_path && canary.namespace == "kube-system" {
+            problems.value(
+                &at,
+                "expected a namespace other than kube-system, which exemptCriticalPath lets \
+                 through",
+            );
+        }
+        if exempt_operations.contains(&super::types::Operation::Create) {
+            problems.value(
+                &format!("{path}.exemptOperations"),
+                "expected no CREATE with an apiserver owner: its dry-run create must always \
+                 reach the webhook",
+            );
+        }
+    }
     let resolved = WebhookConfig {
         id: id?,
-        owner: raw
-            .owner
-            .and_then(|o| owner(problems, &format!("{path}.owner"), o)),
+        owner,
         owner_down_grace: duration(
             problems,
             &format!("{path}.ownerDownGrace"),
@@ -870,6 +956,19 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
         let Some(resolved) = webhook(problems, i, raw_webhook, &defaults) else {
             continue;
         };
+        if let Some(OwnerSpec::Apiserver(canary)) = &resolved.owner
+            && resolved.opt_in != OptInMode::None
+            && opt_in.namespaces.contains(&canary.namespace)
+        {
+            problems.value(
+                &format!("webhooks[{i}].owner.apiserver.namespace"),
+                format!(
+                    "expected a namespace that is not opted in, got {:?}, which is in \
+                     optIn.namespaces (the canary must always reach the webhook)",
+                    canary.namespace
+                ),
+            );
+        }
         if let Some(first) = first_webhook.get(&resolved.id) {
             problems.value(
                 &format!("webhooks[{i}].name"),

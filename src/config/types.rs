@@ -134,6 +134,43 @@ impl Serialize for WebhookId {
     }
 }
 
+/// The label every canary carries: a bypass never lets an object with it through, so the
+/// canary always reaches the webhook.
+pub const CANARY_LABEL: &str = "initguard.io/canary";
+
+/// `owner: { apiserver: { namespace, resource, labels, interval } }` of a webhook.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Canary {
+    /// The entry whose calls the verdict reads (`failed calling webhook "NAME"`).
+    #[serde(skip)]
+    pub webhook: String,
+    pub namespace: String,
+    pub resource: CanaryResource,
+    /// Besides [`CANARY_LABEL`], so that the entry's objectSelector selects the canary.
+    pub labels: BTreeMap<String, String>,
+    #[serde(with = "humantime_serde")]
+    pub interval: Duration,
+}
+
+/// What a canary creates (in dry run only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CanaryResource {
+    Pods,
+    Configmaps,
+}
+
+impl CanaryResource {
+    /// The resource's plural name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CanaryResource::Pods => "pods",
+            CanaryResource::Configmaps => "configmaps",
+        }
+    }
+}
+
 /// A requester a bypassed webhook lets through (`exemptRequesters`): `group:G`, `user:U`,
 /// `serviceaccount:NS:NAME` or `serviceaccount:NS:*`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -379,6 +416,9 @@ pub enum OwnerSpec {
     WebhookService(ObjectRef),
     /// Up while at least one matching pod is Ready.
     Pods { namespace: String, selector: String },
+    /// A canary for a webhook: a server-side dry-run create through the API server every
+    /// `interval`, judged by how the webhook's call went.
+    Apiserver(Canary),
     /// Up while GET answers 2xx within 1 s. For https, the server certificate is verified
     /// against `ca_file` when given (else the platform's roots), and `cert_file`/`key_file`
     /// (both or neither) are presented as the client certificate.
@@ -405,6 +445,7 @@ impl OwnerSpec {
             OwnerSpec::Service(_) | OwnerSpec::WebhookService(_) => "service",
             OwnerSpec::Pods { .. } => "pods",
             OwnerSpec::Http { .. } => "http",
+            OwnerSpec::Apiserver(_) => "apiserver",
         }
     }
 }
@@ -529,6 +570,13 @@ impl fmt::Display for OwnerSpec {
                 namespace,
                 selector,
             } => write!(f, "pods {namespace} {selector}"),
+            OwnerSpec::Apiserver(c) => write!(
+                f,
+                "apiserver dry-run {} in {} every {}",
+                c.resource.as_str(),
+                c.namespace,
+                humantime::format_duration(c.interval)
+            ),
             OwnerSpec::Http {
                 url,
                 ca_file,

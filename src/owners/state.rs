@@ -92,6 +92,7 @@ pub fn owner_target(spec: &OwnerSpec) -> String {
             selector,
         } => format!("{namespace}/{selector}"),
         OwnerSpec::Http { url, .. } => url.clone(),
+        OwnerSpec::Apiserver(c) => format!("{}/{} (dry run)", c.namespace, c.resource.as_str()),
     }
 }
 

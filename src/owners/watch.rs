@@ -19,7 +19,7 @@ use hyper_util::rt::TokioExecutor;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{DynamicObject, PartialObjectMeta};
+use kube::api::{ApiResource, DynamicObject, PartialObjectMeta};
 use kube::client::ConfigExt as _;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
@@ -31,7 +31,7 @@ use serde::de::DeserializeOwned;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::config::{Config, ObjectRef, OwnerSpec};
+use crate::config::{CANARY_LABEL, Canary, CanaryResource, Config, ObjectRef, OwnerSpec};
 use crate::supervise::{self, Failures};
 
 use super::model::{
@@ -93,6 +93,13 @@ pub(super) fn start(task: Task, client: &kube::Client, spec: &OwnerSpec, failure
                     watcher::Config::default().labels(selector),
                     "pods",
                 ),
+            );
+        }
+        OwnerSpec::Apiserver(canary) => {
+            supervise::spawn(
+                failures,
+                "owner probe",
+                task.canary(client.clone(), canary.clone()),
             );
         }
         OwnerSpec::Http {
@@ -179,7 +186,8 @@ pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<Strin
                 .list_metadata(&kube::api::ListParams::default().labels(selector).limit(1))
                 .await
                 .map(|pods| !pods.items.is_empty()),
-            OwnerSpec::Http { .. } => continue,
+            // Probed by the guard itself: a dry run here would say nothing about its path.
+            OwnerSpec::Http { .. } | OwnerSpec::Apiserver(_) => continue,
         };
         match found {
             Ok(true) => {}
@@ -425,6 +433,48 @@ impl Task {
         }
     }
 
+    /// Send `canary`'s dry-run create every interval until cancelled, and judge the webhook
+    /// by the answer ([`canary_verdict`]).
+    async fn canary(self, client: kube::Client, canary: Canary) {
+        let resource = match canary.resource {
+            CanaryResource::Pods => ApiResource::erase::<Pod>(&()),
+            CanaryResource::Configmaps => {
+                ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&())
+            }
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(client, &canary.namespace, &resource);
+        let object = canary_object(&canary, &resource);
+        let params = kube::api::PostParams {
+            dry_run: true,
+            field_manager: Some("initguard-canary".to_owned()),
+        };
+        let mut ticks = tokio::time::interval(canary.interval.max(MIN_PROBE_INTERVAL));
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let answer = tokio::select! {
+                () = self.cancel.cancelled() => return,
+                _ = ticks.tick() => tokio::select! {
+                    () = self.cancel.cancelled() => return,
+                    // Longer than any webhook's timeoutSeconds (at most 30 s): the API server
+                    // answers first, with the webhook's failure.
+                    a = tokio::time::timeout(CANARY_TIMEOUT, api.create(&params, &object)) => a,
+                },
+            };
+            let (observed, detail) = match answer {
+                Ok(result) => canary_verdict(&canary.webhook, result.map(|_| ())),
+                Err(_) => (
+                    Observed::Unknown,
+                    format!("no answer from the API server within {CANARY_TIMEOUT:?}"),
+                ),
+            };
+            self.handle
+                .inner
+                .metrics
+                .owner_probed("apiserver", observed.as_str());
+            self.handle.observe(observed, detail);
+        }
+    }
+
     /// Probe `url` every `probeInterval` until cancelled.
     async fn probe(self, url: String, tls: ProbeTls) {
         let uri = match parse_probe_url(&url) {
@@ -472,14 +522,85 @@ impl Task {
             };
             match result {
                 Ok(status) if status.is_success() => {
+                    self.handle.inner.metrics.owner_probed("http", "up");
                     self.handle.observe(Observed::Up, format!("HTTP {status}"))
                 }
-                Ok(status) => self
-                    .handle
-                    .observe(Observed::Down, format!("HTTP {status}")),
-                Err(reason) => self.handle.observe(Observed::Down, reason),
+                Ok(status) => {
+                    self.handle.inner.metrics.owner_probed("http", "down");
+                    self.handle
+                        .observe(Observed::Down, format!("HTTP {status}"))
+                }
+                Err(reason) => {
+                    self.handle.inner.metrics.owner_probed("http", "down");
+                    self.handle.observe(Observed::Down, reason)
+                }
             }
         }
+    }
+}
+
+/// How long a canary waits for the API server: longer than the 30 s maximum of a webhook's
+/// `timeoutSeconds`.
+const CANARY_TIMEOUT: Duration = Duration::from_secs(35);
+
+/// The dry-run object: minimal, labelled [`CANARY_LABEL`] (which no bypass lets through) and
+/// the configured labels; a pod meets the `restricted` Pod Security Standard.
+fn canary_object(canary: &Canary, resource: &ApiResource) -> DynamicObject {
+    let mut labels: serde_json::Map<String, serde_json::Value> = canary
+        .labels
+        .iter()
+        .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+        .collect();
+    labels.insert(CANARY_LABEL.to_owned(), "dry-run".into());
+    let mut object = serde_json::json!({
+        "apiVersion": resource.api_version,
+        "kind": resource.kind,
+        "metadata": { "generateName": "initguard-canary-", "labels": labels },
+    });
+    if canary.resource == CanaryResource::Pods {
+        object["spec"] = serde_json::json!({
+            "securityContext": { "runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532,
+                                 "seccompProfile": { "type": "RuntimeDefault" } },
+            "containers": [{
+                "name": "canary",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": { "requests": { "cpu": "1m", "memory": "4Mi" },
+                               "limits": { "cpu": "1m", "memory": "4Mi" } },
+                "securityContext": { "allowPrivilegeEscalation": false,
+                                     "capabilities": { "drop": ["ALL"] },
+                                     "readOnlyRootFilesystem": true },
+            }],
+        });
+    }
+    serde_json::from_value(object).unwrap_or_else(|_| DynamicObject::new("", resource))
+}
+
+/// A canary's verdict on `webhook` from the API server's answer to its dry-run create: down when
+/// the server failed calling the webhook; up when the create was admitted or the webhook
+/// itself denied it (it answered); unknown, with the answer as the detail, on anything else
+/// (RBAC, Pod Security, another webhook or plugin, a webhook without dry-run support).
+pub(super) fn canary_verdict(webhook: &str, answer: Result<(), kube::Error>) -> (Observed, String) {
+    let message = match answer {
+        Ok(()) => return (Observed::Up, "dry-run create admitted".to_owned()),
+        Err(kube::Error::Api(status)) => status.message,
+        Err(e) => {
+            return (
+                Observed::Unknown,
+                format!("canary failed: {}", error_chain(&e)),
+            );
+        }
+    };
+    let quoted = format!("\"{webhook}\"");
+    if message.contains(&format!("failed calling webhook {quoted}")) {
+        (Observed::Down, message)
+    } else if message.contains(&format!(
+        "admission webhook {quoted} does not support dry run"
+    )) {
+        (Observed::Unknown, message)
+    } else if message.contains(&format!("admission webhook {quoted} denied the request")) {
+        (Observed::Up, format!("the webhook answered: {message}"))
+    } else {
+        (Observed::Unknown, message)
     }
 }
 
@@ -562,6 +683,49 @@ fn error_chain(err: &dyn StdError) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn refused(message: &str) -> Result<(), kube::Error> {
+        let s: kube::core::Status = serde_json::from_value(
+            serde_json::json!({"code": 500, "reason": "InternalError", "message": message}),
+        )
+        .unwrap();
+        Err(kube::Error::Api(Box::new(s)))
+    }
+
+    #[test]
+    fn a_canary_is_down_only_when_the_server_failed_calling_its_own_webhook() {
+        let w = "pods.policy.example.com";
+        let verdict = |answer| canary_verdict(w, answer).0;
+        assert_eq!(verdict(Ok(())), Observed::Up);
+        assert_eq!(
+            verdict(refused(&format!(
+                "Internal error occurred: failed calling webhook \"{w}\": failed to call \
+                 webhook: Post \"https://policy.svc:443/validate\": context deadline exceeded"
+            ))),
+            Observed::Down
+        );
+        assert_eq!(
+            verdict(refused(&format!(
+                "admission webhook \"{w}\" denied the request: no"
+            ))),
+            Observed::Up,
+            "the webhook answered"
+        );
+        assert_eq!(
+            verdict(refused(&format!(
+                "admission webhook \"{w}\" does not support dry run"
+            ))),
+            Observed::Unknown
+        );
+        // Another webhook's failure, RBAC, Pod Security: says nothing about this one.
+        for other in [
+            "Internal error occurred: failed calling webhook \"other.example.com\": timeout",
+            "pods is forbidden: User \"system:initguard\" cannot create resource \"pods\"",
+            "pods \"x\" is forbidden: violates PodSecurity \"restricted:latest\"",
+        ] {
+            assert_eq!(verdict(refused(other)), Observed::Unknown, "{other}");
+        }
+    }
 
     #[test]
     fn probe_urls_need_a_scheme_we_speak_and_a_host() {

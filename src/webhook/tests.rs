@@ -12,6 +12,9 @@ use crate::config::{BypassVia, WebhookId};
 
 const LABEL: &str = "initguard.io/bypass";
 
+/// The canary clause every bypass condition starts with.
+const CANARY: &str = "(object != null && has(object.metadata) && has(object.metadata.labels) && 'initguard.io/canary' in object.metadata.labels)";
+
 fn t(s: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + s)
 }
@@ -440,11 +443,15 @@ fn v1beta1_entries_without_a_policy_fail_open_and_are_left_alone() {
 fn the_condition_keeps_calling_the_webhook_for_everything_not_opted_in() {
     assert_eq!(
         cel_expression(&passing(Some(LABEL), &[])),
-        "!(object != null && has(object.metadata) && has(object.metadata.labels) && 'initguard.io/bypass' in object.metadata.labels)"
+        format!(
+            "{CANARY} || !(object != null && has(object.metadata) && has(object.metadata.labels) && 'initguard.io/bypass' in object.metadata.labels)"
+        )
     );
     assert_eq!(
         cel_expression(&passing(Some(LABEL), &["a".to_owned(), "b".to_owned()])),
-        "!((object != null && has(object.metadata) && has(object.metadata.labels) && 'initguard.io/bypass' in object.metadata.labels) || (has(request.namespace) && request.namespace in ['a', 'b']))"
+        format!(
+            "{CANARY} || !((object != null && has(object.metadata) && has(object.metadata.labels) && 'initguard.io/bypass' in object.metadata.labels) || (has(request.namespace) && request.namespace in ['a', 'b']))"
+        )
     );
 }
 
@@ -481,7 +488,10 @@ fn exempt_requesters_operations_and_the_critical_path_join_the_condition_guarded
             "{term} missing from {expression}"
         );
     }
-    assert!(expression.starts_with("!("), "{expression}");
+    assert!(
+        expression.starts_with(&format!("{CANARY} || !(")),
+        "{expression}"
+    );
     // No optional syntax, which 1.28 rejects.
     assert!(
         !expression.contains(".?") && !expression.contains("[?"),
@@ -547,7 +557,7 @@ fn opt_in_modes_decide_who_passes_a_bypassed_webhook() {
     let namespaces = ["batch".to_owned()];
     assert_eq!(
         cel_expression(&passing(None, &namespaces)),
-        "!(has(request.namespace) && request.namespace in ['batch'])"
+        format!("{CANARY} || !(has(request.namespace) && request.namespace in ['batch'])")
     );
     let through = LetThrough {
         namespace_requirement: Some(negated.clone()),

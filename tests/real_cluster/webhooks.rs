@@ -1165,3 +1165,155 @@ fn cleanup_rbac_only(tb: &Testbed, prefix: &str) {
     tb.kubectl(&["delete", "clusterrolebinding", &role, "--ignore-not-found"]);
     tb.kubectl(&["delete", "clusterrole", &role, "--ignore-not-found"]);
 }
+
+/// A backend that is up but does not answer (frozen: its port accepts, nothing replies) while
+/// its Lease is renewed: only the `apiserver` owner sees it. Refused by RBAC, the canary says
+/// unknown, never up. Granted, it is up; frozen, the audit log shows failing dry-run canaries
+/// before the bypass PATCH; thawed, the entry is restored exactly. Canaries reach the webhook
+/// as dry runs and nothing is stored.
+pub async fn webhook_canary_sees_a_backend_that_is_up_but_does_not_answer(tb: Arc<Testbed>) {
+    let prefix = "whk";
+    let bed = Bed::new(tb.clone(), prefix).await;
+    let (apps, system, name) = (bed.apps.clone(), bed.system.clone(), bed.name.clone());
+    let canary_ns = format!("{prefix}-canary");
+    tb.namespace(&canary_ns);
+    tb.kubectl(&[
+        "label",
+        "namespace",
+        &canary_ns,
+        &format!("webhook-test={prefix}"),
+    ]);
+    let baseline = get_configuration(&tb, &name);
+    let webhook = format!("validating/{name}/{ENTRY}");
+    let guard = tb
+        .guard(
+            prefix,
+            "initguard",
+            &config(&format!(
+                "webhooks:\n\
+                 \x20 - name: {webhook}\n\
+                 \x20   owner: {{ apiserver: {{ namespace: {canary_ns}, resource: pods, interval: 1s }} }}\n\
+                 \x20   ownerDownGrace: {GRACE_S}s\n\
+                 \x20   restoreGrace: {RESTORE_GRACE_S}s\n\
+                 \x20   exemptNamespaces: [{system}]\n"
+            )),
+        )
+        .await;
+    let owner = |state: &str| {
+        let (code, body) = curl(&format!("http://127.0.0.1:{}/status", guard.port));
+        let status: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        status["owners"].as_array().and_then(|o| {
+            o.iter()
+                .find(|o| o["initializer"] == webhook.as_str() && o["state"] == state)
+                .filter(|_| code == 200)
+                .cloned()
+        })
+    };
+    // Without RBAC the dry run is refused: that says nothing about the webhook.
+    let unknown = eventually("the canary refused by RBAC, the owner unknown", || {
+        owner("unknown").filter(|o| {
+            o["detail"]
+                .as_str()
+                .is_some_and(|d| d.contains("forbidden"))
+        })
+    })
+    .await;
+    assert_eq!(unknown["ownerKind"], "apiserver", "{unknown:#}");
+    tb.kubectl(&[
+        "create",
+        "role",
+        "whk-canary",
+        "-n",
+        &canary_ns,
+        "--verb=create",
+        "--resource=pods",
+    ]);
+    tb.kubectl(&[
+        "create",
+        "rolebinding",
+        "whk-canary",
+        "-n",
+        &canary_ns,
+        "--role=whk-canary",
+        &format!("--user={GUARD_USER}"),
+    ]);
+    eventually("the canary admitted, the owner up", || owner("up")).await;
+
+    let frozen_at = jiff::Timestamp::now();
+    bed.server.freeze();
+    let mut attempt = 0;
+    eventually("an opted-in pod admitted through the bypass", || {
+        attempt += 1;
+        create_pod(&tb, &apps, &format!("opted-in-{attempt}"), true).ok()
+    })
+    .await;
+    let audit = tb.audit();
+    let canaries: Vec<&Audit> = audit
+        .iter()
+        .filter(|a| {
+            a.user == GUARD_USER
+                && a.resource == "pods"
+                && a.verb == "create"
+                && a.namespace == canary_ns
+                && timestamp(&a.received) >= frozen_at
+        })
+        .collect();
+    assert!(
+        canaries.iter().all(|a| a.uri.contains("dryRun=All")),
+        "a canary that is not a dry run: {canaries:#?}"
+    );
+    let first_failed = canaries
+        .iter()
+        .filter(|a| !a.ok())
+        .map(|a| a.received.clone())
+        .min()
+        .unwrap_or_else(|| panic!("no failing canary in the audit log: {canaries:#?}"));
+    let bypass = configuration_writes(&tb, frozen_at)
+        .into_iter()
+        .find(|w| w.name == name && w.ok())
+        .expect("the bypass PATCH");
+    assert!(
+        first_failed < bypass.received,
+        "bypassed at {} before any canary failed ({first_failed})",
+        bypass.received
+    );
+    let refused = create_pod(&tb, &apps, "plain", false)
+        .expect_err("a pod that did not opt in still waits on the frozen webhook");
+    assert!(refused.contains("failed calling webhook"), "{refused}");
+    // The bypass never lets the canary through: it keeps reaching the (frozen) webhook.
+
+    let thawed = jiff::Timestamp::now();
+    bed.server.thaw();
+    eventually(
+        "the entry restored exactly once the canary sees the webhook answer",
+        || (get_configuration(&tb, &name)["webhooks"] == baseline["webhooks"]).then_some(()),
+    )
+    .await;
+    let restore = configuration_writes(&tb, thawed)
+        .into_iter()
+        .find(|w| w.ok())
+        .expect("the restore PATCH");
+    assert!(
+        timestamp(&restore.received)
+            >= thawed + jiff::SignedDuration::from_secs(RESTORE_GRACE_S as i64),
+        "restored before restoreGrace"
+    );
+    let dry_runs = bed
+        .server
+        .reviews
+        .lock()
+        .map(|r| {
+            r.iter()
+                .filter(|r| r["namespace"] == canary_ns.as_str() && r["dryRun"] == true)
+                .count()
+        })
+        .unwrap_or(0);
+    assert!(dry_runs >= 1, "no canary reached the webhook as a dry run");
+    assert!(
+        tb.list("pods", &canary_ns, None).is_empty(),
+        "a canary was stored"
+    );
+    guard.stop();
+    tb.kubectl(&["delete", "namespace", &canary_ns, "--wait=false"]);
+    bed.cleanup();
+}

@@ -375,6 +375,8 @@ pub struct Audit {
     /// already acted on the response.
     pub received: String,
     pub request: Value,
+    /// `requestURI`, query included (`dryRun=All`).
+    pub uri: String,
 }
 
 impl From<Value> for Audit {
@@ -398,6 +400,7 @@ impl From<Value> for Audit {
                 .unwrap_or(0),
             received: s("/requestReceivedTimestamp"),
             request: v.get("requestObject").cloned().unwrap_or(Value::Null),
+            uri: s("/requestURI"),
         }
     }
 }

@@ -28,6 +28,8 @@ pub struct WebhookServer {
     pub calls: Arc<AtomicUsize>,
     /// The `request` of every AdmissionReview answered, in arrival order.
     pub reviews: Arc<std::sync::Mutex<Vec<Value>>>,
+    /// While set, connections are accepted but no request is answered (a frozen process).
+    frozen: Arc<std::sync::atomic::AtomicBool>,
     ca_pem: String,
     tls: Arc<rustls::ServerConfig>,
     handle: Option<axum_server::Handle<SocketAddr>>,
@@ -58,6 +60,7 @@ impl WebhookServer {
             tls: Arc::new(tls),
             calls: Arc::new(AtomicUsize::new(0)),
             reviews: Arc::default(),
+            frozen: Arc::default(),
             handle: None,
         };
         server.serve();
@@ -80,6 +83,7 @@ impl WebhookServer {
             .unwrap_or_else(|e| panic!("webhook listener: {e}"));
         let calls = self.calls.clone();
         let reviews = self.reviews.clone();
+        let frozen = self.frozen.clone();
         let app = axum::Router::new().route(
             "/validate",
             post(move |Json(review): Json<Value>| {
@@ -88,7 +92,11 @@ impl WebhookServer {
                     held.push(review["request"].clone());
                 }
                 let uid = review["request"]["uid"].clone();
+                let frozen = frozen.clone();
                 async move {
+                    while frozen.load(Ordering::SeqCst) {
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                    }
                     Json(json!({
                         "apiVersion": "admission.k8s.io/v1",
                         "kind": "AdmissionReview",
@@ -113,6 +121,16 @@ impl WebhookServer {
                 let _ = server.handle(handle).serve(app.into_make_service()).await;
             });
         });
+    }
+
+    /// Freeze as SIGSTOP would: the port still accepts, nothing is answered.
+    pub fn freeze(&self) {
+        self.frozen.store(true, Ordering::SeqCst);
+    }
+
+    /// Answer again (held requests too).
+    pub fn thaw(&self) {
+        self.frozen.store(false, Ordering::SeqCst);
     }
 
     /// Die at once: the listener closes and open connections drop.
