@@ -75,6 +75,19 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = crate::restore::RestoredBy::Cli, hide = true)]
         by: crate::restore::RestoredBy,
     },
+    /// Read-only audit of every admission webhook: failure policy, backend, Service and ready
+    /// endpoints, risks, whether guarded; bypass records left behind; CRD conversion webhooks
+    /// and unavailable APIServices.
+    Webhooks {
+        /// The guard's configuration, to say which entries it guards (none without it).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// Kubeconfig file; default $KUBECONFIG or ~/.kube/config, then in-cluster.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        #[arg(long, value_enum, default_value_t = WebhooksOutput::Table)]
+        output: WebhooksOutput,
+    },
     /// Validate a configuration file: exit 0 with a summary, or 2 with located errors.
     CheckConfig {
         /// Path of the YAML configuration.
@@ -122,6 +135,15 @@ pub enum DemoMechanism {
 pub enum Output {
     Text,
     Json,
+}
+
+/// `initguard webhooks --output`.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum WebhooksOutput {
+    /// One line per entry, tab-separated, then what was left behind or cannot be guarded.
+    Table,
+    /// A `webhooks:` section for the unguarded fail-closed entries (passes check-config).
+    Yaml,
 }
 
 /// `initguard status --output`.

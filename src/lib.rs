@@ -12,6 +12,7 @@ pub mod demo;
 pub mod discovery;
 pub mod environment;
 pub mod guard;
+pub mod inventory;
 pub mod jobs;
 pub mod metrics;
 pub mod owners;

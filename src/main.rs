@@ -8,10 +8,10 @@ use std::time::SystemTime;
 use clap::Parser as _;
 #[cfg(feature = "sim")]
 use initguard::cli::DemoMechanism;
-use initguard::cli::{Cli, Command, LogFormat, Output, StatusOutput};
+use initguard::cli::{Cli, Command, LogFormat, Output, StatusOutput, WebhooksOutput};
 use initguard::config::Config;
 use initguard::guard::Guard;
-use initguard::{restore, status};
+use initguard::{inventory, restore, status};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -40,6 +40,14 @@ fn main() -> ExitCode {
         } => {
             init_logging(format, "info");
             status_report(&config, kubeconfig.as_deref(), output)
+        }
+        Command::Webhooks {
+            config,
+            kubeconfig,
+            output,
+        } => {
+            init_logging(format, "info");
+            webhooks_audit(config.as_deref(), kubeconfig.as_deref(), output)
         }
         Command::Restore {
             config,
@@ -175,6 +183,53 @@ fn status_report(path: &Path, kubeconfig: Option<&Path>, output: StatusOutput) -
                             return ExitCode::from(1);
                         }
                     },
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(1)
+            }
+        }
+    })
+}
+
+/// `initguard webhooks`: the audit on stdout.
+fn webhooks_audit(
+    path: Option<&Path>,
+    kubeconfig: Option<&Path>,
+    output: WebhooksOutput,
+) -> ExitCode {
+    // Without --config the defaults (which list no webhook) only set up the client.
+    let loaded = match path {
+        Some(p) => load(p),
+        None => Config::from_yaml_str("{}", "(defaults)").map_err(|e| {
+            eprintln!("{e}");
+            ExitCode::from(1)
+        }),
+    };
+    let config = match loaded {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    rt.block_on(async move {
+        let audit = async {
+            let connection = status::connect(kubeconfig, &config)
+                .await
+                .map_err(|e| e.to_string())?;
+            inventory::gather(&connection.client, path.map(|_| &config))
+                .await
+                .map_err(|e| e.to_string())
+        };
+        match audit.await {
+            Ok(found) => {
+                match output {
+                    WebhooksOutput::Table => print!("{}", inventory::render_table(&found)),
+                    WebhooksOutput::Yaml => print!("{}", inventory::render_yaml(&found)),
                 }
                 ExitCode::SUCCESS
             }

@@ -90,7 +90,7 @@ fn log_format_is_taken_by_every_subcommand() {
         .filter(|n| n != "help")
         .collect();
     subcommands.sort();
-    let mut expected = vec!["check-config", "restore", "run", "status"];
+    let mut expected = vec!["check-config", "restore", "run", "status", "webhooks"];
     if cfg!(feature = "sim") {
         expected.extend(["demo", "sim"]);
     }

@@ -418,7 +418,14 @@ fn the_shipped_binary_has_no_simulator_commands_and_no_symbols() {
         .collect();
     assert_eq!(
         commands,
-        BTreeSet::from(["run", "status", "restore", "check-config", "help"]),
+        BTreeSet::from([
+            "run",
+            "status",
+            "restore",
+            "webhooks",
+            "check-config",
+            "help"
+        ]),
         "{help}"
     );
     let version = run(&["--version"]);

@@ -165,6 +165,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
         |tb| Box::pin(webhooks::webhook_canary_sees_a_backend_that_is_up_but_does_not_answer(tb)),
     ),
     (
+        "webhooks::webhooks_audit_lists_risks_and_its_yaml_passes_check_config",
+        |tb| Box::pin(webhooks::webhooks_audit_lists_risks_and_its_yaml_passes_check_config(tb)),
+    ),
+    (
         "webhooks::webhook_edits_by_others_are_not_overwritten",
         |tb| Box::pin(webhooks::webhook_edits_by_others_are_not_overwritten(tb)),
     ),

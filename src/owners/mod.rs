@@ -33,7 +33,7 @@ use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::supervise::{Failures, Readiness};
 
-pub use model::{LeaseRecord, Observed, deployment_up, pod_ready};
+pub use model::{LeaseRecord, Observed, deployment_up, pod_ready, slice_endpoints};
 pub use state::{OwnerReport, Owners, owner_target};
 pub use watch::{PROBE_TIMEOUT, missing_owners};
 

@@ -1317,3 +1317,97 @@ pub async fn webhook_canary_sees_a_backend_that_is_up_but_does_not_answer(tb: Ar
     tb.kubectl(&["delete", "namespace", &canary_ns, "--wait=false"]);
     bed.cleanup();
 }
+
+/// `initguard webhooks` on the real server: a fail-closed entry whose Service is gone and that
+/// intercepts its own namespace, kube-system, Nodes, Leases and DELETEs is listed with those
+/// risks, unguarded; a URL entry too. Its YAML passes `check-config` and exempts the backend's
+/// own namespace, with a canary owner for the URL entry. (A `false` matchCondition keeps both
+/// entries from ever being called: the audit judges rules and selectors.)
+pub async fn webhooks_audit_lists_risks_and_its_yaml_passes_check_config(tb: Arc<Testbed>) {
+    let (system, name) = ("wha-system", "wha-policy");
+    tb.namespace(system);
+    let entry = |webhook: &str, client: Value| {
+        json!({
+            "name": webhook,
+            "clientConfig": client,
+            "rules": [
+                { "operations": ["CREATE", "DELETE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"] },
+                { "operations": ["UPDATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["nodes"] },
+                { "operations": ["UPDATE"], "apiGroups": ["coordination.k8s.io"], "apiVersions": ["v1"], "resources": ["leases"] },
+            ],
+            "matchConditions": [{ "name": "never", "expression": "false" }],
+            "failurePolicy": "Fail", "sideEffects": "None", "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 30,
+        })
+    };
+    tb.apply(&json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": { "name": name },
+        "webhooks": [
+            entry("svc.audit.example.com", json!({ "service": { "namespace": system, "name": "gone", "path": "/v" } })),
+            entry("url.audit.example.com", json!({ "url": "https://127.0.0.1:1/v" })),
+        ],
+    }));
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_initguard"))
+            .args(args)
+            .arg("--kubeconfig")
+            .arg(tb.kubeconfig("admin"))
+            .output()
+            .expect("initguard runs");
+        assert!(
+            out.status.success(),
+            "{args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let table = run(&["webhooks"]);
+    let line = |webhook: &str| {
+        table
+            .lines()
+            .find(|l| l.starts_with(&format!("validating/{name}/{webhook}\t")))
+            .unwrap_or_else(|| panic!("{webhook} not listed:\n{table}"))
+            .to_owned()
+    };
+    let svc = line("svc.audit.example.com");
+    for expected in [
+        "\tFail\t",
+        &format!("service {system}/gone"),
+        "\tMISSING\t",
+        "\tno\t",
+        &format!("intercepts its own backend's pods (namespace {system})"),
+        "intercepts kube-system",
+        "intercepts Nodes",
+        "intercepts Leases",
+        "intercepts DELETE",
+        "timeout 30s",
+    ] {
+        assert!(svc.contains(expected), "{expected:?} missing from {svc:?}");
+    }
+    assert!(line("url.audit.example.com").contains("url https://127.0.0.1:1/v"));
+    let yaml = run(&["webhooks", "--output", "yaml"]);
+    assert!(
+        yaml.contains(&format!("exemptNamespaces: [{system}]")),
+        "{yaml}"
+    );
+    assert!(
+        yaml.contains("owner: { apiserver: { namespace: initguard-canary"),
+        "{yaml}"
+    );
+    let path = tb.dir.join("wha-webhooks.yaml");
+    std::fs::write(&path, &yaml).expect("write the YAML");
+    let checked = std::process::Command::new(env!("CARGO_BIN_EXE_initguard"))
+        .arg("check-config")
+        .arg(&path)
+        .output()
+        .expect("check-config runs");
+    assert!(
+        checked.status.success(),
+        "the audit's YAML fails check-config: {}\n{yaml}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    tb.kubectl(&["delete", "validatingwebhookconfiguration", name]);
+    tb.kubectl(&["delete", "namespace", system, "--wait=false"]);
+}
