@@ -85,6 +85,7 @@ pub enum Command {
         /// Kubeconfig file; default $KUBECONFIG or ~/.kube/config, then in-cluster.
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
+        /// Report format on stdout: table, or yaml (a `webhooks:` section to start from).
         #[arg(long, value_enum, default_value_t = WebhooksOutput::Table)]
         output: WebhooksOutput,
     },
