@@ -120,11 +120,8 @@ fn covers(entry: &Value, resource: &str, operation: &str) -> bool {
                     .into_iter()
                     .flatten()
                     .filter_map(Value::as_str)
-                    .any(|v| {
-                        v == "*"
-                            || v == want
-                            || v.split('/').next() == Some(want) && v.ends_with("/*")
-                    })
+                    // `*` and `*/*` cover every resource; `X/*` only X's subresources.
+                    .any(|v| v == "*" || v == "*/*" || v == want)
             };
             has("resources", resource) && has("operations", operation)
         })
@@ -161,10 +158,16 @@ fn risks(
     if covers(entry, "leases", "UPDATE") || covers(entry, "leases", "CREATE") {
         risks.push("intercepts Leases".to_owned());
     }
-    if ["pods", "nodes", "namespaces", "*"]
-        .iter()
-        .any(|r| covers(entry, r, "DELETE"))
-    {
+    // Any DELETE: namespace deletion and garbage collection delete every kind.
+    let deletes = entry
+        .get("rules")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|rule| rule.get("operations").and_then(Value::as_array))
+        .flatten()
+        .any(|o| o == "*" || o == "DELETE");
+    if deletes {
         risks.push("intercepts DELETE".to_owned());
     }
     if let Some(t) = entry.get("timeoutSeconds").and_then(Value::as_i64)

@@ -212,32 +212,39 @@ fn webhooks_audit(
         Ok(c) => c,
         Err(code) => return code,
     };
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
-    rt.block_on(async move {
-        let audit = async {
-            let connection = status::connect(kubeconfig, &config)
-                .await
-                .map_err(|e| e.to_string())?;
-            inventory::gather(&connection.client, path.map(|_| &config))
-                .await
-                .map_err(|e| e.to_string())
-        };
-        match audit.await {
-            Ok(found) => {
-                match output {
-                    WebhooksOutput::Table => print!("{}", inventory::render_table(&found)),
-                    WebhooksOutput::Yaml => print!("{}", inventory::render_yaml(&found)),
-                }
-                ExitCode::SUCCESS
+    let gathered = one_shot(&config, kubeconfig, async |client| {
+        inventory::gather(&client, path.map(|_| &config))
+            .await
+            .map_err(|e| e.to_string())
+    });
+    match gathered {
+        Ok(found) => {
+            match output {
+                WebhooksOutput::Table => print!("{}", inventory::render_table(&found)),
+                WebhooksOutput::Yaml => print!("{}", inventory::render_yaml(&found)),
             }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::from(1)
-            }
+            ExitCode::SUCCESS
         }
+        Err(code) => code,
+    }
+}
+
+/// Run `work` with a client for `config` on a fresh runtime; an error is printed (exit 1).
+fn one_shot<T>(
+    config: &Config,
+    kubeconfig: Option<&Path>,
+    work: impl AsyncFnOnce(kube::Client) -> Result<T, String>,
+) -> Result<T, ExitCode> {
+    let rt = runtime()?;
+    rt.block_on(async {
+        let connection = status::connect(kubeconfig, config)
+            .await
+            .map_err(|e| e.to_string())?;
+        work(connection.client).await
+    })
+    .map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(1)
     })
 }
 
@@ -252,36 +259,24 @@ fn restore_now(
         Ok(c) => c,
         Err(code) => return code,
     };
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
-    rt.block_on(async move {
-        let done = async {
-            let connection = status::connect(kubeconfig, &config)
-                .await
-                .map_err(|e| e.to_string())?;
-            restore::restore(&connection.client, &config, options)
-                .await
-                .map_err(|e| e.to_string())
-        };
-        match done.await {
-            Ok(lines) => {
-                for line in &lines {
-                    println!("{line}");
-                }
-                if restore::succeeded(&lines, options.dry_run, conflicts_ok) {
-                    ExitCode::SUCCESS
-                } else {
-                    ExitCode::from(1)
-                }
+    let done = one_shot(&config, kubeconfig, async |client| {
+        restore::restore(&client, &config, options)
+            .await
+            .map_err(|e| e.to_string())
+    });
+    match done {
+        Ok(lines) => {
+            for line in &lines {
+                println!("{line}");
             }
-            Err(e) => {
-                eprintln!("error: {e}");
+            if restore::succeeded(&lines, options.dry_run, conflicts_ok) {
+                ExitCode::SUCCESS
+            } else {
                 ExitCode::from(1)
             }
         }
-    })
+        Err(code) => code,
+    }
 }
 
 fn check_config(path: &std::path::Path, output: Output, kubeconfig: Option<&Path>) -> ExitCode {

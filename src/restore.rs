@@ -66,11 +66,10 @@ pub enum Outcome {
 
 impl Outcome {
     /// Whether a recorded bypass is still in place afterwards (or may be).
-    fn remains(&self, dry_run: bool) -> bool {
+    fn remains(&self) -> bool {
         match self {
             Outcome::Restored | Outcome::NotBypassed | Outcome::NotFound => false,
-            Outcome::WouldRestore => !dry_run,
-            Outcome::Conflict | Outcome::Failed(_) => true,
+            Outcome::WouldRestore | Outcome::Conflict | Outcome::Failed(_) => true,
         }
     }
 }
@@ -113,9 +112,11 @@ pub enum RestoreError {
 /// The exit status: 0 when no recorded bypass remains, or with `conflicts_ok` when only
 /// conflicts remain; 1 otherwise.
 pub fn succeeded(lines: &[Line], dry_run: bool, conflicts_ok: bool) -> bool {
-    lines
-        .iter()
-        .all(|l| !l.outcome.remains(dry_run) || (conflicts_ok && l.outcome == Outcome::Conflict))
+    // A dry run only reports.
+    dry_run
+        || lines
+            .iter()
+            .all(|l| !l.outcome.remains() || (conflicts_ok && l.outcome == Outcome::Conflict))
 }
 
 /// Restore every listed webhook of `config` named in `options` (all when none is).
@@ -316,7 +317,8 @@ mod tests {
         assert!(succeeded(&conflict, false, true), "--conflicts-ok");
         let failed = [line(Outcome::Failed("x".into()))];
         assert!(!succeeded(&failed, false, true), "a failure is never ok");
-        // A dry run only reports.
+        // A dry run only reports, whatever it found.
         assert!(succeeded(&[line(Outcome::WouldRestore)], true, false));
+        assert!(succeeded(&conflict, true, false));
     }
 }

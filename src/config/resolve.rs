@@ -957,6 +957,18 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
             continue;
         };
         if let Some(OwnerSpec::Apiserver(canary)) = &resolved.owner
+            && canary.labels.contains_key(&opt_in.label)
+        {
+            problems.value(
+                &format!("webhooks[{i}].owner.apiserver.labels"),
+                format!(
+                    "expected labels without the opt-in label {:?}: a bypass would let the \
+                     canary through, and it could never see the webhook fail",
+                    opt_in.label
+                ),
+            );
+        }
+        if let Some(OwnerSpec::Apiserver(canary)) = &resolved.owner
             && resolved.opt_in != OptInMode::None
             && opt_in.namespaces.contains(&canary.namespace)
         {

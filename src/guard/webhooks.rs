@@ -289,6 +289,14 @@ impl WebhookGuard {
                     BypassVia::Auto if memory.selectors_only => Via::Selectors,
                     BypassVia::Auto => Via::MatchConditions,
                 };
+                if via == Via::Selectors && Added::new(via, &through).parts().is_empty() {
+                    // Only exempt requesters, operations or the critical path would pass,
+                    // which selectors cannot say: a bypass would let nothing through.
+                    error!(webhook = %name, "cannot bypass: the API server keeps no \
+                        matchConditions, and selectors cannot let through what this webhook \
+                        exempts (requesters, operations, the critical path)");
+                    return Step::default();
+                }
                 let plan = Plan {
                     listed,
                     resource,
@@ -418,6 +426,11 @@ impl WebhookGuard {
                  which cannot let exempt requesters, operations or the critical path through");
             memory.selectors_only = true;
             plan = plan.through_selectors(index, &self.config.opt_in);
+            if plan.bypass.added.parts().is_empty() {
+                error!(webhook = %name, "cannot bypass with selectors: they would let nothing \
+                    through (only exempt requesters, operations or the critical path would pass)");
+                return step;
+            }
             let records = written.records().unwrap_or_default();
             let patch = plan.patch(written, &records);
             step = self.write(plan.listed, plan.resource, patch, cancel).await;

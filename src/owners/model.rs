@@ -335,6 +335,13 @@ impl Model<EndpointSlice> for EndpointsModel {
 #[derive(Default)]
 pub(super) struct ServicePresence(bool);
 
+impl ServicePresence {
+    /// Taken as present: the Service cannot be read, so the endpoints alone decide.
+    pub(super) fn assumed() -> ServicePresence {
+        ServicePresence(true)
+    }
+}
+
 impl<K> Model<K> for ServicePresence {
     fn apply(&mut self, _: K, _: Instant) {
         self.0 = true;

@@ -411,6 +411,18 @@ impl Task {
                     Some(Change::Slice(Ok(e))) => {
                         apply_event(e, &mut endpoints, &mut endpoints_relist, Instant::now())
                     }
+                    // Without the right to read Services (RBAC from before this owner read
+                    // them), judge by the endpoints alone, as before.
+                    Some(Change::Service(Err(err))) if forbidden(&err) => {
+                        let first = service.is_none();
+                        if first {
+                            warn!(owner = %target, error = %error_chain(&err),
+                                "cannot read the webhook's Service: a missing one will not count \
+                                 as down; grant get, list, watch on services (deploy/README.md)");
+                            service = Some(ServicePresence::assumed());
+                        }
+                        first
+                    }
                     Some(Change::Service(Err(err))) => {
                         self.watch_failed("services", &err);
                         false
@@ -536,6 +548,19 @@ impl Task {
                 }
             }
         }
+    }
+}
+
+/// Whether a watch failed because RBAC forbids it.
+fn forbidden(err: &watcher::Error) -> bool {
+    match err {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => {
+            matches!(e, kube::Error::Api(s) if s.code == 403)
+        }
+        watcher::Error::WatchError(s) => s.code == 403,
+        _ => false,
     }
 }
 

@@ -657,7 +657,7 @@ pub async fn self_fence_confines_the_guard_to_a_bypass(tb: Arc<Testbed>) {
         "pol-fence-create",
         "-n",
         ns,
-        "--verb=create",
+        "--verb=create,get,update,patch,delete",
         "--resource=configmaps",
     ]);
     tb.kubectl(&[
@@ -695,6 +695,46 @@ pub async fn self_fence_confines_the_guard_to_a_bypass(tb: Arc<Testbed>) {
         None,
     );
     assert!(tb.get("configmap", ns, "planted").is_none());
+    // Updates and deletes of what it has no business with: refused too.
+    tb.kubectl(&["create", "configmap", "victim", "-n", ns]);
+    refused_by(
+        &tb,
+        guard,
+        fence,
+        &["update configmaps"],
+        &["label", "configmap", "victim", "-n", ns, "planted=yes"],
+        None,
+    );
+    refused_by(
+        &tb,
+        guard,
+        fence,
+        &["delete configmaps"],
+        &["delete", "configmap", "victim", "-n", ns],
+        None,
+    );
+    // Nor may it drop a pod's bypass record.
+    let drop_record =
+        json!([{ "op": "remove", "path": "/metadata/annotations/initguard.io~1bypassed" }])
+            .to_string();
+    refused_by(
+        &tb,
+        guard,
+        fence,
+        &[],
+        &[
+            "patch",
+            "pod",
+            "held",
+            "-n",
+            ns,
+            "--type",
+            "json",
+            "-p",
+            &drop_record,
+        ],
+        None,
+    );
 
     // What the guard creates for real passes: a Warning Event and its own Lease; another
     // Lease, which its Role would allow, does not.

@@ -562,6 +562,37 @@ pub async fn webhook_default_owner_is_the_services_endpoints(tb: Arc<Testbed>) {
     revoke_service_owner_reads(&tb, prefix);
 }
 
+/// Namespaces `system` and `prefix` (called for) and a fail-closed configuration `name` whose
+/// entry calls Service `system/uninstalled`, which does not exist (as after an uninstall that
+/// left the configuration behind); its `webhooks` as the server holds them.
+fn dangling_service_webhook(tb: &Testbed, prefix: &str, system: &str, name: &str) -> Value {
+    tb.namespace(system);
+    tb.namespace(prefix);
+    tb.kubectl(&[
+        "label",
+        "namespace",
+        prefix,
+        &format!("webhook-test={prefix}"),
+    ]);
+    tb.apply(&json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": { "name": name },
+        "webhooks": [{
+            "name": ENTRY,
+            "clientConfig": { "service": { "namespace": system, "name": "uninstalled",
+                                           "path": "/validate" } },
+            "rules": [{ "operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                        "resources": ["pods"] }],
+            "namespaceSelector": { "matchLabels": { "webhook-test": prefix } },
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+        }],
+    }));
+    get_configuration(tb, name)["webhooks"].clone()
+}
+
 /// The chart's rules for default (Service) owners: EndpointSlices, and the Services themselves.
 fn grant_service_owner_reads(tb: &Testbed, prefix: &str) {
     let role = format!("{prefix}-service-owner");
@@ -604,26 +635,7 @@ pub async fn webhook_whose_service_is_gone_is_bypassed_by_a_guard_started_after(
     let started = jiff::Timestamp::now();
     let (prefix, system) = ("whg", "whg-system");
     let name = "whg-policy";
-    tb.namespace(system);
-    tb.namespace(prefix);
-    tb.kubectl(&["label", "namespace", prefix, "webhook-test=whg"]);
-    tb.apply(&json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": { "name": name },
-        "webhooks": [{
-            "name": ENTRY,
-            "clientConfig": { "service": { "namespace": system, "name": "uninstalled",
-                                           "path": "/validate" } },
-            "rules": [{ "operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                        "resources": ["pods"] }],
-            "namespaceSelector": { "matchLabels": { "webhook-test": prefix } },
-            "failurePolicy": "Fail",
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-        }],
-    }));
-    let before = get_configuration(&tb, name)["webhooks"].clone();
+    let before = dangling_service_webhook(&tb, prefix, system, name);
     // The outage, as the API server reports it.
     let refused = eventually("the dangling webhook to reject a create", || {
         create_pod(&tb, prefix, "before", false).err()
@@ -928,26 +940,7 @@ pub async fn webhook_bypass_is_restored_by_helm_uninstall(tb: Arc<Testbed>) {
     let (prefix, system, release_ns) = ("whu", "whu-system", "whu-release");
     let name = "whu-policy";
     let release = "whu";
-    tb.namespace(system);
-    tb.namespace(prefix);
-    tb.kubectl(&["label", "namespace", prefix, "webhook-test=whu"]);
-    tb.apply(&json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": { "name": name },
-        "webhooks": [{
-            "name": ENTRY,
-            "clientConfig": { "service": { "namespace": system, "name": "uninstalled",
-                                           "path": "/validate" } },
-            "rules": [{ "operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                        "resources": ["pods"] }],
-            "namespaceSelector": { "matchLabels": { "webhook-test": prefix } },
-            "failurePolicy": "Fail",
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-        }],
-    }));
-    let before = get_configuration(&tb, name)["webhooks"].clone();
+    let before = dangling_service_webhook(&tb, prefix, system, name);
     // A guard bypasses it (the release's own replicas never run here), then stops.
     grant(&tb, prefix, name);
     grant_service_owner_reads(&tb, prefix);
