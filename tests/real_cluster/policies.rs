@@ -17,7 +17,8 @@ use crate::deploy::{chart, repo, run};
 use crate::gates;
 use crate::testbed::*;
 
-const PARAMS: &str = "initguard-admission-policies";
+/// The policies' params ConfigMap in kube-system (deploy/admission-policies.yaml).
+pub const PARAMS: &str = "initguard-admission-policies";
 /// Groups of deploy/admission-policies.yaml's params.
 const SHIPPED_GROUPS: &str = "system:masters";
 /// A group the opt-in scenario adds to the params for the length of the scenario.
@@ -46,7 +47,8 @@ fn enforce(tb: &Testbed, policy: &str, actions: &[&str]) {
     ]);
 }
 
-fn set_params(tb: &Testbed, data: Value) {
+/// Merge `data` into the params (a null value removes that key).
+pub fn set_params(tb: &Testbed, data: Value) {
     let patch = json!({ "data": data }).to_string();
     tb.kubectl(&[
         "patch",

@@ -121,7 +121,6 @@ struct NamespaceSelection {
 }
 
 const NAMESPACE_RBAC: &str = "initguard-namespace-selector";
-const POLICY_PARAMS: &str = "initguard-admission-policies";
 
 impl NamespaceSelection {
     async fn set_up(tb: &Testbed) -> NamespaceSelection {
@@ -144,7 +143,7 @@ impl NamespaceSelection {
             tb.kubectl(&["apply", "-f", file]);
         }
         let previous_keys = tb
-            .get("configmap", "kube-system", POLICY_PARAMS)
+            .get("configmap", "kube-system", crate::policies::PARAMS)
             .map(|params| {
                 let previous = params["data"]["namespaceSelectorKeys"].clone();
                 set_selector_keys(tb, &json!(TEAM.0));
@@ -177,18 +176,7 @@ impl NamespaceSelection {
 
 /// Set (or, with null, remove) the policies' `namespaceSelectorKeys` param.
 fn set_selector_keys(tb: &Testbed, keys: &Value) {
-    let patch = json!({ "data": { "namespaceSelectorKeys": keys } }).to_string();
-    tb.kubectl(&[
-        "patch",
-        "configmap",
-        POLICY_PARAMS,
-        "-n",
-        "kube-system",
-        "--type",
-        "merge",
-        "-p",
-        &patch,
-    ]);
+    crate::policies::set_params(tb, json!({ "namespaceSelectorKeys": keys }));
 }
 
 /// `optIn: namespaces` on one gate, `optIn.namespaces` listing one namespace. A labelled pod
@@ -613,20 +601,7 @@ async fn namespaces_only_webhook(tb: Arc<Testbed>, prefix: &str, via: &str) {
     );
 
     bed.revive_owner();
-    let revived = tb
-        .audit()
-        .into_iter()
-        .filter(|a| {
-            a.resource == "leases"
-                && a.name == "policy-webhook"
-                && a.namespace == system
-                && a.is_write()
-                && a.ok()
-        })
-        .map(|a| a.received)
-        .max()
-        .map(|t| timestamp(&t))
-        .unwrap_or_else(|| panic!("no lease write after the revival"));
+    let revived = bed.last_lease_write();
     eventually("the entry restored exactly once the owner is back", || {
         let now = get_configuration(&tb, &name);
         (now["webhooks"] == baseline["webhooks"]

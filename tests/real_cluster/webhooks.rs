@@ -209,20 +209,7 @@ async fn bypass_and_restore(tb: Arc<Testbed>, prefix: &str, via: &str) {
 
     // Revive: after restoreGrace the entry is exactly as before.
     bed.revive_owner();
-    let revived = tb
-        .audit()
-        .into_iter()
-        .filter(|a| {
-            a.resource == "leases"
-                && a.name == "policy-webhook"
-                && a.namespace == system
-                && a.is_write()
-                && a.ok()
-        })
-        .map(|a| a.received)
-        .max()
-        .map(|t| timestamp(&t))
-        .unwrap_or_else(|| panic!("no lease write after the revival"));
+    let revived = bed.last_lease_write();
     eventually(
         "the entry restored exactly after the owner came back",
         || {
@@ -484,22 +471,7 @@ pub async fn webhook_default_owner_is_the_services_endpoints(tb: Arc<Testbed>) {
         })
     };
     tb.apply(&slice(true));
-    tb.apply(&json!({
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": { "name": name },
-        "webhooks": [{
-            "name": ENTRY,
-            "clientConfig": { "service": { "namespace": system, "name": "policy-webhook",
-                                           "path": "/validate" } },
-            "rules": [{ "operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                        "resources": ["pods"] }],
-            "namespaceSelector": { "matchLabels": { "webhook-test": prefix } },
-            "failurePolicy": "Fail",
-            "sideEffects": "None",
-            "admissionReviewVersions": ["v1"],
-        }],
-    }));
+    apply_service_webhook(&tb, name, prefix, system, "policy-webhook");
     grant(&tb, prefix, name);
     grant_service_owner_reads(&tb, prefix);
     let guard = tb
@@ -574,13 +546,20 @@ fn dangling_service_webhook(tb: &Testbed, prefix: &str, system: &str, name: &str
         prefix,
         &format!("webhook-test={prefix}"),
     ]);
+    apply_service_webhook(tb, name, prefix, system, "uninstalled");
+    get_configuration(tb, name)["webhooks"].clone()
+}
+
+/// A fail-closed configuration `name` whose one entry calls Service `system/service` for pod
+/// creates in namespaces labelled `webhook-test=PREFIX`.
+fn apply_service_webhook(tb: &Testbed, name: &str, prefix: &str, system: &str, service: &str) {
     tb.apply(&json!({
         "apiVersion": "admissionregistration.k8s.io/v1",
         "kind": "ValidatingWebhookConfiguration",
         "metadata": { "name": name },
         "webhooks": [{
             "name": ENTRY,
-            "clientConfig": { "service": { "namespace": system, "name": "uninstalled",
+            "clientConfig": { "service": { "namespace": system, "name": service,
                                            "path": "/validate" } },
             "rules": [{ "operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
                         "resources": ["pods"] }],
@@ -590,7 +569,6 @@ fn dangling_service_webhook(tb: &Testbed, prefix: &str, system: &str, name: &str
             "admissionReviewVersions": ["v1"],
         }],
     }));
-    get_configuration(tb, name)["webhooks"].clone()
 }
 
 /// The chart's rules for default (Service) owners: EndpointSlices, and the Services themselves.

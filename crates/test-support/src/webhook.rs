@@ -329,6 +329,25 @@ impl Bed {
         self.lease = OwnerLease::start(&self.tb, &self.system, "policy-webhook");
     }
 
+    /// When the API server last accepted a write of the owner Lease (after
+    /// [`Bed::revive_owner`]: the instant the owner was back), from its audit log.
+    pub fn last_lease_write(&self) -> jiff::Timestamp {
+        self.tb
+            .audit()
+            .into_iter()
+            .filter(|a| {
+                a.resource == "leases"
+                    && a.name == "policy-webhook"
+                    && a.namespace == self.system
+                    && a.is_write()
+                    && a.ok()
+            })
+            .map(|a| a.received)
+            .max()
+            .map(|t| timestamp(&t))
+            .unwrap_or_else(|| panic!("no write of lease {}/policy-webhook", self.system))
+    }
+
     /// The listed entry as the server holds it now.
     pub fn entry(&self) -> Value {
         get_configuration(&self.tb, &self.name)["webhooks"][1].clone()
