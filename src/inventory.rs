@@ -214,11 +214,7 @@ pub async fn gather(
         else {
             continue;
         };
-        let policy = if resource.version == "v1" {
-            FailurePolicy::Fail
-        } else {
-            FailurePolicy::Ignore
-        };
+        let policy = crate::guard::webhooks::default_failure_policy(&resource);
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         let objects = api
             .list(&ListParams::default())
@@ -232,12 +228,15 @@ pub async fn gather(
                 continue;
             };
             let records: Records = configuration.records().unwrap_or_default();
-            for (entry_name, record) in &records {
-                let id = format!("{}/{}/{entry_name}", kind.as_str(), configuration.name);
-                if record.bypass().is_some() && !listed.contains(&id) {
-                    inventory.orphaned_records.push(id);
-                }
-            }
+            // Without a configuration nothing is listed: every bypass is left behind.
+            inventory
+                .orphaned_records
+                .extend(crate::webhook::orphaned_bypasses(
+                    config.map_or(&[][..], |c| &c.webhooks),
+                    kind,
+                    &configuration.name,
+                    &records,
+                ));
             for (index, entry) in configuration.entries.iter().enumerate() {
                 let webhook = entry
                     .get("name")

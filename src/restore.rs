@@ -275,18 +275,11 @@ pub async fn orphaned_records(client: &kube::Client, config: &Config) -> Vec<Str
                 ));
                 continue;
             };
-            for (entry, record) in &records {
-                let listed = config.webhooks.iter().any(|w| {
-                    w.id.kind == kind && w.id.configuration == name && &w.id.webhook == entry
-                });
-                if record.bypass().is_some() && !listed {
-                    lines.push(format!(
-                        "{}/{name}/{entry} carries a bypass record but is not listed: no guard \
-                         will restore it; list it and run `initguard restore --webhook {}/{name}/{entry}`",
-                        kind.as_str(),
-                        kind.as_str()
-                    ));
-                }
+            for id in crate::webhook::orphaned_bypasses(&config.webhooks, kind, &name, &records) {
+                lines.push(format!(
+                    "{id} carries a bypass record but is not listed: no guard will restore it; \
+                     list it and run `initguard restore --webhook {id}`"
+                ));
             }
         }
     }

@@ -200,6 +200,26 @@ pub struct Restored {
     pub owner_state: String,
 }
 
+/// `KIND/CONFIGURATION/WEBHOOK` of each entry of configuration `name` that `records` holds a
+/// bypass for although `listed` does not name it: no guard will ever restore it.
+pub fn orphaned_bypasses(
+    listed: &[WebhookConfig],
+    kind: WebhookKind,
+    name: &str,
+    records: &Records,
+) -> Vec<String> {
+    records
+        .iter()
+        .filter(|(_, record)| record.bypass().is_some())
+        .filter(|(entry, _)| {
+            !listed
+                .iter()
+                .any(|w| w.id.kind == kind && w.id.configuration == name && &w.id.webhook == *entry)
+        })
+        .map(|(entry, _)| format!("{}/{name}/{entry}", kind.as_str()))
+        .collect()
+}
+
 /// The annotation on a configuration that pauses the guard for it: no new bypass of any of
 /// its entries while it is there (restores still happen).
 pub const NO_BYPASS_ANNOTATION: &str = "initguard.io/no-bypass";
