@@ -331,6 +331,9 @@ fn missing_owners(kubeconfig: &Path, config: &Config) -> Result<Vec<String>, Exi
                 Ok(_) => {
                     let mut lines = initguard::owners::missing_owners(&conn.client, config).await;
                     lines.extend(restore::orphaned_records(&conn.client, config).await);
+                    lines.extend(
+                        initguard::guard::webhooks::canary_findings(&conn.client, config).await,
+                    );
                     Ok(lines)
                 }
                 Err(e) => {

@@ -17,7 +17,9 @@ use std::time::{Duration, SystemTime};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::config::{Operation, OptIn, OptInMode, Requester, WebhookConfig, WebhookKind};
+use crate::config::{
+    CANARY_LABEL, Canary, Operation, OptIn, OptInMode, Requester, WebhookConfig, WebhookKind,
+};
 use crate::policy::OwnerState;
 use kube_common::selector::{Requirement, SelectorOp};
 
@@ -620,6 +622,96 @@ pub fn decide(s: &Situation<'_>) -> Action {
     }
 }
 
+/// Whether a canary's dry-run create reaches an entry (README "Admission webhooks", the
+/// `apiserver` owner). A canary the entry does not match is admitted without calling the
+/// webhook, which would read as "up": the guard treats such an owner as unknown.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct CanaryReach {
+    /// Why the canary does not reach the entry.
+    pub problems: Vec<String>,
+    /// What could not be checked.
+    pub warnings: Vec<String>,
+}
+
+/// [`CanaryReach`] of `canary` on `entry`: its rules must include CREATE on the canary's
+/// resource in the core group v1, for namespaced objects; its `objectSelector` must select the
+/// canary's labels and its `namespaceSelector` the canary namespace's labels (`None`: not
+/// read, a warning). The entry's own `matchConditions` cannot be evaluated here: a warning.
+pub fn canary_reach(
+    entry: &Value,
+    canary: &Canary,
+    namespace_labels: Option<&BTreeMap<String, String>>,
+) -> CanaryReach {
+    let mut reach = CanaryReach::default();
+    let resource = canary.resource.as_str();
+    let has = |rule: &Value, field: &str, wanted: &[&str]| {
+        rule[field]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|v| v.as_str().is_some_and(|v| wanted.contains(&v))))
+    };
+    let rules = entry["rules"].as_array().map(Vec::as_slice).unwrap_or_default();
+    let matched = rules.iter().any(|rule| {
+        has(rule, "operations", &["CREATE", "*"])
+            && has(rule, "apiGroups", &["", "*"])
+            && has(rule, "apiVersions", &["v1", "*"])
+            && has(rule, "resources", &[resource, "*", "*/*"])
+            && rule["scope"].as_str().is_none_or(|s| s == "*" || s == "Namespaced")
+    });
+    if !matched {
+        reach.problems.push(format!(
+            "its rules do not include CREATE on {resource} (core group, v1, namespaced), so the \
+             canary never calls it"
+        ));
+    }
+    let mut labels = canary.labels.clone();
+    labels.insert(CANARY_LABEL.to_owned(), "dry-run".to_owned());
+    match selects(&entry["objectSelector"], &labels) {
+        Ok(true) => {}
+        Ok(false) => reach.problems.push(format!(
+            "its objectSelector does not select the canary's labels {labels:?} (set \
+             owner.apiserver.labels)"
+        )),
+        Err(e) => reach.problems.push(format!("its objectSelector cannot be read: {e}")),
+    }
+    match namespace_labels.map(|l| selects(&entry["namespaceSelector"], l)) {
+        None => reach.warnings.push(format!(
+            "the labels of namespace {} could not be read: its namespaceSelector is not checked",
+            canary.namespace
+        )),
+        Some(Ok(true)) => {}
+        Some(Ok(false)) => reach.problems.push(format!(
+            "its namespaceSelector does not select the canary namespace {}",
+            canary.namespace
+        )),
+        Some(Err(e)) => reach.problems.push(format!("its namespaceSelector cannot be read: {e}")),
+    }
+    let own = list_at(entry, ["matchConditions", ""])
+        .map(|l| {
+            l.iter()
+                .filter(|c| c["name"].as_str() != Some(MATCH_CONDITION_NAME))
+                .count()
+        })
+        .unwrap_or(0);
+    if own > 0 {
+        reach.warnings.push(format!(
+            "its own matchConditions ({own}) cannot be checked against the canary"
+        ));
+    }
+    reach
+}
+
+/// Whether a `LabelSelector` (JSON; absent or null selects everything) selects `labels`.
+fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> Result<bool, String> {
+    use kube::core::SelectorExt;
+    if selector.is_null() {
+        return Ok(true);
+    }
+    let parsed: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector =
+        serde_json::from_value(selector.clone()).map_err(|e| e.to_string())?;
+    let selector = kube::core::Selector::try_from(parsed).map_err(|e| e.to_string())?;
+    Ok(selector.matches(labels))
+}
+
 /// One listed webhook in `/status` and `initguard status`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -637,6 +729,10 @@ pub struct WebhookStatus {
     /// What the bypass in force added to the entry, from the record.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub added: Option<Added>,
+    /// Why an `apiserver` owner's canary does not reach the entry ([`canary_reach`]): the
+    /// owner then counts as unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub canary_problem: Option<String>,
 }
 
 /// The status of one listed webhook from what was read of its configuration.
@@ -651,6 +747,7 @@ pub fn status(
         owner,
         bypassed_since: None,
         added: None,
+        canary_problem: None,
     };
     let Some((c, index)) = configuration.and_then(|c| Some((c, c.index_of(&config.id.webhook)?)))
     else {

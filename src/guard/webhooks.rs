@@ -48,9 +48,16 @@ pub(crate) fn default_failure_policy(resource: &ApiResource) -> FailurePolicy {
 /// A listed configuration: which kind, which name.
 pub type Key = (WebhookKind, String);
 
-/// One update from a configuration's watch: the object, or None once it is gone.
+/// What a watch is about: a listed configuration, or a canary's namespace.
+#[derive(Clone)]
+enum Watched {
+    Configuration(Key),
+    Namespace(String),
+}
+
+/// One update from a watch by name: the object, or None once it is gone.
 struct Update {
-    key: Key,
+    watched: Watched,
     object: Option<Value>,
 }
 
@@ -66,6 +73,9 @@ pub struct WebhookGuard {
     pub shared: Arc<crate::guard::shared::Shared>,
 }
 
+/// The labels of each canary namespace (None: not read, or not found).
+pub type Namespaces = HashMap<String, Option<BTreeMap<String, String>>>;
+
 /// What the loop remembers per listed webhook.
 #[derive(Default)]
 struct Memory {
@@ -79,6 +89,8 @@ struct Memory {
     dry_run_decided: bool,
     /// The server dropped a matchConditions bypass once: `auto` means selectors from now on.
     selectors_only: bool,
+    /// The last reason logged why the canary does not reach the entry.
+    unreached: Option<String>,
 }
 
 impl WebhookGuard {
@@ -118,8 +130,31 @@ impl WebhookGuard {
             supervise::spawn(
                 &failures,
                 "webhook configuration watch",
-                watch_configuration(api, key, tx.clone(), cancel.clone()),
+                watch_named(api, Watched::Configuration(key), tx.clone(), cancel.clone()),
             );
+        }
+        // Canary namespaces are watched too: a namespaceSelector is judged on current labels.
+        let mut namespaces = Namespaces::new();
+        for listed in &self.config.webhooks {
+            if let Some(OwnerSpec::Apiserver(canary)) = &listed.owner
+                && !namespaces.contains_key(&canary.namespace)
+            {
+                namespaces.insert(canary.namespace.clone(), None);
+                let api: Api<DynamicObject> = Api::all_with(
+                    self.client.clone(),
+                    &ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()),
+                );
+                supervise::spawn(
+                    &failures,
+                    "canary namespace watch",
+                    watch_named(
+                        api,
+                        Watched::Namespace(canary.namespace.clone()),
+                        tx.clone(),
+                        cancel.clone(),
+                    ),
+                );
+            }
         }
         drop(tx);
 
@@ -134,7 +169,14 @@ impl WebhookGuard {
                 _ = cancel.cancelled() => return,
                 update = rx.recv() => match update {
                     None => return,
-                    Some(Update { key, object }) => {
+                    Some(Update { watched: Watched::Namespace(name), object }) => {
+                        let labels = object.map(|o| {
+                            serde_json::from_value(o["metadata"]["labels"].clone())
+                                .unwrap_or_default()
+                        });
+                        namespaces.insert(name, labels);
+                    }
+                    Some(Update { watched: Watched::Configuration(key), object }) => {
                         let Some((_, default_policy)) = resources.get(&key) else { continue };
                         match object {
                             None => { objects.remove(&key); }
@@ -158,7 +200,7 @@ impl WebhookGuard {
                 };
                 let remembered = memory.entry(listed.id.to_string()).or_default();
                 let next = self
-                    .step(listed, resource, objects.get(&key), remembered, &cancel)
+                    .step(listed, resource, objects.get(&key), &namespaces, remembered, &cancel)
                     .await;
                 if let Some(refreshed) = next.refreshed {
                     objects.insert(key, refreshed);
@@ -174,20 +216,28 @@ impl WebhookGuard {
         listed: &WebhookConfig,
         resource: &ApiResource,
         configuration: Option<&Configuration>,
+        namespaces: &Namespaces,
         memory: &mut Memory,
         cancel: &CancellationToken,
     ) -> Step {
         let name = listed.id.to_string();
         let now = SystemTime::now();
         let entry = configuration.and_then(|c| Some((c, c.index_of(&listed.id.webhook)?)));
-        let owner = self.owners.state(&name);
+        let mut owner = self.owners.state(&name);
+        let unreached = self.canary_problem(listed, entry, namespaces, memory);
+        if unreached.is_some() {
+            owner = crate::policy::OwnerState::Unknown;
+        }
         self.shared
             .webhooks
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(
                 name.clone(),
-                crate::webhook::status(listed, configuration, owner),
+                crate::webhook::WebhookStatus {
+                    canary_problem: unreached,
+                    ..crate::webhook::status(listed, configuration, owner)
+                },
             );
         let records = match configuration.map(Configuration::records).transpose() {
             Ok(r) => r.unwrap_or_default(),
@@ -370,6 +420,39 @@ impl WebhookGuard {
                 step
             }
         }
+    }
+
+    /// Why the canary of an `apiserver` owner does not reach the entry, logged when it
+    /// changes; what cannot be checked is logged once.
+    fn canary_problem(
+        &self,
+        listed: &WebhookConfig,
+        entry: Option<(&Configuration, usize)>,
+        namespaces: &Namespaces,
+        memory: &mut Memory,
+    ) -> Option<String> {
+        let (Some(OwnerSpec::Apiserver(canary)), Some((c, index))) = (&listed.owner, entry) else {
+            return None;
+        };
+        let reach = crate::webhook::canary_reach(
+            &c.entries[index],
+            canary,
+            namespaces.get(&canary.namespace).and_then(Option::as_ref),
+        );
+        let problem = (!reach.problems.is_empty()).then(|| reach.problems.join("; "));
+        let text = problem.clone().or_else(|| {
+            (!reach.warnings.is_empty()).then(|| format!("warning: {}", reach.warnings.join("; ")))
+        });
+        if text != memory.unreached {
+            match (&problem, &text) {
+                (Some(p), _) => error!(webhook = %listed.id, problem = %p,
+                    "the canary does not reach this webhook; its owner counts as unknown"),
+                (None, Some(w)) => warn!(webhook = %listed.id, %w, "the canary is not fully checked"),
+                (None, None) => info!(webhook = %listed.id, "the canary reaches this webhook"),
+            }
+            memory.unreached = text;
+        }
+        problem
     }
 
     /// The owner as recorded: explicit, or the entry's Service.
@@ -647,15 +730,18 @@ fn earliest(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<SystemTime> 
     }
 }
 
-/// Feed one configuration's watch into the loop: the object after every change, None when
-/// it is deleted. A watch error is retried with kube's default backoff.
-async fn watch_configuration(
+
+
+async fn watch_named(
     api: Api<DynamicObject>,
-    key: Key,
+    watched: Watched,
     tx: mpsc::Sender<Update>,
     cancel: CancellationToken,
 ) {
-    let config = watcher::Config::default().fields(&format!("metadata.name={}", key.1));
+    let name = match &watched {
+        Watched::Configuration((_, name)) | Watched::Namespace(name) => name.clone(),
+    };
+    let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
     let mut stream = std::pin::pin!(kube::runtime::WatchStreamExt::default_backoff(watcher(
         api, config
     )));
@@ -668,7 +754,7 @@ async fn watch_configuration(
         let object = match event {
             None => return,
             Some(Err(e)) => {
-                warn!(configuration = %key.1, error = %e, "webhook configuration watch failed; retrying");
+                warn!(%name, error = %e, "watch by name failed; retrying");
                 continue;
             }
             Some(Ok(watcher::Event::Init)) => {
@@ -685,7 +771,7 @@ async fn watch_configuration(
         };
         if tx
             .send(Update {
-                key: key.clone(),
+                watched: watched.clone(),
                 object,
             })
             .await
@@ -743,6 +829,78 @@ pub async fn read_configurations(
         read.insert(key, configuration);
     }
     read
+}
+
+/// Read the labels of every canary namespace once, for [`canary_findings`] (the running guard
+/// watches them).
+async fn canary_namespaces(client: &kube::Client, config: &Config) -> Namespaces {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let mut namespaces = Namespaces::new();
+    for listed in &config.webhooks {
+        let Some(OwnerSpec::Apiserver(canary)) = &listed.owner else {
+            continue;
+        };
+        if namespaces.contains_key(&canary.namespace) {
+            continue;
+        }
+        let labels = match api.get_metadata_opt(&canary.namespace).await {
+            Ok(Some(ns)) => Some(ns.metadata.labels.unwrap_or_default()),
+            Ok(None) => {
+                error!(namespace = %canary.namespace, "the canary namespace does not exist");
+                None
+            }
+            Err(e) => {
+                warn!(namespace = %canary.namespace, error = %e,
+                    "cannot read the canary namespace; namespaceSelectors are not checked \
+                     against it (grant get on that namespace)");
+                None
+            }
+        };
+        namespaces.insert(canary.namespace.clone(), labels);
+    }
+    namespaces
+}
+
+
+/// For `check-config --kubeconfig`: one warning per listed webhook whose canary does not reach
+/// it, or cannot be fully checked ([`crate::webhook::canary_reach`]).
+pub async fn canary_findings(client: &kube::Client, config: &Config) -> Vec<String> {
+    let canary = |w: &WebhookConfig| matches!(w.owner, Some(OwnerSpec::Apiserver(_)));
+    let read = read_configurations(client, config, canary).await;
+    let namespaces = canary_namespaces(client, config).await;
+    let mut lines = Vec::new();
+    for listed in config.webhooks.iter().filter(|w| canary(w)) {
+        let Some(OwnerSpec::Apiserver(c)) = &listed.owner else {
+            continue;
+        };
+        let key = (listed.id.kind, listed.id.configuration.clone());
+        let Some((configuration, index)) = read
+            .get(&key)
+            .and_then(Option::as_ref)
+            .and_then(|r| Some((r, r.index_of(&listed.id.webhook)?)))
+        else {
+            lines.push(format!(
+                "webhook {}: not found, so its canary cannot be checked",
+                listed.id
+            ));
+            continue;
+        };
+        let reach = crate::webhook::canary_reach(
+            &configuration.entries[index],
+            c,
+            namespaces.get(&c.namespace).and_then(Option::as_ref),
+        );
+        for problem in reach.problems {
+            lines.push(format!(
+                "webhook {}: the canary does not reach it, so its owner stays unknown: {problem}",
+                listed.id
+            ));
+        }
+        for warning in reach.warnings {
+            lines.push(format!("webhook {}: canary: {warning}", listed.id));
+        }
+    }
+    lines
 }
 
 /// For each listed webhook without an owner: its Service, from `read`, as a `service` owner.

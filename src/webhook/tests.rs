@@ -708,3 +708,140 @@ fn a_restore_on_demand_holds_until_the_owner_is_seen_up_and_down_again() {
             .expect("a bypass parses");
     assert!(bypass["w0.example.com"].bypass().is_some());
 }
+
+fn canary(labels: &[(&str, &str)]) -> Canary {
+    Canary {
+        webhook: "pods.policy.example.com".to_owned(),
+        namespace: "canary".to_owned(),
+        resource: crate::config::CanaryResource::Pods,
+        labels: labels
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect(),
+        interval: Duration::from_secs(10),
+    }
+}
+
+fn pods_entry() -> Value {
+    json!({
+        "name": "pods.policy.example.com",
+        "rules": [{ "operations": ["CREATE", "UPDATE"], "apiGroups": [""],
+                    "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced" }],
+        "namespaceSelector": { "matchLabels": { "team": "a" } },
+        "objectSelector": { "matchExpressions": [
+            { "key": "app", "operator": "In", "values": ["web"] } ] },
+    })
+}
+
+fn namespace(labels: &[(&str, &str)]) -> BTreeMap<String, String> {
+    labels
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+#[test]
+fn a_canary_reaches_only_an_entry_whose_rules_and_selectors_select_it() {
+    let ns = namespace(&[("team", "a")]);
+    let ok = canary(&[("app", "web")]);
+    assert_eq!(
+        canary_reach(&pods_entry(), &ok, Some(&ns)),
+        CanaryReach::default()
+    );
+    // Each way the create would be admitted without calling the webhook.
+    let unreached = |entry: &Value, c: &Canary, ns: &BTreeMap<String, String>, why: &str| {
+        let reach = canary_reach(entry, c, Some(ns));
+        assert!(
+            reach.problems.len() == 1 && reach.problems[0].contains(why),
+            "{why}: {reach:?}"
+        );
+    };
+    unreached(&pods_entry(), &canary(&[]), &ns, "objectSelector");
+    unreached(&pods_entry(), &ok, &namespace(&[]), "namespaceSelector");
+    for (field, value) in [
+        ("operations", json!(["UPDATE", "DELETE"])),
+        ("apiGroups", json!(["apps"])),
+        ("apiVersions", json!(["v1beta1"])),
+        ("resources", json!(["pods/status", "pods/*"])),
+        ("scope", json!("Cluster")),
+    ] {
+        let mut entry = pods_entry();
+        entry["rules"][0][field] = value;
+        unreached(&entry, &ok, &ns, "CREATE on pods");
+    }
+    let mut configmaps = ok.clone();
+    configmaps.resource = crate::config::CanaryResource::Configmaps;
+    unreached(&pods_entry(), &configmaps, &ns, "CREATE on configmaps");
+    let mut entry = pods_entry();
+    entry["rules"] = json!([]);
+    unreached(&entry, &ok, &ns, "CREATE on pods");
+    entry["objectSelector"] = json!({ "matchExpressions": [
+        { "key": "app", "operator": "Sideways", "values": [] } ] });
+    let reach = canary_reach(&entry, &ok, Some(&ns));
+    assert!(
+        reach.problems.iter().any(|p| p.contains("cannot be read")),
+        "{reach:?}"
+    );
+    // Wildcards, and no selectors at all, reach it.
+    let wide = json!({ "rules": [{ "operations": ["*"], "apiGroups": ["*"],
+        "apiVersions": ["*"], "resources": ["*/*"] }] });
+    assert_eq!(
+        canary_reach(&wide, &canary(&[]), Some(&namespace(&[]))),
+        CanaryReach::default()
+    );
+}
+
+#[test]
+fn what_cannot_be_checked_is_a_warning_and_the_bypass_condition_is_not_the_entrys_own() {
+    let ok = canary(&[("app", "web")]);
+    let reach = canary_reach(&pods_entry(), &ok, None);
+    assert!(reach.problems.is_empty(), "{reach:?}");
+    assert!(
+        reach.warnings.len() == 1 && reach.warnings[0].contains("namespace canary"),
+        "{reach:?}"
+    );
+    let ns = namespace(&[("team", "a")]);
+    let mut entry = pods_entry();
+    entry["matchConditions"] =
+        json!([{ "name": MATCH_CONDITION_NAME, "expression": "true" }]);
+    assert_eq!(canary_reach(&entry, &ok, Some(&ns)), CanaryReach::default());
+    entry["matchConditions"]
+        .as_array_mut()
+        .expect("a list")
+        .push(json!({ "name": "own", "expression": "true" }));
+    let reach = canary_reach(&entry, &ok, Some(&ns));
+    assert!(reach.problems.is_empty(), "{reach:?}");
+    assert!(
+        reach.warnings.len() == 1 && reach.warnings[0].contains("matchConditions (1)"),
+        "{reach:?}"
+    );
+}
+
+proptest! {
+    /// Whatever a bypass adds (either path, any exempt namespaces other than the canary's),
+    /// the canary still reaches the entry: it is how the guard sees the webhook come back.
+    #[test]
+    fn a_bypass_never_stops_the_canary_reaching_the_entry(
+        selectors in any::<bool>(),
+        exempt in proptest::collection::vec("[a-z]{1,6}", 0..3),
+    ) {
+        let exempt: Vec<String> = exempt.into_iter().filter(|n| n != "canary").collect();
+        let object = json!({
+            "metadata": { "name": "policy", "resourceVersion": "1" },
+            "webhooks": [pods_entry()],
+        });
+        let via = if selectors { Via::Selectors } else { Via::MatchConditions };
+        let patch = bypass_patch(
+            &decode(&object),
+            0,
+            "pods.policy.example.com",
+            &Records::new(),
+            &bypass_of(via, &exempt),
+        );
+        let bypassed = apply(&object, &patch).expect("the bypass applies");
+        let ns = namespace(&[("team", "a"), (NAMESPACE_NAME_LABEL, "canary")]);
+        let reach = canary_reach(&bypassed["webhooks"][0], &canary(&[("app", "web")]), Some(&ns));
+        prop_assert!(reach.problems.is_empty(), "{:?}", reach);
+        prop_assert!(reach.warnings.is_empty(), "{:?}", reach);
+    }
+}

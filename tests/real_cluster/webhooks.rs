@@ -1138,8 +1138,10 @@ fn cleanup_rbac_only(tb: &Testbed, prefix: &str) {
 }
 
 /// A backend that is up but does not answer (frozen: its port accepts, nothing replies) while
-/// its Lease is renewed: only the `apiserver` owner sees it. Refused by RBAC, the canary says
-/// unknown, never up. Granted, it is up; frozen, the audit log shows failing dry-run canaries
+/// its Lease is renewed: only the `apiserver` owner sees it. A canary the entry's
+/// namespaceSelector does not select leaves the owner unknown (and check-config warns) until the
+/// namespace is labelled. Refused by RBAC or by LimitRanger, the canary says unknown, never up;
+/// it meets the restricted Pod Security Standard. Granted, it is up; frozen, the audit log shows failing dry-run canaries
 /// before the bypass PATCH; thawed, the entry is restored exactly. Canaries reach the webhook
 /// as dry runs and nothing is stored.
 pub async fn webhook_canary_sees_a_backend_that_is_up_but_does_not_answer(tb: Arc<Testbed>) {
@@ -1148,28 +1150,86 @@ pub async fn webhook_canary_sees_a_backend_that_is_up_but_does_not_answer(tb: Ar
     let (apps, system, name) = (bed.apps.clone(), bed.system.clone(), bed.name.clone());
     let canary_ns = format!("{prefix}-canary");
     tb.namespace(&canary_ns);
+    // The canary must meet the restricted Pod Security Standard to be admitted at all.
+    tb.kubectl(&[
+        "label",
+        "namespace",
+        &canary_ns,
+        "pod-security.kubernetes.io/enforce=restricted",
+    ]);
+    // The guard watches the canary namespace by name to judge the entry's namespaceSelector.
+    let namespace_reader = format!("{prefix}-canary-namespace");
+    tb.kubectl(&[
+        "create",
+        "clusterrole",
+        &namespace_reader,
+        "--verb=get,list,watch",
+        "--resource=namespaces",
+        &format!("--resource-name={canary_ns}"),
+    ]);
+    tb.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        &namespace_reader,
+        &format!("--clusterrole={namespace_reader}"),
+        &format!("--user={GUARD_USER}"),
+    ]);
+    let baseline = get_configuration(&tb, &name);
+    let webhook = format!("validating/{name}/{ENTRY}");
+    let config_text = config(&format!(
+        "webhooks:\n\
+         \x20 - name: {webhook}\n\
+         \x20   owner: {{ apiserver: {{ namespace: {canary_ns}, resource: pods, interval: 1s }} }}\n\
+         \x20   ownerDownGrace: {GRACE_S}s\n\
+         \x20   restoreGrace: {RESTORE_GRACE_S}s\n\
+         \x20   exemptNamespaces: [{system}]\n"
+    ));
+    let guard = tb.guard(prefix, "initguard", &config_text).await;
+    let canary_problem = || {
+        let (code, body) = curl(&format!("http://127.0.0.1:{}/status", guard.port));
+        let status: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        status["webhooks"]
+            .as_array()
+            .and_then(|w| w.iter().find(|w| w["webhook"] == webhook.as_str()))
+            .filter(|_| code == 200)
+            .map(|w| w["canaryProblem"].as_str().map(str::to_owned))
+    };
+    // The entry's namespaceSelector does not select the unlabelled canary namespace: a canary
+    // would be admitted without calling the webhook, so the owner is unknown, not up.
+    let problem = eventually("the canary does not reach the entry", || {
+        canary_problem().flatten()
+    })
+    .await;
+    assert!(problem.contains("namespaceSelector"), "{problem}");
+    let config_path = tb.dir.join("whk-config.yaml");
+    std::fs::write(&config_path, &config_text).expect("write the config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_initguard"))
+        .arg("check-config")
+        .arg(&config_path)
+        .arg("--kubeconfig")
+        .arg(tb.kubeconfig("admin"))
+        .output()
+        .expect("check-config runs");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && printed.lines().any(|l| l.starts_with("warning: ")
+                && l.contains(&webhook)
+                && l.contains("the canary does not reach it")
+                && l.contains("namespaceSelector")),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     tb.kubectl(&[
         "label",
         "namespace",
         &canary_ns,
         &format!("webhook-test={prefix}"),
     ]);
-    let baseline = get_configuration(&tb, &name);
-    let webhook = format!("validating/{name}/{ENTRY}");
-    let guard = tb
-        .guard(
-            prefix,
-            "initguard",
-            &config(&format!(
-                "webhooks:\n\
-                 \x20 - name: {webhook}\n\
-                 \x20   owner: {{ apiserver: {{ namespace: {canary_ns}, resource: pods, interval: 1s }} }}\n\
-                 \x20   ownerDownGrace: {GRACE_S}s\n\
-                 \x20   restoreGrace: {RESTORE_GRACE_S}s\n\
-                 \x20   exemptNamespaces: [{system}]\n"
-            )),
-        )
-        .await;
+    eventually("the labelled namespace reaches the entry", || {
+        canary_problem().filter(Option::is_none)
+    })
+    .await;
     let owner = |state: &str| {
         let (code, body) = curl(&format!("http://127.0.0.1:{}/status", guard.port));
         let status: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
@@ -1209,6 +1269,24 @@ pub async fn webhook_canary_sees_a_backend_that_is_up_but_does_not_answer(tb: Ar
         &format!("--user={GUARD_USER}"),
     ]);
     eventually("the canary admitted, the owner up", || owner("up")).await;
+    // Another admission plugin's refusal says nothing about the webhook either.
+    tb.apply(&json!({
+        "apiVersion": "v1", "kind": "LimitRange",
+        "metadata": { "name": "tiny", "namespace": canary_ns },
+        "spec": { "limits": [{ "type": "Container", "max": { "memory": "1Mi" } }] },
+    }));
+    let refused = eventually("the canary refused by LimitRanger, the owner unknown", || {
+        owner("unknown")
+    })
+    .await;
+    assert!(
+        refused["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("maximum memory usage")),
+        "{refused:#}"
+    );
+    tb.kubectl(&["delete", "limitrange", "tiny", "-n", &canary_ns]);
+    eventually("the owner up again", || owner("up")).await;
 
     let frozen_at = jiff::Timestamp::now();
     bed.server.freeze();
@@ -1286,6 +1364,8 @@ pub async fn webhook_canary_sees_a_backend_that_is_up_but_does_not_answer(tb: Ar
     );
     guard.stop();
     tb.kubectl(&["delete", "namespace", &canary_ns, "--wait=false"]);
+    tb.kubectl(&["delete", "clusterrolebinding", &namespace_reader]);
+    tb.kubectl(&["delete", "clusterrole", &namespace_reader]);
     bed.cleanup();
 }
 
