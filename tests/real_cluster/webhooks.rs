@@ -909,7 +909,9 @@ pub async fn webhook_bypass_lets_the_critical_path_through(tb: Arc<Testbed>) {
     bed.cleanup();
 }
 
-/// `helm uninstall` leaves no webhook bypassed: the chart's pre-delete hook Job restores it.
+/// `helm uninstall` leaves no webhook bypassed: the chart's pre-delete hook Job restores it;
+/// an entry whose bypass someone else edited meanwhile is reported as a conflict, left as it
+/// is, and the uninstall still completes.
 /// The test bed runs no kubelet, so the test plays the kubelet's part for the hook's pod: it
 /// runs the pod's own command line as a host process, with a TokenRequest token of the pod's
 /// ServiceAccount and the release's rendered config, then reports the pod Succeeded through
@@ -919,24 +921,47 @@ pub async fn webhook_bypass_is_restored_by_helm_uninstall(tb: Arc<Testbed>) {
     let name = "whu-policy";
     let release = "whu";
     let before = dangling_service_webhook(&tb, prefix, system, name);
-    // A guard bypasses it (the release's own replicas never run here), then stops.
-    grant(&tb, prefix, name);
+    // A second configuration on the same Service, whose bypass someone edits afterwards.
+    let edited_name = "whu-edited";
+    apply_service_webhook(&tb, edited_name, prefix, system, "uninstalled");
+    // A guard bypasses both (the release's own replicas never run here), then stops.
+    grant_names(&tb, prefix, &[name, edited_name]);
     grant_service_owner_reads(&tb, prefix);
     let webhook = format!("validating/{name}/{ENTRY}");
+    let edited_webhook = format!("validating/{edited_name}/{ENTRY}");
     let guard = tb
         .guard(
             prefix,
             "initguard",
             &config(&format!(
-                "webhooks:\n  - {{ name: {webhook}, ownerDownGrace: 1s }}\n"
+                "webhooks:\n  - {{ name: {webhook}, ownerDownGrace: 1s }}\n  \
+                 - {{ name: {edited_webhook}, ownerDownGrace: 1s }}\n"
             )),
         )
         .await;
-    eventually("the bypass", || {
+    eventually("both bypassed", || {
         create_pod(&tb, prefix, "opted-in", true).ok()
     })
     .await;
     guard.stop();
+    // Someone changes what the bypass added: the restore must leave that entry alone.
+    let conditions = get_configuration(&tb, edited_name)["webhooks"][0]["matchConditions"].clone();
+    let index = conditions
+        .as_array()
+        .and_then(|c| c.iter().position(|c| c["name"] == "initguard-bypass"))
+        .unwrap_or_else(|| panic!("the bypass condition: {conditions:#}"));
+    tb.kubectl(&[
+        "patch",
+        "validatingwebhookconfiguration",
+        edited_name,
+        "--type=json",
+        "-p",
+        &json!([{ "op": "replace",
+                  "path": format!("/webhooks/0/matchConditions/{index}/expression"),
+                  "value": "true" }])
+        .to_string(),
+    ]);
+    let edited = get_configuration(&tb, edited_name);
     cleanup_rbac_only(&tb, prefix);
     revoke_service_owner_reads(&tb, prefix);
     // A config that no longer lists it: check-config says the record is left behind.
@@ -964,7 +989,7 @@ pub async fn webhook_bypass_is_restored_by_helm_uninstall(tb: Arc<Testbed>) {
     let admin = tb.kubeconfig("admin");
     let admin = admin.to_str().expect("UTF-8 path");
     let chart = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("charts/initguard");
-    let webhooks = json!([{ "name": webhook }]).to_string();
+    let webhooks = json!([{ "name": webhook }, { "name": edited_webhook }]).to_string();
     crate::deploy::run(
         "helm install",
         &helm,
@@ -1079,7 +1104,9 @@ pub async fn webhook_bypass_is_restored_by_helm_uninstall(tb: Arc<Testbed>) {
         .expect("the hook's command runs");
     let printed = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
-        out.status.success() && printed.contains("restored"),
+        out.status.success()
+            && printed.contains(&format!("{webhook}: restored"))
+            && printed.contains(&format!("{edited_webhook}: conflict")),
         "the hook's command: {printed}{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -1124,7 +1151,14 @@ pub async fn webhook_bypass_is_restored_by_helm_uninstall(tb: Arc<Testbed>) {
     )
     .expect("JSON");
     assert_eq!(record[ENTRY]["restored"]["by"], "uninstall", "{record:#}");
-    tb.kubectl(&["delete", "validatingwebhookconfiguration", name]);
+    // The conflicting edit and its record were left exactly as they were.
+    let left = get_configuration(&tb, edited_name);
+    assert_eq!(left["webhooks"], edited["webhooks"], "the edited entry was touched");
+    assert_eq!(
+        left["metadata"]["annotations"][RECORD], edited["metadata"]["annotations"][RECORD],
+        "the record of the conflicting entry changed"
+    );
+    tb.kubectl(&["delete", "validatingwebhookconfiguration", name, edited_name]);
     for ns in [system, release_ns] {
         tb.kubectl(&["delete", "namespace", ns, "--wait=false"]);
     }

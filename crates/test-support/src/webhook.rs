@@ -233,6 +233,11 @@ pub fn configuration_writes(tb: &Testbed, since: jiff::Timestamp) -> Vec<Audit> 
 
 /// RBAC for exactly `name`, as deploy/README.md tells operators to generate it.
 pub fn grant(tb: &Testbed, prefix: &str, name: &str) {
+    grant_names(tb, prefix, &[name]);
+}
+
+/// RBAC for exactly the configurations `names`.
+pub fn grant_names(tb: &Testbed, prefix: &str, names: &[&str]) {
     tb.apply(&json!({
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "ClusterRole",
@@ -240,7 +245,7 @@ pub fn grant(tb: &Testbed, prefix: &str, name: &str) {
         "rules": [{
             "apiGroups": ["admissionregistration.k8s.io"],
             "resources": ["validatingwebhookconfigurations"],
-            "resourceNames": [name],
+            "resourceNames": names,
             "verbs": ["get", "list", "watch", "patch"],
         }],
     }));
