@@ -37,9 +37,10 @@ pub use resolve::{
     validate_http_url, webhook_namespace_requirement,
 };
 pub use types::{
-    BypassVia, CANARY_LABEL, Canary, CanaryResource, Config, Defaults, InitializerConfig,
-    LeaderElection, ObjectRef, Operation, OptIn, OptInMode, OwnerSpec, Pileup, PileupAction,
-    Requester, ServingCert, Trigger, UnlistedPolicy, WebhookConfig, WebhookId, WebhookKind,
+    AfterRestore, BypassVia, CANARY_LABEL, Canary, CanaryResource, Config, Defaults,
+    InitializerConfig, LeaderElection, ObjectRef, Operation, OptIn, OptInMode, OwnerSpec, Pileup,
+    PileupAction, Requester, ServingCert, Trigger, UnlistedPolicy, WebhookConfig, WebhookId,
+    WebhookKind,
 };
 
 /// Largest configuration file accepted, checked before any parsing.

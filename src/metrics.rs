@@ -65,6 +65,8 @@ pub struct Metrics {
     pub webhook_bypasses_total: IntCounterVec,
     pub webhook_restores_total: IntCounterVec,
     pub webhook_flapping: IntGaugeVec,
+    pub webhook_admitted_without_total: IntCounterVec,
+    pub webhook_evictions_total: IntCounterVec,
     listed: HashSet<String>,
     unlisted_seen: Mutex<HashSet<String>>,
 }
@@ -208,6 +210,22 @@ impl Metrics {
                 ),
                 &["webhook", "outcome"],
             )?,
+            webhook_admitted_without_total: IntCounterVec::new(
+                Opts::new(
+                    "initguard_webhook_admitted_without_total",
+                    "Pods found after a restore to have been admitted while the mutating webhook \
+                     was bypassed (afterRestore: report or evict).",
+                ),
+                &["webhook"],
+            )?,
+            webhook_evictions_total: IntCounterVec::new(
+                Opts::new(
+                    "initguard_webhook_evictions_total",
+                    "afterRestore: evict: pods evicted, refused (a PodDisruptionBudget past \
+                     maxWait, or another refusal), or skipped (the hourly cap, or gone).",
+                ),
+                &["webhook", "outcome"],
+            )?,
             webhook_flapping: IntGaugeVec::new(
                 Opts::new(
                     "initguard_webhook_flapping",
@@ -241,6 +259,8 @@ impl Metrics {
         r.register(Box::new(m.webhook_bypasses_total.clone()))?;
         r.register(Box::new(m.webhook_restores_total.clone()))?;
         r.register(Box::new(m.webhook_flapping.clone()))?;
+        r.register(Box::new(m.webhook_admitted_without_total.clone()))?;
+        r.register(Box::new(m.webhook_evictions_total.clone()))?;
         #[cfg(target_os = "linux")]
         r.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
@@ -305,6 +325,15 @@ impl Metrics {
             for outcome in ["restored", "conflict"] {
                 m.webhook_restores_total
                     .with_label_values(&[&name, outcome]);
+            }
+            if w.after_restore != crate::config::AfterRestore::Ignore {
+                m.webhook_admitted_without_total.with_label_values(&[&name]);
+            }
+            if w.after_restore == crate::config::AfterRestore::Evict {
+                for outcome in ["evicted", "refused", "skipped"] {
+                    m.webhook_evictions_total
+                        .with_label_values(&[&name, outcome]);
+                }
             }
             if let Some(owner) = &w.owner {
                 m.set_owner_state(&name, owner.kind(), "unknown");

@@ -9,6 +9,7 @@
 //! [`RECORD_ANNOTATION`], so a restarted guard (or a person) can undo it. The JSON Patches
 //! that do both are built by [`patch`].
 
+pub mod after;
 pub mod patch;
 
 use std::collections::BTreeMap;
@@ -644,20 +645,7 @@ pub fn canary_reach(
 ) -> CanaryReach {
     let mut reach = CanaryReach::default();
     let resource = canary.resource.as_str();
-    let has = |rule: &Value, field: &str, wanted: &[&str]| {
-        rule[field]
-            .as_array()
-            .is_some_and(|l| l.iter().any(|v| v.as_str().is_some_and(|v| wanted.contains(&v))))
-    };
-    let rules = entry["rules"].as_array().map(Vec::as_slice).unwrap_or_default();
-    let matched = rules.iter().any(|rule| {
-        has(rule, "operations", &["CREATE", "*"])
-            && has(rule, "apiGroups", &["", "*"])
-            && has(rule, "apiVersions", &["v1", "*"])
-            && has(rule, "resources", &[resource, "*", "*/*"])
-            && rule["scope"].as_str().is_none_or(|s| s == "*" || s == "Namespaced")
-    });
-    if !matched {
+    if !intercepts_creates(entry, resource) {
         reach.problems.push(format!(
             "its rules do not include CREATE on {resource} (core group, v1, namespaced), so the \
              canary never calls it"
@@ -671,7 +659,9 @@ pub fn canary_reach(
             "its objectSelector does not select the canary's labels {labels:?} (set \
              owner.apiserver.labels)"
         )),
-        Err(e) => reach.problems.push(format!("its objectSelector cannot be read: {e}")),
+        Err(e) => reach
+            .problems
+            .push(format!("its objectSelector cannot be read: {e}")),
     }
     match namespace_labels.map(|l| selects(&entry["namespaceSelector"], l)) {
         None => reach.warnings.push(format!(
@@ -683,15 +673,11 @@ pub fn canary_reach(
             "its namespaceSelector does not select the canary namespace {}",
             canary.namespace
         )),
-        Some(Err(e)) => reach.problems.push(format!("its namespaceSelector cannot be read: {e}")),
+        Some(Err(e)) => reach
+            .problems
+            .push(format!("its namespaceSelector cannot be read: {e}")),
     }
-    let own = list_at(entry, ["matchConditions", ""])
-        .map(|l| {
-            l.iter()
-                .filter(|c| c["name"].as_str() != Some(MATCH_CONDITION_NAME))
-                .count()
-        })
-        .unwrap_or(0);
+    let own = own_match_conditions(entry);
     if own > 0 {
         reach.warnings.push(format!(
             "its own matchConditions ({own}) cannot be checked against the canary"
@@ -700,8 +686,40 @@ pub fn canary_reach(
     reach
 }
 
+/// Whether `entry`'s rules include CREATE of `resource` (core group, v1, namespaced).
+pub(crate) fn intercepts_creates(entry: &Value, resource: &str) -> bool {
+    let has = |rule: &Value, field: &str, wanted: &[&str]| {
+        rule[field].as_array().is_some_and(|l| {
+            l.iter()
+                .any(|v| v.as_str().is_some_and(|v| wanted.contains(&v)))
+        })
+    };
+    let rules = entry["rules"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default();
+    rules.iter().any(|rule| {
+        has(rule, "operations", &["CREATE", "*"])
+            && has(rule, "apiGroups", &["", "*"])
+            && has(rule, "apiVersions", &["v1", "*"])
+            && has(rule, "resources", &[resource, "*", "*/*"])
+            && rule["scope"]
+                .as_str()
+                .is_none_or(|s| s == "*" || s == "Namespaced")
+    })
+}
+
+/// How many `matchConditions` of `entry` are its own (not the bypass's).
+pub(crate) fn own_match_conditions(entry: &Value) -> usize {
+    list_at(entry, ["matchConditions", ""]).map_or(0, |l| {
+        l.iter()
+            .filter(|c| c["name"].as_str() != Some(MATCH_CONDITION_NAME))
+            .count()
+    })
+}
+
 /// Whether a `LabelSelector` (JSON; absent or null selects everything) selects `labels`.
-fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> Result<bool, String> {
+pub(crate) fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> Result<bool, String> {
     use kube::core::SelectorExt;
     if selector.is_null() {
         return Ok(true);

@@ -1270,6 +1270,19 @@ mod corpus {
             "99b-webhook-canary-bad-resource.yaml",
             ":3:56: webhooks[0].owner.apiserver.resource: unknown variant `secrets`",
         ),
+        (
+            "99c-webhook-after-restore-on-validating.yaml",
+            ":3:19: webhooks[0].afterRestore: expected ignore: a validating webhook changes \
+             nothing",
+        ),
+        (
+            "99d-webhook-max-wait-without-evict.yaml",
+            ":4:14: webhooks[0].maxWait: expected afterRestore: evict",
+        ),
+        (
+            "99e-webhook-after-restore-bad-mode.yaml",
+            ":3:19: webhooks[0].afterRestore: unknown variant `reroll`",
+        ),
     ];
 
     fn corpus_dir() -> PathBuf {

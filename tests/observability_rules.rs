@@ -65,6 +65,8 @@ const EXPORTED: &[&str] = &[
     "initguard_webhook_bypasses_total",
     "initguard_webhook_restores_total",
     "initguard_webhook_flapping",
+    "initguard_webhook_admitted_without_total",
+    "initguard_webhook_evictions_total",
 ];
 
 /// Exported metrics that carry an `initializer` label.

@@ -14,6 +14,8 @@
 
 use initguard_test_support::{testbed, wait};
 
+#[path = "real_cluster/after_restore.rs"]
+mod after_restore;
 #[path = "real_cluster/cel.rs"]
 mod cel;
 #[path = "real_cluster/controllers.rs"]
@@ -114,6 +116,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
         Box::pin(controllers::cron_job_pile_is_bypassed_as_one(tb))
     }),
     (
+        "deploy::chart_webhook_rbac_is_exactly_what_the_webhooks_need",
+        |tb| Box::pin(deploy::chart_webhook_rbac_is_exactly_what_the_webhooks_need(tb)),
+    ),
+    (
         "deploy::manifests_kustomize_and_chart_install_on_the_real_server",
         |tb| Box::pin(deploy::manifests_kustomize_and_chart_install_on_the_real_server(tb)),
     ),
@@ -163,6 +169,14 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     (
         "webhooks::webhook_canary_sees_a_backend_that_is_up_but_does_not_answer",
         |tb| Box::pin(webhooks::webhook_canary_sees_a_backend_that_is_up_but_does_not_answer(tb)),
+    ),
+    (
+        "after_restore::webhook_after_restore_evicts_one_at_a_time_what_can_be_spared",
+        |tb| {
+            Box::pin(
+                after_restore::webhook_after_restore_evicts_one_at_a_time_what_can_be_spared(tb),
+            )
+        },
     ),
     (
         "webhooks::webhooks_audit_lists_risks_and_its_yaml_passes_check_config",

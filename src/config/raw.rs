@@ -10,7 +10,8 @@ use serde::de::{self, Deserializer, Visitor};
 use kube_common::Mechanism;
 
 use super::types::{
-    BypassVia, CanaryResource, Operation, OptInMode, PileupAction, Trigger, UnlistedPolicy,
+    AfterRestore, BypassVia, CanaryResource, Operation, OptInMode, PileupAction, Trigger,
+    UnlistedPolicy,
 };
 
 #[derive(Debug, Default, Deserialize)]
@@ -41,7 +42,8 @@ pub(super) struct RawConfig {
     rename_all = "camelCase",
     expecting = "a webhook entry: a mapping with keys name, owner, ownerDownGrace, restoreGrace, \
                  exemptNamespaces, exemptRequesters, exemptOperations, exemptCriticalPath, \
-                 bypassVia and optIn"
+                 bypassVia, optIn, afterRestore, maxWait, evictSingletons and \
+                 maxEvictionsPerHour"
 )]
 pub(super) struct RawWebhook {
     pub name: Option<String>,
@@ -54,6 +56,10 @@ pub(super) struct RawWebhook {
     pub exempt_requesters: Option<Vec<String>>,
     pub exempt_operations: Option<Vec<Operation>>,
     pub exempt_critical_path: Option<bool>,
+    pub after_restore: Option<AfterRestore>,
+    pub max_wait: Option<HumanDuration>,
+    pub evict_singletons: Option<bool>,
+    pub max_evictions_per_hour: Option<Count>,
 }
 
 #[derive(Debug, Deserialize)]

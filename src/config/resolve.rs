@@ -12,9 +12,9 @@ use super::raw::{
     Count, HumanDuration, RawConfig, RawHttp, RawInitializer, RawOwner, RawTls, RawWebhook,
 };
 use super::types::{
-    BypassVia, Canary, CanaryResource, Config, Defaults, InitializerConfig, LeaderElection,
-    ObjectRef, OptIn, OptInMode, OwnerSpec, Pileup, PileupAction, Requester, ServingCert, Trigger,
-    UnlistedPolicy, WebhookConfig, WebhookId, WebhookKind,
+    AfterRestore, BypassVia, Canary, CanaryResource, Config, Defaults, InitializerConfig,
+    LeaderElection, ObjectRef, OptIn, OptInMode, OwnerSpec, Pileup, PileupAction, Requester,
+    ServingCert, Trigger, UnlistedPolicy, WebhookConfig, WebhookId, WebhookKind,
 };
 use kube_common::Mechanism;
 use kube_common::names::{
@@ -197,6 +197,12 @@ fn count(
         }
     }
 }
+
+/// `afterRestore: evict`: default `maxWait` for a replacement to be Ready.
+const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(300);
+
+/// `afterRestore: evict`: default `maxEvictionsPerHour` per controller.
+const DEFAULT_MAX_EVICTIONS_PER_HOUR: u64 = 10;
 
 /// Default and floor of a canary's interval: each probe is a request to the API server.
 const CANARY_INTERVAL: Duration = Duration::from_secs(10);
@@ -702,6 +708,47 @@ fn webhook(
             );
         }
     }
+    let after_restore = raw.after_restore.unwrap_or_default();
+    if after_restore != AfterRestore::Ignore
+        && id
+            .as_ref()
+            .is_some_and(|i| i.kind == WebhookKind::Validating)
+    {
+        problems.value(
+            &format!("{path}.afterRestore"),
+            "expected ignore: a validating webhook changes nothing, so nothing is missing from \
+             the objects admitted while it was bypassed (report and evict are for mutating \
+             webhooks)",
+        );
+    }
+    if after_restore != AfterRestore::Evict {
+        for (key, set) in [
+            ("maxWait", raw.max_wait.is_some()),
+            ("evictSingletons", raw.evict_singletons.is_some()),
+            ("maxEvictionsPerHour", raw.max_evictions_per_hour.is_some()),
+        ] {
+            if set {
+                problems.value(
+                    &format!("{path}.{key}"),
+                    "expected afterRestore: evict, the only mode this key applies to",
+                );
+            }
+        }
+    }
+    let max_wait = duration(
+        problems,
+        &format!("{path}.maxWait"),
+        raw.max_wait,
+        DEFAULT_MAX_WAIT,
+        Minimum::Positive,
+    );
+    let max_evictions_per_hour = count(
+        problems,
+        &format!("{path}.maxEvictionsPerHour"),
+        raw.max_evictions_per_hour,
+        DEFAULT_MAX_EVICTIONS_PER_HOUR,
+        1..=1000,
+    );
     let resolved = WebhookConfig {
         id: id?,
         owner,
@@ -726,6 +773,10 @@ fn webhook(
         exempt_operations,
         exempt_critical_path,
         probe_interval: defaults.probe_interval,
+        after_restore,
+        max_wait,
+        evict_singletons: raw.evict_singletons.unwrap_or(false),
+        max_evictions_per_hour: u32::try_from(max_evictions_per_hour).unwrap_or(u32::MAX),
     };
     (problems.list.len() == before).then_some(resolved)
 }

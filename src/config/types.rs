@@ -68,6 +68,29 @@ pub struct WebhookConfig {
     /// Resolved: `defaults.probeInterval` (used by http owners).
     #[serde(with = "humantime_serde")]
     pub probe_interval: Duration,
+    /// What happens to pods admitted while a mutating webhook was bypassed, once restored.
+    pub after_restore: AfterRestore,
+    /// `afterRestore: evict`: how long to wait for a replacement to be Ready (and to retry an
+    /// eviction a PodDisruptionBudget refuses) before going on.
+    #[serde(with = "humantime_serde")]
+    pub max_wait: Duration,
+    /// `afterRestore: evict`: also evict pods of controllers with fewer than 2 ready replicas.
+    pub evict_singletons: bool,
+    /// `afterRestore: evict`: evictions per controller within any hour.
+    pub max_evictions_per_hour: u32,
+}
+
+/// `afterRestore` of a mutating webhook.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AfterRestore {
+    /// Nothing.
+    #[default]
+    Ignore,
+    /// Annotate the pods admitted without the webhook and record a Warning Event.
+    Report,
+    /// Report, then evict them one at a time per controller, where that is safe.
+    Evict,
 }
 
 /// Which configuration object a webhook entry lives in.

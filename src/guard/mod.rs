@@ -11,6 +11,7 @@
 //! * [`server`]: `/metrics`, `/healthz`, `/readyz`, `/status`; [`secure`]: the HTTPS listener.
 
 pub mod actuator;
+mod after_restore;
 mod control;
 pub mod fence;
 pub mod leader;
@@ -182,7 +183,7 @@ impl Guard {
             identity: identity.clone(),
             leader: leader.clone(),
             readiness: readiness.clone(),
-            tracker: Mutex::new(Tracker::new(config.clone()).with_clock(clock)),
+            tracker: Mutex::new(Tracker::new(config.clone()).with_clock(clock.clone())),
             last_progress: Mutex::new(Instant::now()),
             stall_after,
             failures: failures.clone(),
@@ -191,6 +192,7 @@ impl Guard {
         });
 
         // Writers, and the loop that decides for the actuator.
+        let webhook_clock = clock;
         let webhook_guard = webhooks::WebhookGuard {
             client: client.clone(),
             config: config.clone(),
@@ -199,11 +201,11 @@ impl Guard {
             fence: fence.clone(),
             identity: identity.clone(),
             shared: shared.clone(),
+            clock: webhook_clock,
+            failures: failures.clone(),
+            evictions: Default::default(),
         };
-        life.spawn_writer(
-            "webhook guard",
-            webhook_guard.run(failures.clone(), life.token()),
-        );
+        life.spawn_writer("webhook guard", webhook_guard.run(life.token()));
         let (replies_tx, replies) = mpsc::unbounded_channel();
         let (actuator, worker) = Actuator::new(
             client.clone(),

@@ -71,6 +71,12 @@ pub struct WebhookGuard {
     pub identity: String,
     /// Where `/status` reads each webhook's state.
     pub shared: Arc<crate::guard::shared::Shared>,
+    /// The API server's clock, for the window of an `afterRestore` sweep.
+    pub clock: crate::client::ServerClock,
+    /// Where the sweeps' panics are recorded.
+    pub failures: Failures,
+    /// Evictions per controller, for `maxEvictionsPerHour`.
+    pub evictions: crate::guard::after_restore::EvictionLog,
 }
 
 /// The labels of each canary namespace (None: not read, or not found).
@@ -96,7 +102,8 @@ struct Memory {
 impl WebhookGuard {
     /// Watch every listed configuration and act until `cancel` fires. Watches are supervised
     /// tasks registered in `failures`.
-    pub async fn run(self, failures: Failures, cancel: CancellationToken) {
+    pub async fn run(self, cancel: CancellationToken) {
+        let failures = self.failures.clone();
         if self.config.webhooks.is_empty() {
             return;
         }
@@ -200,7 +207,14 @@ impl WebhookGuard {
                 };
                 let remembered = memory.entry(listed.id.to_string()).or_default();
                 let next = self
-                    .step(listed, resource, objects.get(&key), &namespaces, remembered, &cancel)
+                    .step(
+                        listed,
+                        resource,
+                        objects.get(&key),
+                        &namespaces,
+                        remembered,
+                        &cancel,
+                    )
                     .await;
                 if let Some(refreshed) = next.refreshed {
                     objects.insert(key, refreshed);
@@ -380,6 +394,9 @@ impl WebhookGuard {
                     self.event(listed, resource, "WebhookRestored", "Restore", cancel, format!(
                         "initguard removed its bypass of webhook {}: the owner has been up for {}",
                         listed.id.webhook, humantime::format_duration(listed.restore_grace))).await;
+                    if let (Some(restored), Some(bypass)) = (&step.refreshed, record) {
+                        self.sweep(listed, restored, bypass, cancel);
+                    }
                 }
                 step
             }
@@ -422,6 +439,62 @@ impl WebhookGuard {
         }
     }
 
+    /// `afterRestore: report | evict`: look for the pods admitted while `bypass` was in place,
+    /// in a task of its own (evictions wait for replacements).
+    fn sweep(
+        &self,
+        listed: &WebhookConfig,
+        restored: &Configuration,
+        bypass: &Bypass,
+        cancel: &CancellationToken,
+    ) {
+        if listed.after_restore == crate::config::AfterRestore::Ignore
+            || listed.id.kind != WebhookKind::Mutating
+        {
+            return;
+        }
+        let (Some(index), Some(through)) = (
+            restored.index_of(&listed.id.webhook),
+            let_through(listed, &self.config.opt_in),
+        ) else {
+            return;
+        };
+        let since = bypass
+            .since
+            .parse::<jiff::Timestamp>()
+            .ok()
+            .map(SystemTime::from);
+        let Some(since_local) = since else {
+            warn!(webhook = %listed.id, since = %bypass.since,
+                "the bypass record's time cannot be read; pods admitted meanwhile are not looked for");
+            return;
+        };
+        let now = SystemTime::now();
+        let lasted = now.duration_since(since_local).unwrap_or_default();
+        // Pods carry the server's creationTimestamp: the window is placed on its clock.
+        let restored_at = self
+            .clock
+            .server_now(tokio::time::Instant::now())
+            .unwrap_or(now);
+        let sweep = crate::guard::after_restore::Sweep {
+            client: self.client.clone(),
+            listed: listed.clone(),
+            entry: restored.entries[index].clone(),
+            through,
+            since: bypass.since.clone(),
+            window: crate::webhook::after::Window::of(restored_at, lasted),
+            fence: self.fence.clone(),
+            identity: self.identity.clone(),
+            metrics: self.metrics.clone(),
+            evictions: self.evictions.clone(),
+        };
+        supervise::spawn(
+            &self.failures,
+            "after-restore sweep",
+            sweep.run(cancel.clone()),
+        );
+    }
+
     /// Why the canary of an `apiserver` owner does not reach the entry, logged when it
     /// changes; what cannot be checked is logged once.
     fn canary_problem(
@@ -447,7 +520,9 @@ impl WebhookGuard {
             match (&problem, &text) {
                 (Some(p), _) => error!(webhook = %listed.id, problem = %p,
                     "the canary does not reach this webhook; its owner counts as unknown"),
-                (None, Some(w)) => warn!(webhook = %listed.id, %w, "the canary is not fully checked"),
+                (None, Some(w)) => {
+                    warn!(webhook = %listed.id, %w, "the canary is not fully checked")
+                }
                 (None, None) => info!(webhook = %listed.id, "the canary reaches this webhook"),
             }
             memory.unreached = text;
@@ -730,8 +805,6 @@ fn earliest(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<SystemTime> 
     }
 }
 
-
-
 async fn watch_named(
     api: Api<DynamicObject>,
     watched: Watched,
@@ -860,7 +933,6 @@ async fn canary_namespaces(client: &kube::Client, config: &Config) -> Namespaces
     }
     namespaces
 }
-
 
 /// For `check-config --kubeconfig`: one warning per listed webhook whose canary does not reach
 /// it, or cannot be fully checked ([`crate::webhook::canary_reach`]).

@@ -36,6 +36,10 @@ fn listed(name: &str) -> WebhookConfig {
         exempt_operations: Vec::new(),
         exempt_critical_path: false,
         probe_interval: Duration::from_secs(2),
+        after_restore: crate::config::AfterRestore::Ignore,
+        max_wait: Duration::from_secs(300),
+        evict_singletons: false,
+        max_evictions_per_hour: 10,
     }
 }
 
@@ -802,8 +806,7 @@ fn what_cannot_be_checked_is_a_warning_and_the_bypass_condition_is_not_the_entry
     );
     let ns = namespace(&[("team", "a")]);
     let mut entry = pods_entry();
-    entry["matchConditions"] =
-        json!([{ "name": MATCH_CONDITION_NAME, "expression": "true" }]);
+    entry["matchConditions"] = json!([{ "name": MATCH_CONDITION_NAME, "expression": "true" }]);
     assert_eq!(canary_reach(&entry, &ok, Some(&ns)), CanaryReach::default());
     entry["matchConditions"]
         .as_array_mut()

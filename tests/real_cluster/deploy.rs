@@ -4,6 +4,7 @@
 //! PodMonitor and PrometheusRule are checked by their real schemas; `helm lint` passes; and
 //! `helm install` creates every object it renders, as the server then lists them.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::Arc;
@@ -378,4 +379,166 @@ pub async fn manifests_kustomize_and_chart_install_on_the_real_server(tb: Arc<Te
         None,
     );
     tb.kubectl(&["delete", "namespace", NAMESPACE, "--wait=false"]);
+}
+
+/// Every rule of the rendered ClusterRole `NAME` as (apiGroup, resource, verb, resourceName or
+/// "*"), and every Role's rules the same way.
+fn rendered_rules(
+    rendered: &str,
+    kind: &str,
+    name: &str,
+) -> BTreeSet<(String, String, String, String)> {
+    let mut out = BTreeSet::new();
+    for de in serde_yaml::Deserializer::from_str(rendered) {
+        let doc: Yaml = serde::Deserialize::deserialize(de).expect("rendered YAML parses");
+        if doc["kind"].as_str() != Some(kind) || doc["metadata"]["name"].as_str() != Some(name) {
+            continue;
+        }
+        let list = |v: &Yaml| -> Vec<String> {
+            v.as_sequence()
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        };
+        for rule in doc["rules"].as_sequence().into_iter().flatten() {
+            let names = list(&rule["resourceNames"]);
+            let names = if names.is_empty() {
+                vec!["*".to_owned()]
+            } else {
+                names
+            };
+            for group in list(&rule["apiGroups"]) {
+                for resource in list(&rule["resources"]) {
+                    for verb in list(&rule["verbs"]) {
+                        for n in &names {
+                            out.insert((group.clone(), resource.clone(), verb.clone(), n.clone()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
+fn rule_set(list: &[(&str, &str, &[&str], &[&str])]) -> BTreeSet<(String, String, String, String)> {
+    let mut out = BTreeSet::new();
+    for (group, resource, verbs, names) in list {
+        let names: Vec<&str> = if names.is_empty() {
+            vec!["*"]
+        } else {
+            names.to_vec()
+        };
+        for verb in *verbs {
+            for n in &names {
+                out.insert((
+                    (*group).to_owned(),
+                    (*resource).to_owned(),
+                    (*verb).to_owned(),
+                    (*n).to_owned(),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// The chart's webhook RBAC is exactly what the listed webhooks need: the listed
+/// configurations by name; EndpointSlices and Services for default owners only; the canary
+/// namespace by name and a dry-run create Role there for an `apiserver` owner; Namespace lists
+/// for `afterRestore: report | evict` and Evictions for `evict` only.
+pub async fn chart_webhook_rbac_is_exactly_what_the_webhooks_need(tb: Arc<Testbed>) {
+    let helm = tb.bin.join("helm");
+    let chart_dir = chart();
+    let chart_path = chart_dir.to_str().expect("UTF-8 path");
+    let render = |webhooks: serde_json::Value| {
+        run(
+            "helm template (webhooks)",
+            &helm,
+            &[
+                "template",
+                RELEASE,
+                chart_path,
+                "--namespace",
+                NAMESPACE,
+                "--set-json",
+                &format!("config.webhooks={webhooks}"),
+            ],
+            None,
+        )
+    };
+    let role = format!("{RELEASE}-initguard-webhooks");
+    let patching: &[&str] = &["get", "list", "watch", "patch"];
+
+    let rendered = render(serde_json::json!([
+        { "name": "validating/pod-policy/pods.policy.example.com" },
+    ]));
+    assert_eq!(
+        rendered_rules(&rendered, "ClusterRole", &role),
+        rule_set(&[
+            (
+                "admissionregistration.k8s.io",
+                "validatingwebhookconfigurations",
+                patching,
+                &["pod-policy"]
+            ),
+            (
+                "discovery.k8s.io",
+                "endpointslices",
+                &["list", "watch"],
+                &[]
+            ),
+            ("", "services", &["get", "list", "watch"], &[]),
+        ]),
+        "{rendered}"
+    );
+
+    let rendered = render(serde_json::json!([
+        { "name": "mutating/injector/inject.example.com",
+          "owner": { "apiserver": { "namespace": "canary" } },
+          "afterRestore": "evict" },
+        { "name": "mutating/other/other.example.com",
+          "owner": { "lease": "other-system/other" },
+          "afterRestore": "report" },
+    ]));
+    assert_eq!(
+        rendered_rules(&rendered, "ClusterRole", &role),
+        rule_set(&[
+            (
+                "admissionregistration.k8s.io",
+                "mutatingwebhookconfigurations",
+                patching,
+                &["injector", "other"]
+            ),
+            ("", "namespaces", &["list"], &[]),
+            ("", "pods/eviction", &["create"], &[]),
+            ("", "namespaces", &["get", "list", "watch"], &["canary"]),
+        ]),
+        "{rendered}"
+    );
+    assert_eq!(
+        rendered_rules(&rendered, "Role", &format!("{RELEASE}-initguard-canary-0")),
+        rule_set(&[("", "pods", &["create"], &[])]),
+        "{rendered}"
+    );
+
+    let rendered = render(serde_json::json!([
+        { "name": "mutating/other/other.example.com",
+          "owner": { "lease": "other-system/other" },
+          "afterRestore": "report" },
+    ]));
+    assert_eq!(
+        rendered_rules(&rendered, "ClusterRole", &role),
+        rule_set(&[
+            (
+                "admissionregistration.k8s.io",
+                "mutatingwebhookconfigurations",
+                patching,
+                &["other"]
+            ),
+            ("", "namespaces", &["list"], &[]),
+        ]),
+        "{rendered}"
+    );
 }

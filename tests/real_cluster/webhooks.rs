@@ -1153,12 +1153,20 @@ pub async fn webhook_bypass_is_restored_by_helm_uninstall(tb: Arc<Testbed>) {
     assert_eq!(record[ENTRY]["restored"]["by"], "uninstall", "{record:#}");
     // The conflicting edit and its record were left exactly as they were.
     let left = get_configuration(&tb, edited_name);
-    assert_eq!(left["webhooks"], edited["webhooks"], "the edited entry was touched");
+    assert_eq!(
+        left["webhooks"], edited["webhooks"],
+        "the edited entry was touched"
+    );
     assert_eq!(
         left["metadata"]["annotations"][RECORD], edited["metadata"]["annotations"][RECORD],
         "the record of the conflicting entry changed"
     );
-    tb.kubectl(&["delete", "validatingwebhookconfiguration", name, edited_name]);
+    tb.kubectl(&[
+        "delete",
+        "validatingwebhookconfiguration",
+        name,
+        edited_name,
+    ]);
     for ns in [system, release_ns] {
         tb.kubectl(&["delete", "namespace", ns, "--wait=false"]);
     }
@@ -1309,9 +1317,10 @@ pub async fn webhook_canary_sees_a_backend_that_is_up_but_does_not_answer(tb: Ar
         "metadata": { "name": "tiny", "namespace": canary_ns },
         "spec": { "limits": [{ "type": "Container", "max": { "memory": "1Mi" } }] },
     }));
-    let refused = eventually("the canary refused by LimitRanger, the owner unknown", || {
-        owner("unknown")
-    })
+    let refused = eventually(
+        "the canary refused by LimitRanger, the owner unknown",
+        || owner("unknown"),
+    )
     .await;
     assert!(
         refused["detail"]

@@ -17,10 +17,13 @@ use crate::testbed::{Audit, GUARD_USER, OPT_IN, OwnerLease, Testbed, free_port, 
 pub const ENTRY: &str = "pods.policy.example.com";
 /// The entry the guard must leave alone.
 pub const UNLISTED_ENTRY: &str = "other.policy.example.com";
+/// What the `/mutate` path adds to every object it admits (an annotation, `"true"`).
+pub const INJECTED: &str = "example.com/injected";
 /// The record annotation the guard writes.
 pub const RECORD: &str = "initguard.io/bypassed-webhooks";
 
-/// An HTTPS admission webhook that allows everything, on a fixed port so it can come back.
+/// An HTTPS admission webhook that allows everything (`/validate`), or allows it and adds
+/// [`INJECTED`] (`/mutate`), on a fixed port so it can come back.
 pub struct WebhookServer {
     /// Where it listens (fixed, so that it can come back).
     pub addr: SocketAddr,
@@ -81,30 +84,57 @@ impl WebhookServer {
             .unwrap_or_else(|e| panic!("webhook listen: {e}"))
             .into_std()
             .unwrap_or_else(|e| panic!("webhook listener: {e}"));
-        let calls = self.calls.clone();
-        let reviews = self.reviews.clone();
-        let frozen = self.frozen.clone();
-        let app = axum::Router::new().route(
-            "/validate",
-            post(move |Json(review): Json<Value>| {
+        let answer = {
+            let calls = self.calls.clone();
+            let reviews = self.reviews.clone();
+            let frozen = self.frozen.clone();
+            move |review: Value, mutate: bool| {
                 calls.fetch_add(1, Ordering::SeqCst);
                 if let Ok(mut held) = reviews.lock() {
                     held.push(review["request"].clone());
                 }
                 let uid = review["request"]["uid"].clone();
+                let has_annotations =
+                    review["request"]["object"]["metadata"]["annotations"].is_object();
                 let frozen = frozen.clone();
                 async move {
                     while frozen.load(Ordering::SeqCst) {
                         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                     }
+                    let mut response = json!({ "uid": uid, "allowed": true });
+                    if mutate {
+                        let patch = if has_annotations {
+                            json!([{ "op": "add",
+                                     "path": format!("/metadata/annotations/{}",
+                                                     INJECTED.replace('/', "~1")),
+                                     "value": "true" }])
+                        } else {
+                            json!([{ "op": "add", "path": "/metadata/annotations",
+                                     "value": { INJECTED: "true" } }])
+                        };
+                        response["patchType"] = json!("JSONPatch");
+                        response["patch"] = json!(
+                            base64::engine::general_purpose::STANDARD.encode(patch.to_string())
+                        );
+                    }
                     Json(json!({
                         "apiVersion": "admission.k8s.io/v1",
                         "kind": "AdmissionReview",
-                        "response": { "uid": uid, "allowed": true },
+                        "response": response,
                     }))
                 }
-            }),
-        );
+            }
+        };
+        let mutating = answer.clone();
+        let app = axum::Router::new()
+            .route(
+                "/validate",
+                post(move |Json(review): Json<Value>| answer(review, false)),
+            )
+            .route(
+                "/mutate",
+                post(move |Json(review): Json<Value>| mutating(review, true)),
+            );
         let config = axum_server::tls_rustls::RustlsConfig::from_config(self.tls.clone());
         let handle = axum_server::Handle::new();
         self.handle = Some(handle.clone());
