@@ -34,6 +34,10 @@ pub const MATCH_CONDITION_NAME: &str = "initguard-bypass";
 /// namespaces by it.
 pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
+/// Most `matchConditions` an entry may have: the API server refuses more (`validation.go`), so
+/// an entry that has them all is bypassed through selectors.
+pub const MAX_MATCH_CONDITIONS: usize = 64;
+
 /// Undone bypasses within [`FLAP_WINDOW`] that make a webhook flapping.
 pub const FLAP_LIMIT: usize = 3;
 

@@ -348,9 +348,17 @@ impl WebhookGuard {
                 let Some(through) = passes else {
                     return Step::default();
                 };
+                let full = crate::webhook::own_match_conditions(&configuration.entries[index])
+                    >= crate::webhook::MAX_MATCH_CONDITIONS;
                 let via = match listed.bypass_via {
                     BypassVia::Selectors => Via::Selectors,
                     BypassVia::Auto if memory.selectors_only => Via::Selectors,
+                    // The API server refuses a 65th condition: selectors are the only way.
+                    BypassVia::Auto if full => {
+                        warn!(webhook = %name, "the entry has the most matchConditions a server \
+                            accepts; bypassing through selectors");
+                        Via::Selectors
+                    }
                     BypassVia::Auto => Via::MatchConditions,
                 };
                 if via == Via::Selectors && Added::new(via, &through).parts().is_empty() {

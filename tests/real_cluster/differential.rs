@@ -341,6 +341,114 @@ async fn script(tb: &Testbed, server: &Server) -> BTreeMap<&'static str, Value> 
         json!({ "watch": w, "events": errors }),
     );
 
+    // Admission webhook configurations, as the webhook guard reads and patches them: what the
+    // server defaults (the bypass patch adds to a list or creates it), the JSON Patch `test`,
+    // and the structural checks of matchConditions.
+    let configs = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
+    let config = format!("{configs}/differential-policy");
+    let entry_view = |s: u16, b: &Value| {
+        let e = &b["webhooks"][0];
+        json!({
+            "code": s, "kind": b["kind"],
+            "failurePolicy": e["failurePolicy"], "matchPolicy": e["matchPolicy"],
+            "objectSelector": e["objectSelector"], "namespaceSelector": e["namespaceSelector"],
+            "timeoutSeconds": e["timeoutSeconds"], "scope": e["rules"][0]["scope"],
+            "sideEffects": e["sideEffects"], "matchConditions": e["matchConditions"],
+            "annotations": b["metadata"]["annotations"],
+        })
+    };
+    let invalid_view = |s: u16, b: &Value| {
+        let causes: Vec<Value> = b["details"]["causes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| json!([c["reason"], c["field"]]))
+            .collect();
+        json!({ "code": s, "reason": b["reason"], "kind": b["kind"], "causes": causes })
+    };
+    let (s, b) = server
+        .call(
+            Method::POST,
+            configs,
+            Some((
+                JSON,
+                json!({
+                    "apiVersion": "admissionregistration.k8s.io/v1",
+                    "kind": "ValidatingWebhookConfiguration",
+                    "metadata": { "name": "differential-policy" },
+                    "webhooks": [{
+                        "name": "pods.differential.example.com",
+                        "clientConfig": { "url": "https://127.0.0.1:1/validate" },
+                        "rules": [{ "operations": ["CREATE"], "apiGroups": [""],
+                                    "apiVersions": ["v1"], "resources": ["pods"] }],
+                        // No namespace has it: the entry never intercepts anything.
+                        "namespaceSelector": { "matchLabels": { "differential-none": "x" } },
+                        "failurePolicy": "Fail",
+                        "sideEffects": "None",
+                        "admissionReviewVersions": ["v1"],
+                        "matchConditions": [{ "name": "own", "expression": "true" }],
+                    }],
+                }),
+            )),
+        )
+        .await;
+    out.insert("create a webhook configuration", entry_view(s, &b));
+    let version = b["metadata"]["resourceVersion"].clone();
+    let (s, b) = server
+        .call(
+            Method::GET,
+            &format!("{configs}?fieldSelector=metadata.name%3Ddifferential-policy"),
+            None,
+        )
+        .await;
+    out.insert("list a webhook configuration by name", list_view(s, &b));
+    let patch_config = |body: Value| server.call(Method::PATCH, &config, Some((JSON_PATCH, body)));
+    let condition =
+        |name: &str, expression: &str| json!({ "name": name, "expression": expression });
+    let (s, b) = patch_config(json!([
+        { "op": "test", "path": "/metadata/resourceVersion", "value": version },
+        { "op": "test", "path": "/webhooks/0/name", "value": "pods.differential.example.com" },
+        { "op": "add", "path": "/webhooks/0/matchConditions/-",
+          "value": condition("initguard-bypass", "request.operation != 'DELETE'") },
+        { "op": "add", "path": "/metadata/annotations",
+          "value": { "initguard.io/bypassed-webhooks": "{}" } },
+    ]))
+    .await;
+    out.insert("json patch of a webhook entry", entry_view(s, &b));
+    let (s, b) = patch_config(json!([
+        { "op": "test", "path": "/metadata/resourceVersion", "value": version },
+        { "op": "remove", "path": "/webhooks/0/matchConditions/1" },
+    ]))
+    .await;
+    out.insert(
+        "json patch of a webhook entry with a stale resourceVersion",
+        status_view(s, &b),
+    );
+    for (step, value) in [
+        ("a duplicate matchCondition name", condition("own", "true")),
+        ("an empty matchCondition name", condition("", "true")),
+        ("an empty matchCondition expression", condition("other", "")),
+    ] {
+        let (s, b) = patch_config(json!([
+            { "op": "add", "path": "/webhooks/0/matchConditions/-", "value": value },
+        ]))
+        .await;
+        out.insert(step, invalid_view(s, &b));
+    }
+    let many: Vec<Value> = (0..65)
+        .map(|i| condition(&format!("c{i}"), "true"))
+        .collect();
+    let (s, b) = patch_config(json!([
+        { "op": "replace", "path": "/webhooks/0/matchConditions", "value": many },
+    ]))
+    .await;
+    out.insert("65 matchConditions", invalid_view(s, &b));
+    let (s, b) = server.call(Method::DELETE, &config, None).await;
+    out.insert(
+        "delete a webhook configuration",
+        json!({ "code": s, "kind": b["kind"] }),
+    );
+
     // Discovery of the groups the guard uses.
     let (s, b) = server.call(Method::GET, "/apis", None).await;
     let served: BTreeSet<String> = b["groups"]

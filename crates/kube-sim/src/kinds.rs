@@ -85,13 +85,14 @@ pub fn prepare_create(
             obj["status"] = json!({ "phase": "Active" });
             Ok(())
         }
+        Storage::ValidatingWebhookConfigurations | Storage::MutatingWebhookConfigurations => {
+            webhook_configuration(res, obj)
+        }
         Storage::Events
         | Storage::Leases
         | Storage::ConfigMaps
         | Storage::Jobs
-        | Storage::CronJobs
-        | Storage::ValidatingWebhookConfigurations
-        | Storage::MutatingWebhookConfigurations => Ok(()),
+        | Storage::CronJobs => Ok(()),
     }
 }
 
@@ -146,13 +147,89 @@ pub fn prepare_update(
             namespace_defaults(new);
             Ok(())
         }
+        Storage::ValidatingWebhookConfigurations | Storage::MutatingWebhookConfigurations => {
+            webhook_configuration(res, new)
+        }
         Storage::Events
         | Storage::Leases
         | Storage::ConfigMaps
         | Storage::Jobs
-        | Storage::CronJobs
-        | Storage::ValidatingWebhookConfigurations
-        | Storage::MutatingWebhookConfigurations => Ok(()),
+        | Storage::CronJobs => Ok(()),
+    }
+}
+
+/// Most `matchConditions` an entry may have (`validation.go`).
+const MAX_MATCH_CONDITIONS: usize = 64;
+
+/// admissionregistration.k8s.io/v1 defaults of every entry (on create and update alike), then
+/// the structural checks of `matchConditions` the guard's bypass must pass: at most 64, names
+/// present and unique, expressions present. (The real server also compiles each expression;
+/// the simulator does not: tests/real_cluster/cel.rs uses the real one as the oracle.)
+fn webhook_configuration(res: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> {
+    let mutating = res.storage == Storage::MutatingWebhookConfigurations;
+    let mut errs = Vec::new();
+    let entries = obj["webhooks"]
+        .as_array_mut()
+        .map(Vec::as_mut_slice)
+        .unwrap_or_default();
+    for (i, entry) in entries.iter_mut().enumerate() {
+        for (k, v) in [
+            ("failurePolicy", json!("Fail")),
+            ("matchPolicy", json!("Equivalent")),
+            ("namespaceSelector", json!({})),
+            ("objectSelector", json!({})),
+            ("timeoutSeconds", json!(10)),
+        ] {
+            if entry[k].is_null() {
+                entry[k] = v;
+            }
+        }
+        if mutating && entry["reinvocationPolicy"].is_null() {
+            entry["reinvocationPolicy"] = json!("Never");
+        }
+        if let Some(rules) = entry["rules"].as_array_mut() {
+            for rule in rules {
+                if rule["scope"].is_null() {
+                    rule["scope"] = json!("*");
+                }
+            }
+        }
+        let Some(conditions) = entry["matchConditions"].as_array() else {
+            continue;
+        };
+        let path = format!("webhooks[{i}].matchConditions");
+        if conditions.len() > MAX_MATCH_CONDITIONS {
+            errs.push(FieldError::too_many(
+                path.clone(),
+                conditions.len(),
+                MAX_MATCH_CONDITIONS,
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (j, c) in conditions.iter().enumerate() {
+            match c["name"].as_str() {
+                None | Some("") => errs.push(FieldError::required(format!("{path}[{j}].name"), "")),
+                Some(name) if !seen.insert(name) => {
+                    errs.push(FieldError::duplicate(
+                        format!("{path}[{j}].name"),
+                        json!(name),
+                    ));
+                }
+                Some(_) => {}
+            }
+            if c["expression"].as_str().is_none_or(str::is_empty) {
+                errs.push(FieldError::required(format!("{path}[{j}].expression"), ""));
+            }
+        }
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        let name = obj["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        Err(ApiError::invalid(res, &name, &errs))
     }
 }
 

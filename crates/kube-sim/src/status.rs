@@ -33,6 +33,13 @@ pub enum FieldErrorKind {
     Forbidden,
     /// `Invalid value: <json of the value>`.
     Invalid(Value),
+    /// `Duplicate value: <json of the value>`.
+    Duplicate(Value),
+    /// `Too many: <count>: must have at most <max> items`.
+    TooMany {
+        count: usize,
+        max: usize,
+    },
 }
 
 impl FieldError {
@@ -49,6 +56,22 @@ impl FieldError {
             field: field.into(),
             kind: FieldErrorKind::Required,
             detail: detail.into(),
+        }
+    }
+
+    pub fn duplicate(field: impl Into<String>, value: Value) -> Self {
+        FieldError {
+            field: field.into(),
+            kind: FieldErrorKind::Duplicate(value),
+            detail: String::new(),
+        }
+    }
+
+    pub fn too_many(field: impl Into<String>, count: usize, max: usize) -> Self {
+        FieldError {
+            field: field.into(),
+            kind: FieldErrorKind::TooMany { count, max },
+            detail: String::new(),
         }
     }
 
@@ -72,6 +95,10 @@ impl FieldError {
                 };
                 format!("Invalid value: {shown}: {}", self.detail)
             }
+            FieldErrorKind::Duplicate(v) => format!("Duplicate value: {v}"),
+            FieldErrorKind::TooMany { count, max } => {
+                format!("Too many: {count}: must have at most {max} items")
+            }
         }
     }
 
@@ -80,6 +107,8 @@ impl FieldError {
             FieldErrorKind::Required => "FieldValueRequired",
             FieldErrorKind::Forbidden => "FieldValueForbidden",
             FieldErrorKind::Invalid(_) => "FieldValueInvalid",
+            FieldErrorKind::Duplicate(_) => "FieldValueDuplicate",
+            FieldErrorKind::TooMany { .. } => "FieldValueTooMany",
         }
     }
 }
