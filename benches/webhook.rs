@@ -7,7 +7,9 @@
 //!   its patch's arrival minus the earliest instant it may bypass (last renewal + lease
 //!   duration + `ownerDownGrace`, here 0 s);
 //! * return → restored: from the owner's first renewal after the webhook is back to the restore
-//!   patch, with `restoreGrace` 0 s.
+//!   patch, with `restoreGrace` 0 s;
+//! * a frozen backend (the port accepts, nothing answers) whose Lease stays renewed: freeze →
+//!   admitted with an `apiserver` (canary) owner, and the Lease owner, which never sees it.
 //!
 //! Times are the API server's (audit log `requestReceivedTimestamp`) except the death, taken on
 //! the same machine's clock when the server has closed its port. Prints Markdown on stdout.
@@ -105,8 +107,156 @@ fn main() -> ExitCode {
             summary(|m| m.return_to_restored)
         );
     }
+    println!(
+        "\n### A backend that is Ready but does not answer (frozen: its port accepts, nothing \
+         replies)\n"
+    );
+    println!(
+        "The owner beside it stays up: a Lease renewed as Ready endpoints would be. Canary every \
+         1 s, the entry's `timeoutSeconds` 5 s, `ownerDownGrace: 0s`; {runs} runs.\n"
+    );
+    println!("| owner | freeze → opted-in pod admitted |");
+    println!("| --- | --- |");
+    let mut canary: Vec<Duration> = Vec::new();
+    for run in 0..runs {
+        let took = runtime.block_on(frozen(tb.clone(), Owner::Canary, run));
+        eprintln!("webhook: frozen, canary, run {run}: {took:?}");
+        canary.extend(took);
+    }
+    canary.sort();
+    match (canary.first(), canary.last()) {
+        (Some(min), Some(max)) => println!(
+            "| `apiserver` (canary) | median {} (min {}, max {}) |",
+            ms(canary[canary.len() / 2]),
+            ms(*min),
+            ms(*max)
+        ),
+        _ => println!("| `apiserver` (canary) | never admitted |"),
+    }
+    let watched = runtime.block_on(frozen(tb.clone(), Owner::Renewed, 0));
+    println!(
+        "| `lease` (renewed; endpoints alike) | {} |",
+        match watched {
+            Some(d) => format!("admitted after {} (unexpected)", ms(d)),
+            None => format!(
+                "never: no bypass within {} s, the owner stays up",
+                FROZEN_WATCH.as_secs()
+            ),
+        }
+    );
     drop(runtime);
     ExitCode::SUCCESS
+}
+
+/// How long the renewed owner's run watches for a bypass that must not come.
+const FROZEN_WATCH: Duration = Duration::from_secs(30);
+
+#[derive(Clone, Copy)]
+enum Owner {
+    Canary,
+    Renewed,
+}
+
+/// Freeze the backend while its Lease keeps being renewed; with `Owner::Canary` the guard's
+/// owner is a canary, with `Owner::Renewed` the Lease. The time from the freeze to the first
+/// opted-in create the API server admits (audit log), or None when none is within
+/// [`FROZEN_WATCH`].
+async fn frozen(tb: Arc<Testbed>, owner: Owner, run: usize) -> Option<Duration> {
+    let prefix = format!(
+        "bf{}{run}",
+        match owner {
+            Owner::Canary => "c",
+            Owner::Renewed => "l",
+        }
+    );
+    let bed = Bed::new(tb.clone(), &prefix).await;
+    let (apps, system, name) = (bed.apps.clone(), bed.system.clone(), bed.name.clone());
+    let canary_ns = format!("{prefix}-canary");
+    tb.namespace(&canary_ns);
+    tb.kubectl(&[
+        "label",
+        "namespace",
+        &canary_ns,
+        &format!("webhook-test={prefix}"),
+    ]);
+    tb.kubectl(&[
+        "create",
+        "role",
+        "canary",
+        "-n",
+        &canary_ns,
+        "--verb=create",
+        "--resource=pods",
+    ]);
+    tb.kubectl(&[
+        "create",
+        "rolebinding",
+        "canary",
+        "-n",
+        &canary_ns,
+        "--role=canary",
+        &format!("--user={GUARD_USER}"),
+    ]);
+    let owner_line = match owner {
+        Owner::Canary => {
+            format!("{{ apiserver: {{ namespace: {canary_ns}, resource: pods, interval: 1s }} }}")
+        }
+        Owner::Renewed => format!("{{ lease: {system}/policy-webhook }}"),
+    };
+    let config = format!(
+        "mechanism: schedulingGates\noptIn: {{ label: {OPT_IN} }}\n\
+         leaderElection: {{ enabled: false }}\n\
+         webhooks:\n\
+         \x20 - name: validating/{name}/pods.policy.example.com\n\
+         \x20   owner: {owner_line}\n\
+         \x20   ownerDownGrace: 0s\n\
+         \x20   restoreGrace: 0s\n"
+    );
+    let guard = tb.guard(&prefix, "initguard", &config).await;
+    // Up first, as seen by the guard: a canary admitted.
+    if let Owner::Canary = owner {
+        eventually("the canary to reach the webhook", || {
+            tb.audit()
+                .iter()
+                .any(|a| a.user == GUARD_USER && a.namespace == canary_ns && a.ok())
+                .then_some(())
+        })
+        .await;
+    }
+    bed.server.freeze();
+    let frozen_at = jiff::Timestamp::now();
+    let started = std::time::Instant::now();
+    let mut attempt = 0;
+    let admitted = loop {
+        attempt += 1;
+        let pod = format!("p-{attempt}");
+        if create_pod(&tb, &apps, &pod, true).is_ok() {
+            break Some(pod);
+        }
+        if started.elapsed() > FROZEN_WATCH {
+            break None;
+        }
+    };
+    let took = admitted.map(|pod| {
+        let at = tb
+            .audit()
+            .iter()
+            .find(|a| {
+                a.resource == "pods"
+                    && a.verb == "create"
+                    && a.namespace == apps
+                    && a.ok()
+                    && a.request["metadata"]["name"] == pod.as_str()
+            })
+            .map(|a| timestamp(&a.received))
+            .unwrap_or_else(|| panic!("no admitted create of {pod} in the audit log"));
+        between(frozen_at, at)
+    });
+    bed.server.thaw();
+    guard.stop();
+    tb.kubectl(&["delete", "namespace", &canary_ns, "--wait=false"]);
+    bed.cleanup();
+    took
 }
 
 fn ms(d: Duration) -> String {
