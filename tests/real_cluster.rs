@@ -8,7 +8,8 @@
 //! One test bed serves every scenario (starting one takes tens of seconds), so this target has
 //! its own runner (`harness = false`): scenarios run one after another, each in its own
 //! namespace, and `down` always runs at the end (and from a watchdog if this process dies).
-//! Arguments that do not start with `-` filter scenarios by substring, as libtest does.
+//! Arguments are read as libtest reads them (`harness_args`): filters by substring, `--skip`,
+//! `--exact`, `--list`; an unknown flag is an error.
 //!
 //! Without a built test bed the target skips with a message, unless `CI` is set: then it fails.
 
@@ -223,22 +224,26 @@ const SCENARIOS: &[(&str, Scenario)] = &[
 const SCENARIO_TIMEOUT: Duration = Duration::from_secs(300);
 
 fn main() -> ExitCode {
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
+    let args =
+        match initguard_test_support::harness_args::HarnessArgs::parse(std::env::args().skip(1)) {
+            Ok(args) => args,
+            Err(e) => {
+                eprintln!("real_cluster: {e}");
+                return ExitCode::from(2);
+            }
+        };
+    let chosen: Vec<&(&str, Scenario)> = SCENARIOS
+        .iter()
+        .filter(|(name, _)| args.chooses(name))
         .collect();
-    if std::env::args().any(|a| a == "--list") {
-        for (name, _) in SCENARIOS {
+    if args.list {
+        for (name, _) in &chosen {
             println!("{name}: test");
         }
         return ExitCode::SUCCESS;
     }
-    let chosen: Vec<&(&str, Scenario)> = SCENARIOS
-        .iter()
-        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f)))
-        .collect();
     if chosen.is_empty() {
-        println!("real_cluster: no scenario matches {filters:?}");
+        println!("real_cluster: no scenario matches {args:?}");
         return ExitCode::SUCCESS;
     }
     if let Some(why) = testbed::not_built() {

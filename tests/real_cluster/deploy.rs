@@ -541,4 +541,43 @@ pub async fn chart_webhook_rbac_is_exactly_what_the_webhooks_need(tb: Arc<Testbe
         ]),
         "{rendered}"
     );
+    // A `service` owner of an initializer needs EndpointSlices in the main ClusterRole.
+    let main_role = format!("{RELEASE}-initguard");
+    let endpointslices = (
+        "discovery.k8s.io".to_owned(),
+        "endpointslices".to_owned(),
+        "list".to_owned(),
+        "*".to_owned(),
+    );
+    let plain = run(
+        "helm template (no service owner)",
+        &helm,
+        &["template", RELEASE, chart_path, "--namespace", NAMESPACE],
+        None,
+    );
+    assert!(
+        !rendered_rules(&plain, "ClusterRole", &main_role).contains(&endpointslices),
+        "{plain}"
+    );
+    let initializers = serde_json::json!([
+        { "name": "mesh.example.com", "owner": { "service": "mesh-system/mesh" } },
+    ]);
+    let with_service = run(
+        "helm template (a service owner)",
+        &helm,
+        &[
+            "template",
+            RELEASE,
+            chart_path,
+            "--namespace",
+            NAMESPACE,
+            "--set-json",
+            &format!("config.initializers={initializers}"),
+        ],
+        None,
+    );
+    assert!(
+        rendered_rules(&with_service, "ClusterRole", &main_role).contains(&endpointslices),
+        "{with_service}"
+    );
 }
