@@ -98,7 +98,7 @@ pub fn owner_target(spec: &OwnerSpec) -> String {
 
 impl Owners {
     /// Group the listed initializers by owner; every state starts Unknown.
-    pub(super) fn new(config: &Config, metrics: Arc<Metrics>, readiness: Readiness) -> Owners {
+    pub(crate) fn new(config: &Config, metrics: Arc<Metrics>, readiness: Readiness) -> Owners {
         let mut owners: Vec<Owner> = Vec::new();
         let mut by_spec: HashMap<&OwnerSpec, usize> = HashMap::new();
         let mut by_initializer = HashMap::new();
