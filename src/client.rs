@@ -256,6 +256,38 @@ mod tests {
         assert_eq!(behind.to_local(at(0), at(60), t0), Some(at(60)));
     }
 
+    /// Only reads are retried: a PATCH, POST or PUT answered 429 or 503 goes back to the
+    /// writer, whose classifier decides (a blind resend could repeat a write that landed).
+    #[tokio::test]
+    async fn only_reads_are_retried() {
+        let busy = || -> Result<Response<()>, BoxError> {
+            Ok(Response::builder()
+                .status(429)
+                .body(())
+                .expect("a response"))
+        };
+        let request = |method: Method| {
+            Request::builder()
+                .method(method)
+                .uri("/api/v1/namespaces/ns/pods/p")
+                .body(Body::from(b"{}".to_vec()))
+                .expect("a request")
+        };
+        let clone = |policy: &mut ReadsOnly, req: &Request<Body>| {
+            <ReadsOnly as Policy<Request<Body>, Response<()>, BoxError>>::clone_request(policy, req)
+        };
+        for method in [Method::PATCH, Method::POST, Method::PUT, Method::DELETE] {
+            let mut policy = ReadsOnly(RetryPolicy::server_retry());
+            let mut req = request(method.clone());
+            assert!(policy.retry(&mut req, &mut busy()).is_none(), "{method}");
+            assert!(clone(&mut policy, &req).is_none(), "{method}");
+        }
+        let mut policy = ReadsOnly(RetryPolicy::server_retry());
+        let mut get = request(Method::GET);
+        assert!(policy.retry(&mut get, &mut busy()).is_some());
+        assert!(clone(&mut policy, &get).is_some());
+    }
+
     #[test]
     fn old_samples_leave_the_window_but_the_newest_stays() {
         let clock = ServerClock::default();

@@ -203,7 +203,10 @@ mod cli {
         assert_eq!(quota["ownerDownGrace"], "5s");
         assert_eq!(quota["owner"]["pods"]["namespace"], "quota-system");
         assert_eq!(json["initializers"][1]["deadline"], "10m");
-        assert_eq!(json["initializers"][3]["owner"]["service"]["name"], "mesh-injector");
+        assert_eq!(
+            json["initializers"][3]["owner"]["service"]["name"],
+            "mesh-injector"
+        );
         assert_eq!(json["initializers"][5]["owner"], serde_json::Value::Null);
         assert_eq!(json["leaderElection"]["leaseDuration"], "15s");
         assert_eq!(json["pileup"]["action"], "alert");

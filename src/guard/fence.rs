@@ -265,12 +265,23 @@ mod tests {
             // Below leaseDuration − renewDeadline, so a write cannot outlive the lease.
             assert!(!fence.write_timeout().is_zero());
             assert!(fence.write_timeout() < timing.lease_duration - timing.renew_deadline);
+            // Exactly half the margin, as documented (2.5 s for a 15 s lease).
+            assert_eq!(
+                fence.write_timeout(),
+                (timing.lease_duration - timing.renew_deadline) / 2
+            );
             assert!(fence.permits(Duration::ZERO));
             let last_start = timing.renew_deadline - fence.write_timeout();
             assert!(fence.permits(last_start));
             assert!(!fence.permits(last_start + Duration::from_millis(1)));
             assert!(!fence.permits(timing.renew_deadline));
         }
+    }
+
+    #[test]
+    fn the_default_lease_gives_a_two_and_a_half_second_write_timeout() {
+        let (fence, _leader, _renew) = fence(true, 15);
+        assert_eq!(fence.write_timeout(), Duration::from_millis(2500));
     }
 
     #[tokio::test(start_paused = true)]
