@@ -135,15 +135,29 @@ pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<Strin
                 .iter()
                 .filter_map(|w| Some((w.id.to_string(), w.owner.as_ref()?))),
         );
+    // Discovery once, and only when a Deployment owner needs it.
+    let mut surface: Option<ApiSurface> = None;
     for (used_by, spec) in users {
         if !seen.insert(spec) {
             continue;
         }
         let what = format!("{} {}", spec.kind(), owner_target(spec));
+        if matches!(spec, OwnerSpec::Deployment(_)) && surface.is_none() {
+            match ApiSurface::read(client).await {
+                Ok(read) => surface = Some(read),
+                Err(e) => {
+                    lines.push(format!(
+                        "owner {what} (of {used_by}) could not be checked: {}",
+                        error_chain(&e)
+                    ));
+                    continue;
+                }
+            }
+        }
         let found = match spec {
             // In whichever group the server serves, as the guard will watch it.
-            OwnerSpec::Deployment(r) => match ApiSurface::read(client).await {
-                Ok(surface) => match surface.deployments() {
+            OwnerSpec::Deployment(r) => match &surface {
+                Some(surface) => match surface.deployments() {
                     Some(resource) => Api::<DynamicObject>::namespaced_with(
                         client.clone(),
                         &r.namespace,
@@ -161,7 +175,7 @@ pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<Strin
                         continue;
                     }
                 },
-                Err(e) => Err(e),
+                None => continue,
             },
             OwnerSpec::Lease(r) => named_api::<Lease>(client, r)
                 .get_opt(&r.name)
