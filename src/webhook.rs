@@ -359,6 +359,24 @@ impl Added {
     }
 
     /// `(list path inside the entry, value)` for each added value.
+    /// `entry` without what this bypass added (one occurrence of each value), as it was
+    /// before the bypass: what the canary is judged against while the bypass is in place.
+    pub fn removed_from(&self, entry: &Value) -> Value {
+        let mut out = entry.clone();
+        for (path, value) in self.parts() {
+            let mut list = out.get_mut(path[0]);
+            if !path[1].is_empty() {
+                list = list.and_then(|v| v.get_mut(path[1]));
+            }
+            if let Some(list) = list.and_then(Value::as_array_mut)
+                && let Some(at) = list.iter().position(|v| v == value)
+            {
+                list.remove(at);
+            }
+        }
+        out
+    }
+
     pub fn parts(&self) -> Vec<([&'static str; 2], &Value)> {
         let mut parts = Vec::new();
         if let Some(v) = &self.match_condition {

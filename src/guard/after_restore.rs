@@ -12,9 +12,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod};
-use kube::api::{
-    Api, DeleteParams, EvictParams, ListParams, Patch, PatchParams, PostParams, Preconditions,
-};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -26,8 +24,8 @@ use crate::guard::write::{self, Refusal, Subject};
 use crate::metrics::Metrics;
 use crate::webhook::LetThrough;
 use crate::webhook::after::{
-    ADMITTED_WITHOUT_ANNOTATION, Controller, PodFacts, Treatment, Window, admitted_without,
-    annotation_value, ready_replicas, treatment, within_cap,
+    ADMITTED_WITHOUT_ANNOTATION, Controller, PROPAGATION_MARGIN, PodFacts, Treatment, Window,
+    admitted_without, annotation_value, ready_replicas, treatment, within_cap,
 };
 
 /// Evictions per controller uid, for `maxEvictionsPerHour`; kept across sweeps.
@@ -58,6 +56,12 @@ impl Sweep {
     /// this replica stops leading.
     pub async fn run(self, cancel: CancellationToken) {
         let webhook = self.listed.id.to_string();
+        // A create the API server admitted through the bypass just before it applied the
+        // restore may not exist yet: list once the margin has passed.
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(PROPAGATION_MARGIN) => {}
+        }
         let (pods, namespaces) = match self.read().await {
             Ok(read) => read,
             Err(e) => {
@@ -282,30 +286,36 @@ impl Sweep {
         }
     }
 
-    /// One eviction, retried with backoff while a PodDisruptionBudget refuses it (429), for
-    /// at most `maxWait`.
+    /// One eviction (policy/v1, preconditioned on the pod's uid), retried with backoff while a
+    /// PodDisruptionBudget refuses it (429), for at most `maxWait`.
     async fn evict(&self, pod: &PodFacts, cancel: &CancellationToken) -> Evicted {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), &pod.namespace);
-        let params = EvictParams {
-            delete_options: Some(DeleteParams {
-                preconditions: Some(Preconditions {
-                    uid: Some(pod.uid.clone()),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            }),
-            post_options: PostParams::default(),
-        };
+        // Written by hand: kube-core 5's `Api::evict` sends `delete_options` (snake case),
+        // which the API server ignores, so its uid precondition would never reach it.
+        let body = json!({
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": { "name": pod.name, "namespace": pod.namespace },
+            "deleteOptions": { "preconditions": { "uid": pod.uid } },
+        });
+        let path = format!(
+            "/api/v1/namespaces/{}/pods/{}/eviction",
+            pod.namespace, pod.name
+        );
         let started = Instant::now();
         let mut attempt = 0;
         loop {
+            let request = http::Request::post(&path)
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(body.to_string().into_bytes());
+            let request = match request {
+                Ok(r) => r,
+                Err(e) => return Evicted::Refused(format!("building the eviction: {e}")),
+            };
             let Ok(permit) = self.fence.admit(cancel).await else {
                 return Evicted::NotLeading;
             };
-            let answer = match permit
-                .send("an Eviction", api.evict(&pod.name, &params))
-                .await
-            {
+            let sent = self.client.request::<Value>(request);
+            let answer = match permit.send("an Eviction", sent).await {
                 Ok(answer) => answer,
                 Err(e) => return Evicted::Refused(format!("no answer: {e}")),
             };
@@ -316,13 +326,14 @@ impl Sweep {
             match &error {
                 kube::Error::Api(s) if s.code == 429 => {}
                 kube::Error::Api(s) if s.code == 404 => return Evicted::Gone,
-                // A uid precondition that no longer holds: another pod of that name.
+                // The uid precondition no longer holds: another pod of that name.
                 kube::Error::Api(s) if s.code == 409 => return Evicted::Gone,
                 e => return Evicted::Refused(e.to_string()),
             }
             if started.elapsed() >= self.listed.max_wait {
                 return Evicted::Refused(format!(
-                    "a PodDisruptionBudget refused it for maxWait ({}): {error}",
+                    "still refused with 429 after maxWait ({}; a PodDisruptionBudget, or the API \
+                     server's flow control): {error}",
                     humantime::format_duration(self.listed.max_wait)
                 ));
             }
@@ -345,7 +356,10 @@ impl Sweep {
         cancel: &CancellationToken,
     ) {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &evicted.namespace);
-        let mut events = std::pin::pin!(watcher(api, watcher::Config::default()));
+        let mut events = std::pin::pin!(kube::runtime::WatchStreamExt::default_backoff(watcher(
+            api,
+            watcher::Config::default()
+        )));
         let mut seen: HashMap<String, PodFacts> = HashMap::new();
         let mut listing: HashMap<String, PodFacts> = HashMap::new();
         let replaced = async {

@@ -204,6 +204,7 @@ impl Guard {
             clock: webhook_clock,
             failures: failures.clone(),
             evictions: Default::default(),
+            sweeps: Default::default(),
         };
         life.spawn_writer("webhook guard", webhook_guard.run(life.token()));
         let (replies_tx, replies) = mpsc::unbounded_channel();

@@ -77,6 +77,8 @@ pub struct WebhookGuard {
     pub failures: Failures,
     /// Evictions per controller, for `maxEvictionsPerHour`.
     pub evictions: crate::guard::after_restore::EvictionLog,
+    /// Held by the running `afterRestore` sweep.
+    pub sweeps: Arc<tokio::sync::Mutex<()>>,
 }
 
 /// The labels of each canary namespace (None: not read, or not found).
@@ -461,12 +463,19 @@ impl WebhookGuard {
         {
             return;
         }
-        let (Some(index), Some(through)) = (
+        let (Some(index), Some(mut through)) = (
             restored.index_of(&listed.id.webhook),
             let_through(listed, &self.config.opt_in),
         ) else {
             return;
         };
+        // Selectors say nothing about requesters, operations or the critical path: a bypass
+        // made through them let only the label and the namespaces past.
+        if bypass.added.via() == Via::Selectors {
+            through.requesters.clear();
+            through.operations.clear();
+            through.critical_path = false;
+        }
         let since = bypass
             .since
             .parse::<jiff::Timestamp>()
@@ -496,11 +505,14 @@ impl WebhookGuard {
             metrics: self.metrics.clone(),
             evictions: self.evictions.clone(),
         };
-        supervise::spawn(
-            &self.failures,
-            "after-restore sweep",
-            sweep.run(cancel.clone()),
-        );
+        let one_at_a_time = self.sweeps.clone();
+        let cancel = cancel.clone();
+        // One sweep at a time: two would evict from one controller at once, and both would
+        // see a pod unannotated.
+        supervise::spawn(&self.failures, "after-restore sweep", async move {
+            let _turn = one_at_a_time.lock().await;
+            sweep.run(cancel).await;
+        });
     }
 
     /// Why the canary of an `apiserver` owner does not reach the entry, logged when it
@@ -515,11 +527,28 @@ impl WebhookGuard {
         let (Some(OwnerSpec::Apiserver(canary)), Some((c, index))) = (&listed.owner, entry) else {
             return None;
         };
-        let reach = crate::webhook::canary_reach(
-            &c.entries[index],
-            canary,
-            namespaces.get(&canary.namespace).and_then(Option::as_ref),
-        );
+        // Judged on the entry as it is without a bypass in place: what the bypass adds never
+        // keeps the canary out, unless its namespace is opted in (below).
+        let original = c
+            .records()
+            .ok()
+            .and_then(|r| r.get(&listed.id.webhook).and_then(Record::bypass).cloned())
+            .map_or_else(
+                || c.entries[index].clone(),
+                |b| b.added.removed_from(&c.entries[index]),
+            );
+        let labels = namespaces.get(&canary.namespace).and_then(Option::as_ref);
+        let mut reach = crate::webhook::canary_reach(&original, canary, labels);
+        if listed.opt_in != crate::config::OptInMode::None
+            && let (Some(selector), Some(labels)) = (&self.config.opt_in.selector, labels)
+            && selector.matches(labels)
+        {
+            reach.problems.push(format!(
+                "the canary namespace {} is opted in by optIn.namespaceSelector, so a bypass lets \
+                 the canary past the webhook: use a namespace it does not select",
+                canary.namespace
+            ));
+        }
         let problem = (!reach.problems.is_empty()).then(|| reach.problems.join("; "));
         let text = problem.clone().or_else(|| {
             (!reach.warnings.is_empty()).then(|| format!("warning: {}", reach.warnings.join("; ")))

@@ -105,9 +105,12 @@ pub fn admitted_without<'a>(
 /// Whether the bypass `through` let `pod` (in a namespace labelled `ns_labels`) past.
 fn let_through(pod: &PodFacts, ns_labels: &BTreeMap<String, String>, through: &LetThrough) -> bool {
     through
-        .label
-        .as_ref()
-        .is_some_and(|l| pod.labels.contains_key(l))
+        .operations
+        .contains(&crate::config::Operation::Create)
+        || through
+            .label
+            .as_ref()
+            .is_some_and(|l| pod.labels.contains_key(l))
         || through.namespaces.contains(&pod.namespace)
         || (through.critical_path && pod.namespace == "kube-system")
         || through.namespace_requirement.as_ref().is_some_and(|r| {
@@ -150,12 +153,26 @@ pub fn treatment(
         Some(c) if c.kind == "Job" => {
             Treatment::Report("a Job's pod: an eviction would count against its backoffLimit")
         }
+        // Workflow engines, mirror pods of static pods (owned by their Node) and the like do
+        // not re-create an evicted pod.
+        Some(c) if !RECREATING_CONTROLLERS.contains(&c.kind.as_str()) => Treatment::Report(
+            "its controller is not one known to re-create an evicted pod (ReplicaSet, \
+             StatefulSet, DaemonSet, ReplicationController)",
+        ),
         Some(_) if ready_replicas < 2 && !evict_singletons => Treatment::Report(
             "its controller has fewer than 2 ready replicas (evictSingletons: false)",
         ),
         Some(_) => Treatment::Evict,
     }
 }
+
+/// The controller kinds that re-create an evicted pod.
+pub const RECREATING_CONTROLLERS: [&str; 4] = [
+    "ReplicaSet",
+    "StatefulSet",
+    "DaemonSet",
+    "ReplicationController",
+];
 
 /// Ready pods of the controller `uid`, not being deleted, other than `except`.
 pub fn ready_replicas(pods: &[PodFacts], uid: &str, except: Option<&str>) -> usize {
@@ -308,6 +325,25 @@ mod tests {
             )
             .is_empty()
         );
+        // exemptOperations: [CREATE] let every create through.
+        let creates = LetThrough {
+            operations: vec![crate::config::Operation::Create],
+            ..LetThrough::default()
+        };
+        let every: Vec<&str> = admitted_without(&pods, window, &entry(), &creates, &namespaces())
+            .iter()
+            .map(|p| p.name.as_str())
+            .collect();
+        assert_eq!(
+            every,
+            [
+                "opted-in",
+                "just-after-the-restore",
+                "not-opted-in",
+                "exempt-namespace",
+                "selected-namespace"
+            ]
+        );
         let critical = LetThrough {
             critical_path: true,
             ..LetThrough::default()
@@ -361,6 +397,37 @@ mod tests {
             treatment(AfterRestore::Evict, &job, 3, true, &e),
             Treatment::Report(why) if why.contains("backoffLimit")
         ));
+        for kind in ["Workflow", "Node", "PipelineRun"] {
+            let other = PodFacts {
+                controller: Some(Controller {
+                    kind: kind.to_owned(),
+                    name: "x".to_owned(),
+                    uid: "x".to_owned(),
+                }),
+                ..p.clone()
+            };
+            assert!(
+                matches!(
+                    treatment(AfterRestore::Evict, &other, 3, true, &e),
+                    Treatment::Report(why) if why.contains("re-create")
+                ),
+                "{kind}"
+            );
+        }
+        for kind in RECREATING_CONTROLLERS {
+            let pod = PodFacts {
+                controller: Some(Controller {
+                    kind: kind.to_owned(),
+                    name: "x".to_owned(),
+                    uid: "x".to_owned(),
+                }),
+                ..p.clone()
+            };
+            assert_eq!(
+                treatment(AfterRestore::Evict, &pod, 2, false, &e),
+                Treatment::Evict
+            );
+        }
         let mut own = entry();
         own["matchConditions"] = json!([{ "name": "own", "expression": "true" }]);
         assert!(matches!(

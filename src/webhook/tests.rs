@@ -847,4 +847,56 @@ proptest! {
         prop_assert!(reach.problems.is_empty(), "{:?}", reach);
         prop_assert!(reach.warnings.is_empty(), "{:?}", reach);
     }
+
+    /// What a bypass added, removed again from the bypassed entry, leaves the entry it was
+    /// (up to an emptied list the bypass created): the canary is judged on that.
+    #[test]
+    fn removing_what_a_bypass_added_gives_back_the_entry(
+        selectors in any::<bool>(),
+        exempt in proptest::collection::vec("[a-z]{1,6}", 0..3),
+        with_requirement in any::<bool>(),
+    ) {
+        let object = json!({
+            "metadata": { "name": "policy", "resourceVersion": "1" },
+            "webhooks": [pods_entry()],
+        });
+        let via = if selectors { Via::Selectors } else { Via::MatchConditions };
+        let requirement = with_requirement
+            .then(|| json!({ "key": "team", "operator": "NotIn", "values": ["a"] }));
+        let bypass = through(via, &exempt, requirement);
+        let patch = bypass_patch(&decode(&object), 0, "pods.policy.example.com", &Records::new(), &bypass);
+        let bypassed = apply(&object, &patch).expect("the bypass applies");
+        let back = bypass.added.removed_from(&bypassed["webhooks"][0]);
+        prop_assert_eq!(normalized(&back), normalized(&pods_entry()));
+    }
+}
+
+/// A canary namespace that `optIn.namespaceSelector` selects is kept away from the webhook by a
+/// bypass: judged on the live entry the canary no longer reaches it, judged on the entry
+/// without the bypass it does (the guard reports the opt-in as its own problem).
+#[test]
+fn a_bypass_for_an_opted_in_canary_namespace_is_judged_without_the_bypass() {
+    let object = json!({
+        "metadata": { "name": "policy", "resourceVersion": "1" },
+        "webhooks": [pods_entry()],
+    });
+    let requirement = json!({ "key": "team", "operator": "NotIn", "values": ["a"] });
+    let bypass = through(Via::Selectors, &[], Some(requirement));
+    let patch = bypass_patch(
+        &decode(&object),
+        0,
+        "pods.policy.example.com",
+        &Records::new(),
+        &bypass,
+    );
+    let bypassed = apply(&object, &patch).expect("the bypass applies");
+    let ns = namespace(&[("team", "a")]);
+    let ok = canary(&[("app", "web")]);
+    assert!(
+        !canary_reach(&bypassed["webhooks"][0], &ok, Some(&ns))
+            .problems
+            .is_empty()
+    );
+    let back = bypass.added.removed_from(&bypassed["webhooks"][0]);
+    assert_eq!(canary_reach(&back, &ok, Some(&ns)), CanaryReach::default());
 }

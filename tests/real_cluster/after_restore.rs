@@ -237,6 +237,21 @@ pub async fn webhook_after_restore_evicts_one_at_a_time_what_can_be_spared(tb: A
         "exactly the bypassed pods of web and allowed are evicted: {evictions:#?}"
     );
     assert_eq!(evicted.len(), 5, "each once: {evicted:#?}");
+    // Each Eviction names the pod's uid, so a namesake created meanwhile is never evicted.
+    let uid_of = |name: &str| {
+        admitted
+            .iter()
+            .find(|p| name_of(p) == name)
+            .map(|p| p["metadata"]["uid"].clone())
+            .unwrap_or(Value::Null)
+    };
+    for a in &evictions {
+        assert_eq!(
+            a.request["deleteOptions"]["preconditions"]["uid"],
+            uid_of(&a.name),
+            "an Eviction without the pod's uid: {a:#?}"
+        );
+    }
     let guarded: BTreeSet<String> = pods_of("guarded").iter().map(name_of).collect();
     assert!(
         evictions

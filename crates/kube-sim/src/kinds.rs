@@ -173,6 +173,14 @@ fn webhook_configuration(res: &ResourceInfo, obj: &mut Value) -> Result<(), ApiE
         .map(Vec::as_mut_slice)
         .unwrap_or_default();
     for (i, entry) in entries.iter_mut().enumerate() {
+        if !entry.is_object() {
+            errs.push(FieldError::invalid(
+                format!("webhooks[{i}]"),
+                entry.clone(),
+                "must be an object",
+            ));
+            continue;
+        }
         for (k, v) in [
             ("failurePolicy", json!("Fail")),
             ("matchPolicy", json!("Equivalent")),
@@ -217,7 +225,8 @@ fn webhook_configuration(res: &ResourceInfo, obj: &mut Value) -> Result<(), ApiE
                 }
                 Some(_) => {}
             }
-            if c["expression"].as_str().is_none_or(str::is_empty) {
+            // The real server trims the expression first.
+            if c["expression"].as_str().is_none_or(|e| e.trim().is_empty()) {
                 errs.push(FieldError::required(format!("{path}[{j}].expression"), ""));
             }
         }
