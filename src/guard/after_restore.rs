@@ -425,15 +425,17 @@ impl Sweep {
             name: pod.name.clone(),
             uid: Some(pod.uid.clone()),
         };
-        let event = write::event(
+        write::warn_about(
+            &self.client,
+            &self.fence,
+            cancel,
+            &self.identity,
             &subject,
             reason,
             action,
             note,
-            &self.identity,
-            jiff::Timestamp::now(),
-        );
-        write::publish(&self.client, &self.fence, cancel, event).await;
+        )
+        .await;
     }
 }
 

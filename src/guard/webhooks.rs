@@ -757,15 +757,17 @@ impl WebhookGuard {
             name: listed.id.configuration.clone(),
             uid: None,
         };
-        let event = write::event(
+        write::warn_about(
+            &self.client,
+            &self.fence,
+            cancel,
+            &self.identity,
             &configuration,
             reason,
             action,
             note,
-            &self.identity,
-            jiff::Timestamp::now(),
-        );
-        write::publish(&self.client, &self.fence, cancel, event).await;
+        )
+        .await;
     }
 }
 

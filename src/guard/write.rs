@@ -144,6 +144,29 @@ pub fn event(
     }
 }
 
+/// Build the Warning Event about `subject` ([`event`], now) and write it ([`publish`]).
+#[allow(clippy::too_many_arguments)]
+pub async fn warn_about(
+    client: &kube::Client,
+    fence: &Fence,
+    cancel: &CancellationToken,
+    identity: &str,
+    subject: &Subject,
+    reason: &str,
+    action: &str,
+    note: String,
+) {
+    let event = event(
+        subject,
+        reason,
+        action,
+        note,
+        identity,
+        jiff::Timestamp::now(),
+    );
+    publish(client, fence, cancel, event).await;
+}
+
 /// Write `event` through the fence. A lost Event never undoes or repeats the change it
 /// records: failures are logged only.
 pub async fn publish(

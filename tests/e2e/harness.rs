@@ -570,3 +570,64 @@ pub fn assert_not_before(what: &str, earlier: SystemTime, later: SystemTime, min
         "{what}: {signed:.3}s, expected at least {min:?}"
     );
 }
+
+/// A listed webhook's world on `c`: the shipped RBAC plus get, list, watch and patch on exactly
+/// the ValidatingWebhookConfiguration `configuration` (by name, as the chart grants it), its
+/// owner the Deployment kube-system/policy (no status: not available), and that fail-closed
+/// configuration with one entry `entry` carrying `conditions` as its own matchConditions.
+/// Returns the configuration as the server stored it.
+pub async fn webhook_world(
+    c: &Cluster,
+    configuration: &str,
+    entry: &str,
+    conditions: Vec<Value>,
+) -> Value {
+    let mut rbac = shipped_rbac(Mechanism::SchedulingGates);
+    rbac.merge(Rbac::cluster_wide(vec![
+        kube_sim::PolicyRule::new(
+            &["admissionregistration.k8s.io"],
+            &["validatingwebhookconfigurations"],
+            &["get", "list", "watch", "patch"],
+        )
+        .with_names(&[configuration]),
+    ]));
+    c.sim.enforce_rbac_policy(GUARD_USER, rbac);
+    c.admin_post(
+        "/apis/apps/v1/namespaces/kube-system/deployments",
+        &json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": { "name": "policy" },
+            "spec": {
+                "replicas": 1,
+                "selector": { "matchLabels": { "app": "policy" } },
+                "template": {
+                    "metadata": { "labels": { "app": "policy" } },
+                    "spec": { "containers": [{ "name": "p", "image": "registry.k8s.io/pause:3.10" }] }
+                }
+            }
+        }),
+    )
+    .await;
+    let mut webhook = json!({
+        "name": entry,
+        "clientConfig": { "url": "https://127.0.0.1:1/validate" },
+        "rules": [{ "operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                    "resources": ["pods"] }],
+        "failurePolicy": "Fail",
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+    });
+    if !conditions.is_empty() {
+        webhook["matchConditions"] = Value::Array(conditions);
+    }
+    c.admin_post(
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+        &json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": { "name": configuration },
+            "webhooks": [webhook],
+        }),
+    )
+    .await
+}

@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use initguard::config::Mechanism;
 use kube_sim::ObjectChange;
-use kube_sim::{PolicyRule, Rbac};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::harness::*;
 
@@ -21,51 +20,7 @@ const HELD: &str = "validatingwebhookconfigurations";
 /// that one configuration. Each write of the guard on it is held `delay` by the server.
 async fn bed(delay: Duration) -> (Cluster, initguard::guard::Guard) {
     let c = Cluster::start(Mechanism::SchedulingGates).await;
-    let mut rbac = shipped_rbac(Mechanism::SchedulingGates);
-    // As the chart grants a listed configuration: by name.
-    rbac.merge(Rbac::cluster_wide(vec![
-        PolicyRule::new(
-            &["admissionregistration.k8s.io"],
-            &[HELD],
-            &["get", "list", "watch", "patch"],
-        )
-        .with_names(&[CONFIGURATION]),
-    ]));
-    c.sim.enforce_rbac_policy(GUARD_USER, rbac);
-    c.admin_post(
-        "/apis/apps/v1/namespaces/kube-system/deployments",
-        &json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": { "name": "policy" },
-            "spec": {
-                "replicas": 1,
-                "selector": { "matchLabels": { "app": "policy" } },
-                "template": {
-                    "metadata": { "labels": { "app": "policy" } },
-                    "spec": { "containers": [{ "name": "p", "image": "registry.k8s.io/pause:3.10" }] }
-                }
-            }
-        }),
-    )
-    .await;
-    c.admin_post(
-        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
-        &json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingWebhookConfiguration",
-            "metadata": { "name": CONFIGURATION },
-            "webhooks": [{
-                "name": ENTRY,
-                "clientConfig": { "url": "https://127.0.0.1:1/validate" },
-                "rules": [{ "operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
-                            "resources": ["pods"] }],
-                "failurePolicy": "Fail",
-                "sideEffects": "None",
-                "admissionReviewVersions": ["v1"],
-            }],
-        }),
-    )
-    .await;
+    webhook_world(&c, CONFIGURATION, ENTRY, Vec::new()).await;
     c.sim.faults().delay_writes(GUARD_USER, HELD, delay);
     let config = config(
         Mechanism::SchedulingGates,

@@ -3,7 +3,7 @@
 //! one by tests/real_cluster/differential.rs). Judged from the server's object history.
 
 use initguard::config::Mechanism;
-use kube_sim::{ObjectChange, PolicyRule, Rbac};
+use kube_sim::ObjectChange;
 use serde_json::{Value, json};
 
 use crate::harness::*;
@@ -11,7 +11,6 @@ use crate::harness::*;
 const CONFIGURATION: &str = "policy";
 const ENTRY: &str = "check.policy.example.com";
 const RESOURCE: &str = "validatingwebhookconfigurations";
-const PATH: &str = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations";
 const RECORD: &str = "initguard.io/bypassed-webhooks";
 
 /// A cluster with one listed fail-closed webhook whose `own` matchConditions are given, its
@@ -19,56 +18,11 @@ const RECORD: &str = "initguard.io/bypassed-webhooks";
 /// patch that one configuration.
 async fn bed(own: usize, available: i64) -> (Cluster, initguard::guard::Guard, Value) {
     let c = Cluster::start(Mechanism::SchedulingGates).await;
-    let mut rbac = shipped_rbac(Mechanism::SchedulingGates);
-    rbac.merge(Rbac::cluster_wide(vec![
-        PolicyRule::new(
-            &["admissionregistration.k8s.io"],
-            &[RESOURCE],
-            &["get", "list", "watch", "patch"],
-        )
-        .with_names(&[CONFIGURATION]),
-    ]));
-    c.sim.enforce_rbac_policy(GUARD_USER, rbac);
-    c.admin_post(
-        "/apis/apps/v1/namespaces/kube-system/deployments",
-        &json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": { "name": "policy" },
-            "spec": {
-                "replicas": 1,
-                "selector": { "matchLabels": { "app": "policy" } },
-                "template": {
-                    "metadata": { "labels": { "app": "policy" } },
-                    "spec": { "containers": [{ "name": "p", "image": "registry.k8s.io/pause:3.10" }] }
-                }
-            }
-        }),
-    )
-    .await;
-    set_available(&c, available).await;
     let conditions: Vec<Value> = (0..own)
         .map(|i| json!({ "name": format!("own-{i}"), "expression": "true" }))
         .collect();
-    let created = c
-        .admin_post(
-            PATH,
-            &json!({
-                "apiVersion": "admissionregistration.k8s.io/v1",
-                "kind": "ValidatingWebhookConfiguration",
-                "metadata": { "name": CONFIGURATION },
-                "webhooks": [{
-                    "name": ENTRY,
-                    "clientConfig": { "url": "https://127.0.0.1:1/validate" },
-                    "rules": [{ "operations": ["CREATE"], "apiGroups": [""],
-                                "apiVersions": ["v1"], "resources": ["pods"] }],
-                    "failurePolicy": "Fail",
-                    "sideEffects": "None",
-                    "admissionReviewVersions": ["v1"],
-                    "matchConditions": conditions,
-                }],
-            }),
-        )
-        .await;
+    let created = webhook_world(&c, CONFIGURATION, ENTRY, conditions).await;
+    set_available(&c, available).await;
     let config = config(
         Mechanism::SchedulingGates,
         &format!(

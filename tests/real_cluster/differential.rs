@@ -443,6 +443,17 @@ async fn script(tb: &Testbed, server: &Server) -> BTreeMap<&'static str, Value> 
     ]))
     .await;
     out.insert("65 matchConditions", invalid_view(s, &b));
+    // A restore removes what the bypass added: emptied lists are not stored.
+    let (s, b) = patch_config(json!([
+        { "op": "remove", "path": "/webhooks/0/matchConditions/1" },
+        { "op": "remove", "path": "/webhooks/0/matchConditions/0" },
+        { "op": "add", "path": "/webhooks/0/objectSelector/matchExpressions", "value": [] },
+    ]))
+    .await;
+    out.insert(
+        "emptying matchConditions and matchExpressions",
+        entry_view(s, &b),
+    );
     let (s, b) = server.call(Method::DELETE, &config, None).await;
     out.insert(
         "delete a webhook configuration",

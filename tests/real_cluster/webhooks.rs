@@ -571,6 +571,29 @@ fn apply_service_webhook(tb: &Testbed, name: &str, prefix: &str, system: &str, s
     }));
 }
 
+/// `initguard check-config FILE --kubeconfig admin` of `text` (written to the test bed's
+/// directory as `file`) exits 0 and prints a warning line for which `wanted` holds.
+fn check_config_warns(tb: &Testbed, file: &str, text: &str, wanted: impl Fn(&str) -> bool) {
+    let path = tb.dir.join(file);
+    std::fs::write(&path, text).expect("write the config");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_initguard"))
+        .arg("check-config")
+        .arg(&path)
+        .arg("--kubeconfig")
+        .arg(tb.kubeconfig("admin"))
+        .output()
+        .expect("check-config runs");
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && printed
+                .lines()
+                .any(|l| l.starts_with("warning: ") && wanted(l)),
+        "{printed}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// The chart's rules for default (Service) owners: EndpointSlices, and the Services themselves.
 fn grant_service_owner_reads(tb: &Testbed, prefix: &str) {
     let role = format!("{prefix}-service-owner");
@@ -965,25 +988,11 @@ pub async fn webhook_bypass_is_restored_by_helm_uninstall(tb: Arc<Testbed>) {
     cleanup_rbac_only(&tb, prefix);
     revoke_service_owner_reads(&tb, prefix);
     // A config that no longer lists it: check-config says the record is left behind.
-    let unlisted = tb.dir.join("whu-unlisted.yaml");
-    std::fs::write(&unlisted, config("")).expect("write a config");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_initguard"))
-        .arg("check-config")
-        .arg(&unlisted)
-        .arg("--kubeconfig")
-        .arg(tb.kubeconfig("admin"))
-        .output()
-        .expect("check-config runs");
-    let printed = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success()
-            && printed.lines().any(|l| l.starts_with("warning: ")
-                && l.contains(&format!(
-                    "{webhook} carries a bypass record but is not listed"
-                ))),
-        "{printed}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    check_config_warns(&tb, "whu-unlisted.yaml", &config(""), |l| {
+        l.contains(&format!(
+            "{webhook} carries a bypass record but is not listed"
+        ))
+    });
 
     let helm = tb.bin.join("helm");
     let admin = tb.kubeconfig("admin");
@@ -1243,25 +1252,11 @@ pub async fn webhook_canary_sees_a_backend_that_is_up_but_does_not_answer(tb: Ar
     })
     .await;
     assert!(problem.contains("namespaceSelector"), "{problem}");
-    let config_path = tb.dir.join("whk-config.yaml");
-    std::fs::write(&config_path, &config_text).expect("write the config");
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_initguard"))
-        .arg("check-config")
-        .arg(&config_path)
-        .arg("--kubeconfig")
-        .arg(tb.kubeconfig("admin"))
-        .output()
-        .expect("check-config runs");
-    let printed = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success()
-            && printed.lines().any(|l| l.starts_with("warning: ")
-                && l.contains(&webhook)
-                && l.contains("the canary does not reach it")
-                && l.contains("namespaceSelector")),
-        "{printed}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    check_config_warns(&tb, "whk-config.yaml", &config_text, |l| {
+        l.contains(&webhook)
+            && l.contains("the canary does not reach it")
+            && l.contains("namespaceSelector")
+    });
     tb.kubectl(&[
         "label",
         "namespace",

@@ -158,6 +158,17 @@ pub fn prepare_update(
     }
 }
 
+/// Remove the `keys` of `object` that hold an empty list or map.
+fn drop_empty(object: &mut Value, keys: &[&str]) {
+    if let Some(fields) = object.as_object_mut() {
+        fields.retain(|k, v| {
+            !(keys.contains(&k.as_str())
+                && (v.as_array().is_some_and(Vec::is_empty)
+                    || v.as_object().is_some_and(Map::is_empty)))
+        });
+    }
+}
+
 /// Most `matchConditions` an entry may have (`validation.go`).
 const MAX_MATCH_CONDITIONS: usize = 64;
 
@@ -191,6 +202,12 @@ fn webhook_configuration(res: &ResourceInfo, obj: &mut Value) -> Result<(), ApiE
             if entry[k].is_null() {
                 entry[k] = v;
             }
+        }
+        // Go's `omitempty`: an emptied list is not stored (a restore that removes the last
+        // condition or requirement leaves no empty list behind).
+        drop_empty(entry, &["matchConditions"]);
+        for selector in ["objectSelector", "namespaceSelector"] {
+            drop_empty(&mut entry[selector], &["matchExpressions", "matchLabels"]);
         }
         if mutating && entry["reinvocationPolicy"].is_null() {
             entry["reinvocationPolicy"] = json!("Never");
