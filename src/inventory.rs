@@ -69,41 +69,9 @@ pub enum InventoryError {
 }
 
 /// Whether a `metav1.LabelSelector` (JSON; absent or `{}` selects everything) selects `labels`.
+/// One the server would refuse (an unknown operator) is assumed to select: the worst case.
 pub fn selects(selector: Option<&Value>, labels: &BTreeMap<String, String>) -> bool {
-    let Some(selector) = selector else {
-        return true;
-    };
-    let match_labels = selector
-        .get("matchLabels")
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k).map(String::as_str) == v.as_str());
-    let expressions = selector
-        .get("matchExpressions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .all(|e| {
-            let key = e.get("key").and_then(Value::as_str).unwrap_or_default();
-            let values: Vec<&str> = e
-                .get("values")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            let value = labels.get(key).map(String::as_str);
-            match e.get("operator").and_then(Value::as_str) {
-                Some("In") => value.is_some_and(|v| values.contains(&v)),
-                Some("NotIn") => value.is_none_or(|v| !values.contains(&v)),
-                Some("Exists") => value.is_some(),
-                Some("DoesNotExist") => value.is_none(),
-                // An operator the server would refuse: assume the worst, it selects.
-                _ => true,
-            }
-        });
-    match_labels && expressions
+    crate::webhook::selects(selector.unwrap_or(&Value::Null), labels).unwrap_or(true)
 }
 
 /// Whether a rule list covers `resource` (plural) for `operation`.

@@ -239,8 +239,13 @@ impl WebhookGuard {
         let name = listed.id.to_string();
         let now = SystemTime::now();
         let entry = configuration.and_then(|c| Some((c, c.index_of(&listed.id.webhook)?)));
+        let records = configuration.map(Configuration::records).transpose();
         let mut owner = self.owners.state(&name);
-        let unreached = self.canary_problem(listed, entry, namespaces, memory);
+        let in_force = records
+            .as_ref()
+            .ok()
+            .and_then(|r| r.as_ref()?.get(&listed.id.webhook)?.bypass());
+        let unreached = self.canary_problem(listed, entry, in_force, namespaces, memory);
         if unreached.is_some() {
             owner = crate::policy::OwnerState::Unknown;
         }
@@ -255,7 +260,7 @@ impl WebhookGuard {
                     ..crate::webhook::status(listed, configuration, owner)
                 },
             );
-        let records = match configuration.map(Configuration::records).transpose() {
+        let records = match records {
             Ok(r) => r.unwrap_or_default(),
             Err(e) => {
                 // Never write over a record that cannot be read: a person must fix it.
@@ -521,6 +526,7 @@ impl WebhookGuard {
         &self,
         listed: &WebhookConfig,
         entry: Option<(&Configuration, usize)>,
+        in_force: Option<&Bypass>,
         namespaces: &Namespaces,
         memory: &mut Memory,
     ) -> Option<String> {
@@ -529,14 +535,10 @@ impl WebhookGuard {
         };
         // Judged on the entry as it is without a bypass in place: what the bypass adds never
         // keeps the canary out, unless its namespace is opted in (below).
-        let original = c
-            .records()
-            .ok()
-            .and_then(|r| r.get(&listed.id.webhook).and_then(Record::bypass).cloned())
-            .map_or_else(
-                || c.entries[index].clone(),
-                |b| b.added.removed_from(&c.entries[index]),
-            );
+        let original = in_force.map_or_else(
+            || c.entries[index].clone(),
+            |b| b.added.removed_from(&c.entries[index]),
+        );
         let labels = namespaces.get(&canary.namespace).and_then(Option::as_ref);
         let mut reach = crate::webhook::canary_reach(&original, canary, labels);
         if listed.opt_in != crate::config::OptInMode::None

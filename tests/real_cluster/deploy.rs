@@ -452,22 +452,16 @@ pub async fn chart_webhook_rbac_is_exactly_what_the_webhooks_need(tb: Arc<Testbe
     let helm = tb.bin.join("helm");
     let chart_dir = chart();
     let chart_path = chart_dir.to_str().expect("UTF-8 path");
-    let render = |webhooks: serde_json::Value| {
-        run(
-            "helm template (webhooks)",
-            &helm,
-            &[
-                "template",
-                RELEASE,
-                chart_path,
-                "--namespace",
-                NAMESPACE,
-                "--set-json",
-                &format!("config.webhooks={webhooks}"),
-            ],
-            None,
-        )
+    // The chart rendered with `config.KEY` set to `value` (nothing set when `value` is null).
+    let render_with = |key: &str, value: serde_json::Value| {
+        let set = format!("config.{key}={value}");
+        let mut args = vec!["template", RELEASE, chart_path, "--namespace", NAMESPACE];
+        if !value.is_null() {
+            args.extend(["--set-json", set.as_str()]);
+        }
+        run(&format!("helm template ({key})"), &helm, &args, None)
     };
+    let render = |webhooks: serde_json::Value| render_with("webhooks", webhooks);
     let role = format!("{RELEASE}-initguard-webhooks");
     let patching: &[&str] = &["get", "list", "watch", "patch"];
 
@@ -549,12 +543,7 @@ pub async fn chart_webhook_rbac_is_exactly_what_the_webhooks_need(tb: Arc<Testbe
         "list".to_owned(),
         "*".to_owned(),
     );
-    let plain = run(
-        "helm template (no service owner)",
-        &helm,
-        &["template", RELEASE, chart_path, "--namespace", NAMESPACE],
-        None,
-    );
+    let plain = render_with("initializers", serde_json::Value::Null);
     assert!(
         !rendered_rules(&plain, "ClusterRole", &main_role).contains(&endpointslices),
         "{plain}"
@@ -562,20 +551,7 @@ pub async fn chart_webhook_rbac_is_exactly_what_the_webhooks_need(tb: Arc<Testbe
     let initializers = serde_json::json!([
         { "name": "mesh.example.com", "owner": { "service": "mesh-system/mesh" } },
     ]);
-    let with_service = run(
-        "helm template (a service owner)",
-        &helm,
-        &[
-            "template",
-            RELEASE,
-            chart_path,
-            "--namespace",
-            NAMESPACE,
-            "--set-json",
-            &format!("config.initializers={initializers}"),
-        ],
-        None,
-    );
+    let with_service = render_with("initializers", initializers);
     assert!(
         rendered_rules(&with_service, "ClusterRole", &main_role).contains(&endpointslices),
         "{with_service}"
