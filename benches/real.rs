@@ -953,16 +953,9 @@ async fn scale(server: &mut Server, pods: usize, idle: Duration) -> Result<Scale
 async fn run(args: Args) -> Result<()> {
     eprintln!("real: starting the test bed (tests/testbed/up) and the simulator");
     let tb = Testbed::up(env!("CARGO_BIN_EXE_initguard")).map_err(|e| anyhow!(e))?;
-    let version = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/testbed/build"),
-    )
-    .ok()
-    .and_then(|t| {
-        t.lines()
-            .find_map(|l| l.strip_prefix("K8S_VERSION="))
-            .map(|v| v.trim().to_owned())
-    })
-    .unwrap_or_else(|| "?".into());
+    let version = testbed::Version::Current
+        .pinned()
+        .unwrap_or_else(|_| "?".into());
     let mut servers = [
         start_sim().await?,
         Server::Real {

@@ -44,16 +44,9 @@ mod webhooks;
 #[path = "real_cluster/writes.rs"]
 mod writes;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::process::ExitCode;
-use std::sync::Arc;
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
 
-use testbed::Testbed;
-
-type Scenario = fn(Arc<Testbed>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+use initguard_test_support::runner::{self, Scenario};
 
 /// Every scenario, in run order.
 const SCENARIOS: &[(&str, Scenario)] = &[
@@ -220,104 +213,11 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     }),
 ];
 
-/// Longest a scenario may run before it fails as hung.
-const SCENARIO_TIMEOUT: Duration = Duration::from_secs(300);
-
 fn main() -> ExitCode {
-    let args =
-        match initguard_test_support::harness_args::HarnessArgs::parse(std::env::args().skip(1)) {
-            Ok(args) => args,
-            Err(e) => {
-                eprintln!("real_cluster: {e}");
-                return ExitCode::from(2);
-            }
-        };
-    let chosen: Vec<&(&str, Scenario)> = SCENARIOS
-        .iter()
-        .filter(|(name, _)| args.chooses(name))
-        .collect();
-    if args.list {
-        for (name, _) in &chosen {
-            println!("{name}: test");
-        }
-        return ExitCode::SUCCESS;
-    }
-    if chosen.is_empty() {
-        println!("real_cluster: no scenario matches {args:?}");
-        return ExitCode::SUCCESS;
-    }
-    if let Some(why) = testbed::not_built() {
-        if std::env::var_os("CI").is_some() {
-            eprintln!("real_cluster: FAILED: CI is set and the test bed is not built: {why}");
-            return ExitCode::FAILURE;
-        }
-        for (name, _) in &chosen {
-            println!("SKIPPED real_cluster::{name}: test bed not built ({why})");
-        }
-        return ExitCode::SUCCESS;
-    }
-
-    println!("\nrunning {} real-cluster scenarios", chosen.len());
-    let started = Instant::now();
-    let tb = match Testbed::up(env!("CARGO_BIN_EXE_initguard")) {
-        Ok(tb) => Arc::new(tb),
-        Err(e) => {
-            eprintln!("real_cluster: FAILED to start the test bed: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    println!("test bed up in {:.1}s", started.elapsed().as_secs_f64());
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("real_cluster: cannot build a tokio runtime: {e}");
-            return ExitCode::FAILURE;
-        }
-    };
-    let mut failed = Vec::new();
-    for (name, scenario) in chosen {
-        let t = Instant::now();
-        let result = runtime.block_on(async {
-            // A panic inside a scenario is caught by its task; a hang by the timeout.
-            let task = tokio::spawn(tokio::time::timeout(SCENARIO_TIMEOUT, scenario(tb.clone())));
-            match task.await {
-                Ok(Ok(())) => Ok(()),
-                Ok(Err(_)) => Err(format!("hung for over {SCENARIO_TIMEOUT:?}")),
-                Err(e) if e.is_panic() => Err("panicked (message above)".to_owned()),
-                Err(e) => Err(format!("task failed: {e}")),
-            }
-        });
-        let secs = t.elapsed().as_secs_f64();
-        match result {
-            Ok(()) => println!("test {name} ... ok ({secs:.1}s)"),
-            Err(e) => {
-                println!("test {name} ... FAILED ({secs:.1}s): {e}");
-                failed.push(name);
-            }
-        }
-    }
-    // Dropping the runtime drops every task and so every other handle on the test bed; the
-    // last handle runs `down`.
-    drop(runtime);
-    tb.failed.store(!failed.is_empty(), Ordering::Relaxed);
-    drop(tb);
-    println!(
-        "\nreal_cluster: {} failed of the chosen scenarios, {:.1}s in all{}",
-        failed.len(),
-        started.elapsed().as_secs_f64(),
-        if failed.is_empty() {
-            String::new()
-        } else {
-            format!(": {failed:?}")
-        }
-    );
-    if failed.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    runner::run(
+        "real_cluster",
+        testbed::Version::Current,
+        SCENARIOS,
+        env!("CARGO_BIN_EXE_initguard"),
+    )
 }

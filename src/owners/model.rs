@@ -385,12 +385,51 @@ pub(super) fn webhook_service(
 #[derive(Default)]
 pub(super) struct ServedDeploymentModel(DeploymentModel);
 
+/// `object` decoded as `K`, whichever group version it was served in (None when it does not
+/// decode). The older versions the guard reads (apps/v1beta1-2 and extensions/v1beta1
+/// Deployments, coordination.k8s.io/v1beta1 Leases) hold the fields it judges under the same
+/// names, so only the type header is rewritten.
+pub(super) fn as_current<K>(object: DynamicObject) -> Option<K>
+where
+    K: k8s_openapi::Resource + serde::de::DeserializeOwned,
+{
+    let mut value = serde_json::to_value(object).ok()?;
+    value["apiVersion"] = serde_json::json!(K::API_VERSION);
+    value["kind"] = serde_json::json!(K::KIND);
+    serde_json::from_value(value).ok()
+}
+
 /// `object` decoded as an apps/v1 Deployment (None when it is not one).
 pub(super) fn as_apps_v1(object: DynamicObject) -> Option<Deployment> {
-    let mut value = serde_json::to_value(object).ok()?;
-    value["apiVersion"] = serde_json::json!("apps/v1");
-    value["kind"] = serde_json::json!("Deployment");
-    serde_json::from_value(value).ok()
+    as_current(object)
+}
+
+/// A [`LeaseModel`] fed with Leases of whichever group version the server serves.
+#[derive(Default)]
+pub(super) struct ServedLeaseModel(LeaseModel);
+
+impl Model<DynamicObject> for ServedLeaseModel {
+    fn apply(&mut self, object: DynamicObject, now: Instant) {
+        let name = object.metadata.name.clone().unwrap_or_default();
+        match as_current::<Lease>(object) {
+            Some(lease) => self.0.apply(lease, now),
+            None => {
+                warn!(lease = %name, "cannot decode the owner lease; ignoring this version of it")
+            }
+        }
+    }
+
+    fn delete(&mut self, object: DynamicObject) {
+        self.0.delete(as_current(object).unwrap_or_default());
+    }
+
+    fn inherit(&mut self, previous: &Self) {
+        self.0.inherit(&previous.0);
+    }
+
+    fn evaluate(&self, now: Instant) -> Evaluation {
+        self.0.evaluate(now)
+    }
 }
 
 impl Model<DynamicObject> for ServedDeploymentModel {

@@ -16,7 +16,6 @@ use http_body_util::Empty;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::Connect;
 use hyper_util::rt::TokioExecutor;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{ApiResource, DynamicObject, PartialObjectMeta};
@@ -24,7 +23,7 @@ use kube::client::ConfigExt as _;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
 use kube::{Api, Resource};
-use kube_common::{ApiSurface, deployment_group_versions};
+use kube_common::{ApiSurface, deployment_group_versions, lease_group_versions};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
 use serde::de::DeserializeOwned;
@@ -35,8 +34,8 @@ use crate::config::{CANARY_LABEL, Canary, CanaryResource, Config, ObjectRef, Own
 use crate::supervise::{self, Failures};
 
 use super::model::{
-    EndpointsModel, LeaseModel, Model, Observed, PodsModel, ServedDeploymentModel, ServicePresence,
-    apply_event, judge, webhook_service,
+    EndpointsModel, Model, Observed, PodsModel, ServedDeploymentModel, ServedLeaseModel,
+    ServicePresence, apply_event, judge, webhook_service,
 };
 use super::state::{Handle, owner_target};
 
@@ -60,7 +59,7 @@ pub(super) fn start(task: Task, client: &kube::Client, spec: &OwnerSpec, failure
             supervise::spawn(
                 failures,
                 "owner watch",
-                task.watch::<Lease, LeaseModel>(named_api(client, r), name_selector(r), "leases"),
+                task.watch_lease(client.clone(), r.clone()),
             );
         }
         OwnerSpec::Service(r) => {
@@ -135,14 +134,14 @@ pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<Strin
                 .iter()
                 .filter_map(|w| Some((w.id.to_string(), w.owner.as_ref()?))),
         );
-    // Discovery once, and only when a Deployment owner needs it.
+    // Discovery once, and only when a Deployment or Lease owner needs it.
     let mut surface: Option<ApiSurface> = None;
     for (used_by, spec) in users {
         if !seen.insert(spec) {
             continue;
         }
         let what = format!("{} {}", spec.kind(), owner_target(spec));
-        if matches!(spec, OwnerSpec::Deployment(_)) && surface.is_none() {
+        if matches!(spec, OwnerSpec::Deployment(_) | OwnerSpec::Lease(_)) && surface.is_none() {
             match ApiSurface::read(client).await {
                 Ok(read) => surface = Some(read),
                 Err(e) => {
@@ -177,10 +176,22 @@ pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<Strin
                 },
                 None => continue,
             },
-            OwnerSpec::Lease(r) => named_api::<Lease>(client, r)
-                .get_opt(&r.name)
-                .await
-                .map(|l| l.is_some()),
+            OwnerSpec::Lease(r) => match surface.as_ref().and_then(ApiSurface::leases) {
+                Some(resource) => {
+                    Api::<DynamicObject>::namespaced_with(client.clone(), &r.namespace, &resource)
+                        .get_metadata_opt(&r.name)
+                        .await
+                        .map(|l| l.is_some())
+                }
+                None => {
+                    lines.push(format!(
+                        "owner {what} (of {used_by}) cannot be watched: the API server serves no \
+                         Lease API ({})",
+                        lease_group_versions()
+                    ));
+                    continue;
+                }
+            },
             OwnerSpec::WebhookService(r) => named_api::<Service>(client, r)
                 .get_metadata_opt(&r.name)
                 .await
@@ -288,46 +299,79 @@ pub(super) struct Task {
 }
 
 impl Task {
-    /// Read discovery (retrying while the API server cannot answer), then watch the Deployment
-    /// `r` in the most preferred group version served. Without any, log an error, list the
-    /// problem for `/readyz` and leave the owner unobserved.
-    async fn watch_deployment(self, client: kube::Client, r: ObjectRef) {
+    /// Read discovery (retrying while the API server cannot answer) and return the most
+    /// preferred group version of the owner's kind that is served (`pick`). Without any, log an
+    /// error, list the problem for `/readyz` and return None: the owner stays unobserved.
+    async fn served(
+        &self,
+        client: &kube::Client,
+        pick: fn(&ApiSurface) -> Option<ApiResource>,
+        versions: &str,
+        resource: &str,
+    ) -> Option<ApiResource> {
+        let owner = self.handle.owner();
+        let kind = owner.spec.kind();
         let surface = loop {
             let attempt = tokio::select! {
-                () = self.cancel.cancelled() => return,
-                a = ApiSurface::read(&client) => a,
+                () = self.cancel.cancelled() => return None,
+                a = ApiSurface::read(client) => a,
             };
             match attempt {
                 Ok(surface) => break surface,
                 Err(e) => {
                     // The watch cannot start without it: counted like a failed watch.
-                    self.handle.inner.metrics.watch_restarted("deployments");
-                    warn!(owner = %self.handle.owner().target, error = %error_chain(&e),
-                        "cannot read API discovery for the owner deployment; retrying");
+                    self.handle.inner.metrics.watch_restarted(resource);
+                    warn!(owner = %owner.target, owner_kind = kind, error = %error_chain(&e),
+                        "cannot read API discovery for the owner; retrying");
                     tokio::select! {
-                        () = self.cancel.cancelled() => return,
+                        () = self.cancel.cancelled() => return None,
                         () = tokio::time::sleep(DISCOVERY_RETRY) => {}
                     }
                 }
             }
         };
-        let owner = self.handle.owner();
-        let Some(resource) = surface.deployments() else {
+        let Some(resource) = pick(&surface) else {
             let problem = format!(
-                "the API server serves no Deployment API ({}), so this owner cannot be watched",
-                deployment_group_versions()
+                "the API server serves no {kind} API ({versions}), so this owner cannot be watched"
             );
             error!(initializers = %owner.initializer_list, owner = %owner.target, %problem,
-                "owner deployment cannot be watched");
-            self.handle.inner.readiness.set(
-                &format!("owner {} {}", owner.spec.kind(), owner.target),
-                Some(problem),
-            );
+                "owner cannot be watched");
+            self.handle
+                .inner
+                .readiness
+                .set(&format!("owner {kind} {}", owner.target), Some(problem));
+            return None;
+        };
+        info!(owner = %owner.target, owner_kind = kind, api_version = %resource.api_version,
+            "watching owner");
+        Some(resource)
+    }
+
+    /// Watch the Deployment `r` in the most preferred group version served.
+    async fn watch_deployment(self, client: kube::Client, r: ObjectRef) {
+        let versions = deployment_group_versions();
+        let Some(resource) = self
+            .served(&client, ApiSurface::deployments, &versions, "deployments")
+            .await
+        else {
             return;
         };
-        info!(owner = %owner.target, api_version = %resource.api_version, "watching owner deployment");
         let api = Api::namespaced_with(client, &r.namespace, &resource);
         self.watch::<DynamicObject, ServedDeploymentModel>(api, name_selector(&r), "deployments")
+            .await
+    }
+
+    /// Watch the Lease `r` in the most preferred group version served (v1beta1 on 1.12-1.13).
+    async fn watch_lease(self, client: kube::Client, r: ObjectRef) {
+        let versions = lease_group_versions();
+        let Some(resource) = self
+            .served(&client, ApiSurface::leases, &versions, "leases")
+            .await
+        else {
+            return;
+        };
+        let api = Api::namespaced_with(client, &r.namespace, &resource);
+        self.watch::<DynamicObject, ServedLeaseModel>(api, name_selector(&r), "leases")
             .await
     }
 

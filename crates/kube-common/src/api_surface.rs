@@ -20,6 +20,12 @@ pub const DEPLOYMENT_GROUP_VERSIONS: [(&str, &str); 4] = [
     ("extensions", "v1beta1"),
 ];
 
+/// Lease group versions, most preferred first (see the module comment).
+pub const LEASE_GROUP_VERSIONS: [(&str, &str); 2] = [
+    ("coordination.k8s.io", "v1"),
+    ("coordination.k8s.io", "v1beta1"),
+];
+
 /// The group versions a server serves (the core group `""`/`v1` is always served).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ApiSurface {
@@ -62,15 +68,18 @@ impl ApiSurface {
 
     /// The most preferred Deployment group version served, if any.
     pub fn deployments(&self) -> Option<ApiResource> {
-        DEPLOYMENT_GROUP_VERSIONS
-            .iter()
-            .find(|(g, v)| self.serves(g, v))
-            .map(|(g, v)| {
-                ApiResource::from_gvk_with_plural(
-                    &GroupVersionKind::gvk(g, v, "Deployment"),
-                    "deployments",
-                )
-            })
+        self.preferred(&DEPLOYMENT_GROUP_VERSIONS, "Deployment", "deployments")
+    }
+
+    /// The most preferred Lease group version served, if any (none before 1.12).
+    pub fn leases(&self) -> Option<ApiResource> {
+        self.preferred(&LEASE_GROUP_VERSIONS, "Lease", "leases")
+    }
+
+    fn preferred(&self, order: &[(&str, &str)], kind: &str, plural: &str) -> Option<ApiResource> {
+        order.iter().find(|(g, v)| self.serves(g, v)).map(|(g, v)| {
+            ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, kind), plural)
+        })
     }
 }
 
@@ -87,18 +96,22 @@ impl ApiSurface {
     /// (`ValidatingWebhookConfiguration` or `MutatingWebhookConfiguration`, plural
     /// `plural`), if any.
     pub fn webhook_configurations(&self, kind: &str, plural: &str) -> Option<ApiResource> {
-        WEBHOOK_GROUP_VERSIONS
-            .iter()
-            .find(|(g, v)| self.serves(g, v))
-            .map(|(g, v)| {
-                ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, kind), plural)
-            })
+        self.preferred(&WEBHOOK_GROUP_VERSIONS, kind, plural)
     }
 }
 
 /// `DEPLOYMENT_GROUP_VERSIONS` in words, for error messages.
 pub fn deployment_group_versions() -> String {
-    DEPLOYMENT_GROUP_VERSIONS
+    in_words(&DEPLOYMENT_GROUP_VERSIONS)
+}
+
+/// `LEASE_GROUP_VERSIONS` in words, for error messages.
+pub fn lease_group_versions() -> String {
+    in_words(&LEASE_GROUP_VERSIONS)
+}
+
+fn in_words(order: &[(&str, &str)]) -> String {
+    order
         .iter()
         .map(|(g, v)| format!("{g}/{v}"))
         .collect::<Vec<_>>()
@@ -125,5 +138,22 @@ mod tests {
         let current = ApiSurface::from_group_versions([("apps", "v1")]);
         assert_eq!(current.deployments().unwrap().api_version, "apps/v1");
         assert!(ApiSurface::default().deployments().is_none());
+    }
+
+    #[test]
+    fn leases_are_v1_from_1_14_v1beta1_on_1_12_and_1_13_and_absent_before() {
+        let both = ApiSurface::from_group_versions([
+            ("coordination.k8s.io", "v1"),
+            ("coordination.k8s.io", "v1beta1"),
+        ]);
+        assert_eq!(both.leases().unwrap().api_version, "coordination.k8s.io/v1");
+        let v113 = ApiSurface::from_group_versions([("coordination.k8s.io", "v1beta1")]);
+        let lease = v113.leases().unwrap();
+        assert_eq!(lease.api_version, "coordination.k8s.io/v1beta1");
+        assert_eq!(
+            (lease.kind.as_str(), lease.plural.as_str()),
+            ("Lease", "leases")
+        );
+        assert!(ApiSurface::default().leases().is_none());
     }
 }

@@ -10,5 +10,8 @@ pub mod names;
 pub mod selector;
 pub mod yaml;
 
-pub use api_surface::{ApiSurface, DEPLOYMENT_GROUP_VERSIONS, deployment_group_versions};
+pub use api_surface::{
+    ApiSurface, DEPLOYMENT_GROUP_VERSIONS, LEASE_GROUP_VERSIONS, deployment_group_versions,
+    lease_group_versions,
+};
 pub use mechanism::{Mechanism, include_uninitialized};

@@ -6,6 +6,7 @@ pub mod harness_args;
 pub mod http;
 pub mod metrics;
 pub mod promql;
+pub mod runner;
 pub mod testbed;
 pub mod tools;
 pub mod wait;

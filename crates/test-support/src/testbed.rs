@@ -27,24 +27,47 @@ fn repo() -> PathBuf {
     std::fs::canonicalize(&path).unwrap_or(path)
 }
 
-/// Why the test bed cannot run.
+/// A version of the test bed (tests/testbed/build `DEFAULT_VERSION` or `LEGACY_VERSION`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    /// The current release, the default of `build` and `up`.
+    Current,
+    /// Kubernetes 1.13: pod initializers (the Initializers admission plugin).
+    Legacy,
+}
+
+impl Version {
+    /// The version string tests/testbed/build pins for this version.
+    pub fn pinned(self) -> Result<String, String> {
+        let build = repo().join("tests/testbed/build");
+        let text = std::fs::read_to_string(&build)
+            .map_err(|e| format!("cannot read {}: {e}", build.display()))?;
+        let key = match self {
+            Version::Current => "DEFAULT_VERSION=",
+            Version::Legacy => "LEGACY_VERSION=",
+        };
+        text.lines()
+            .find_map(|l| l.strip_prefix(key))
+            .map(|v| v.trim().to_owned())
+            .ok_or_else(|| format!("{} pins no {key}", build.display()))
+    }
+}
+
+/// Why the test bed of the current version cannot run.
 pub fn not_built() -> Option<String> {
-    let build = repo().join("tests/testbed/build");
-    let text = match std::fs::read_to_string(&build) {
-        Ok(text) => text,
-        Err(e) => return Some(format!("cannot read {}: {e}", build.display())),
+    not_built_version(Version::Current)
+}
+
+/// Why the test bed of `version` cannot run.
+pub fn not_built_version(version: Version) -> Option<String> {
+    let pinned = match version.pinned() {
+        Ok(v) => v,
+        Err(e) => return Some(e),
     };
-    let Some(version) = text
-        .lines()
-        .find_map(|l| l.strip_prefix("K8S_VERSION="))
-        .map(str::trim)
-    else {
-        return Some(format!("{} pins no K8S_VERSION", build.display()));
-    };
-    let bin = repo().join(format!("tests/testbed/.cache/{version}/bin/testbed"));
+    let bin = repo().join(format!("tests/testbed/.cache/{pinned}/bin/kube-apiserver"));
     (!bin.exists()).then(|| {
         format!(
-            "{} is missing: run tests/testbed/build (or the README's test command)",
+            "{} is missing: run tests/testbed/build --version {pinned} (or the README's test command)",
             bin.display()
         )
     })
@@ -66,6 +89,12 @@ impl Testbed {
     /// `tests/testbed/up` in a fresh directory; a watchdog stops it when this process exits.
     /// `guard_bin` is the `initguard` binary that [`Testbed::guard`] runs.
     pub fn up(guard_bin: impl Into<PathBuf>) -> Result<Testbed, String> {
+        Testbed::up_version(guard_bin, Version::Current)
+    }
+
+    /// [`Testbed::up`] of `version`.
+    pub fn up_version(guard_bin: impl Into<PathBuf>, version: Version) -> Result<Testbed, String> {
+        let pinned = version.pinned()?;
         let tmp = tempfile::Builder::new()
             .prefix("initguard-testbed-")
             .tempdir()
@@ -80,6 +109,8 @@ impl Testbed {
         };
         let status = Command::new(repo().join("tests/testbed/up"))
             .arg(&dir)
+            .arg("--version")
+            .arg(&pinned)
             .arg("--owner-pid")
             .arg(std::process::id().to_string())
             .stdin(Stdio::null())

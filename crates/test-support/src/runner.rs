@@ -1,0 +1,125 @@
+//! The runner of the real-cluster targets (`harness = false`): one test bed of one version
+//! for every chosen scenario, scenarios one after another, each with a timeout, `down` at the
+//! end (and from a watchdog should the process die). Arguments are read as libtest reads them
+//! ([`crate::harness_args`]).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::testbed::{self, Testbed, Version};
+
+/// One scenario: it runs on the shared test bed and panics on failure.
+pub type Scenario = fn(Arc<Testbed>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Longest a scenario may run before it fails as hung.
+const SCENARIO_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Run the `scenarios` that the command line chooses on a test bed of `version`, with
+/// `guard_bin` as the `initguard` binary under test. `target` names the test target in
+/// messages. Without a built test bed the scenarios skip, unless `CI` is set: then it fails.
+pub fn run(
+    target: &str,
+    version: Version,
+    scenarios: &[(&str, Scenario)],
+    guard_bin: &str,
+) -> ExitCode {
+    let args = match crate::harness_args::HarnessArgs::parse(std::env::args().skip(1)) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("{target}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let chosen: Vec<&(&str, Scenario)> = scenarios
+        .iter()
+        .filter(|(name, _)| args.chooses(name))
+        .collect();
+    if args.list {
+        for (name, _) in &chosen {
+            println!("{name}: test");
+        }
+        return ExitCode::SUCCESS;
+    }
+    if chosen.is_empty() {
+        println!("{target}: no scenario matches {args:?}");
+        return ExitCode::SUCCESS;
+    }
+    if let Some(why) = testbed::not_built_version(version) {
+        if std::env::var_os("CI").is_some() {
+            eprintln!("{target}: FAILED: CI is set and the test bed is not built: {why}");
+            return ExitCode::FAILURE;
+        }
+        for (name, _) in &chosen {
+            println!("SKIPPED {target}::{name}: test bed not built ({why})");
+        }
+        return ExitCode::SUCCESS;
+    }
+
+    println!("\nrunning {} {target} scenarios", chosen.len());
+    let started = Instant::now();
+    let tb = match Testbed::up_version(guard_bin, version) {
+        Ok(tb) => Arc::new(tb),
+        Err(e) => {
+            eprintln!("{target}: FAILED to start the test bed: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    println!("test bed up in {:.1}s", started.elapsed().as_secs_f64());
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("{target}: cannot build a tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut failed = Vec::new();
+    for (name, scenario) in chosen {
+        let t = Instant::now();
+        let result = runtime.block_on(async {
+            // A panic inside a scenario is caught by its task; a hang by the timeout.
+            let task = tokio::spawn(tokio::time::timeout(SCENARIO_TIMEOUT, scenario(tb.clone())));
+            match task.await {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(_)) => Err(format!("hung for over {SCENARIO_TIMEOUT:?}")),
+                Err(e) if e.is_panic() => Err("panicked (message above)".to_owned()),
+                Err(e) => Err(format!("task failed: {e}")),
+            }
+        });
+        let secs = t.elapsed().as_secs_f64();
+        match result {
+            Ok(()) => println!("test {name} ... ok ({secs:.1}s)"),
+            Err(e) => {
+                println!("test {name} ... FAILED ({secs:.1}s): {e}");
+                failed.push(name);
+            }
+        }
+    }
+    // Dropping the runtime drops every task and so every other handle on the test bed; the
+    // last handle runs `down`.
+    drop(runtime);
+    tb.failed.store(!failed.is_empty(), Ordering::Relaxed);
+    drop(tb);
+    println!(
+        "\n{target}: {} failed of the chosen scenarios, {:.1}s in all{}",
+        failed.len(),
+        started.elapsed().as_secs_f64(),
+        if failed.is_empty() {
+            String::new()
+        } else {
+            format!(": {failed:?}")
+        }
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
