@@ -767,7 +767,7 @@ fn parse_json(ctx: &Ctx, body: &[u8]) -> Result<Value, ApiError> {
 
 fn get(ctx: &Ctx, rr: &ResourceRoute) -> Result<Response<RespBody>, ApiError> {
     let name = rr.name.as_deref().unwrap_or_default();
-    let include = ctx.flag("includeUninitialized");
+    // A GET by name shows an uninitialized object; only lists and watches hide it.
     let obj = ctx
         .shared
         .store()
@@ -776,7 +776,6 @@ fn get(ctx: &Ctx, rr: &ResourceRoute) -> Result<Response<RespBody>, ApiError> {
             rr.namespace.as_deref().unwrap_or_default(),
             name,
         )
-        .filter(|o| include || !kinds::is_uninitialized(o))
         .cloned()
         .ok_or_else(|| ApiError::not_found(rr.res, name))?;
     Ok(json_response(200, &ctx.render(rr.res, &obj)))
@@ -1030,7 +1029,13 @@ async fn create(
     if kinds::is_uninitialized(&object) && !ctx.flag("includeUninitialized") && !w.dry_run {
         object = wait_initialized(ctx, rr.res, &object).await?;
     }
-    Ok(json_response(201, &ctx.render(rr.res, &object)))
+    // Still uninitialized (includeUninitialized, dry-run): 202 Accepted, as legacy servers said.
+    let code = if kinds::is_uninitialized(&object) {
+        202
+    } else {
+        201
+    };
+    Ok(json_response(code, &ctx.render(rr.res, &object)))
 }
 
 /// A legacy CREATE returns only once the object is initialized; on timeout the client gets
@@ -1111,7 +1116,7 @@ fn patch(ctx: &Ctx, rr: &ResourceRoute, body: &[u8]) -> Result<Response<RespBody
         .shared
         .options
         .kube_version
-        .is_some_and(|k| k.is_legacy());
+        .is_some_and(|k| k.patch_failure_is_500());
     let legacy = ctx.shared.legacy_initializers();
     let now = ctx.shared.now_rfc3339();
     let w = ctx.writer(&legacy, &now)?;

@@ -226,9 +226,9 @@ impl ApiError {
     }
 
     /// 422 from applying a JSON patch (a failed `test`, a missing path), as
-    /// `NewGenericServerResponse(422, …)` renders it (no causes). Unlike current servers, the
-    /// patch error is appended to the message, as 1.7–1.13 servers showed it ("Testing value
-    /// … failed"), so clients and logs can tell why.
+    /// `NewGenericServerResponse(422, …)` renders it (no causes). Real servers (1.11 on) say
+    /// only the sentence; the simulator appends the patch error ("Testing value … failed") so
+    /// that logs can tell why, and clients must accept both.
     pub fn patch_unprocessable(patch_error: &str) -> Self {
         Self::new(
             422,

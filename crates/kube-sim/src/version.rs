@@ -4,9 +4,14 @@
 //! | version | mechanism | Deployments | Lease | events.k8s.io/v1 | failed JSON Patch |
 //! |---|---|---|---|---|---|
 //! | 1.8  | initializers | apps/v1beta2, apps/v1beta1, extensions/v1beta1 | none | no | 500 |
-//! | 1.11 | initializers | apps/v1, apps/v1beta2, apps/v1beta1, extensions/v1beta1 | none | no | 500 |
-//! | 1.13 | initializers | apps/v1, apps/v1beta2, apps/v1beta1, extensions/v1beta1 | coordination.k8s.io/v1beta1 | no | 500 |
+//! | 1.11 | initializers | apps/v1, apps/v1beta2, apps/v1beta1, extensions/v1beta1 | none | no | 422 |
+//! | 1.13 | initializers | apps/v1, apps/v1beta2, apps/v1beta1, extensions/v1beta1 | coordination.k8s.io/v1beta1 | no | 422 |
 //! | 1.33 | scheduling gates | apps/v1 | coordination.k8s.io/v1 | yes | 422 |
+//!
+//! The 1.13 profile is checked against a real Kubernetes v1.13.12 API server
+//! (tests/real_cluster_legacy/differential.rs, differences tabled in
+//! tests/real_cluster_legacy/differences.md); the 1.8 and 1.11 rows come from the sources
+//! cited below.
 //!
 //! Sources:
 //! * apps/v1beta2 appeared in 1.8 and apps/v1 in 1.9; extensions/v1beta1 and apps/v1beta1
@@ -18,8 +23,15 @@
 //! * events.k8s.io/v1: 1.19. (events.k8s.io/v1beta1, 1.8-1.24, is not modelled: the guard
 //!   writes core/v1 Events.)
 //! * A failed JSON Patch `test` answered 500 with the patch library's text ("Testing value
-//!   /resourceVersion failed") until the server mapped patch failures to 422
-//!   (kubernetes/kubernetes#68202, #68838).
+//!   /resourceVersion failed") until the server mapped patch failures to 422 Invalid
+//!   (kubernetes/kubernetes#68202, #68838): the patch handler of k8s.io/kubernetes v1.8.15
+//!   returns the library's error as is, those of v1.11.10, v1.12.10 and v1.13.12 wrap it in
+//!   `NewGenericServerResponse(422, …)` (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/
+//!   patch.go), and the real 1.13.12 server answers 422 Invalid.
+//! * A create whose answer is still uninitialized (`?includeUninitialized=true`) is answered
+//!   202 Accepted, not 201 (handlers/create.go of v1.8.15 and v1.13.12: "If the object is
+//!   partially initialized, always indicate it via StatusAccepted"); a GET by name shows an
+//!   uninitialized object (only lists and watches hide it).
 //! * The Initializers admission plugin (1.7-1.13) refuses an update of an uninitialized
 //!   object unless the user may `initialize` that resource
 //!   (plugin/pkg/admission/initialization: "user must have permission to initialize
@@ -107,9 +119,15 @@ impl KubeVersion {
         }
     }
 
-    /// Whether this is a 1.7-1.13 server (initializers, 500 on failed patches, `initialize`).
+    /// Whether this is a 1.7-1.13 server (initializers, the `initialize` verb).
     pub fn is_legacy(self) -> bool {
         self != KubeVersion::V1_33
+    }
+
+    /// Whether a JSON Patch that cannot be applied is answered 500 with the patch library's
+    /// words (before the 422 mapping; see the module comment).
+    pub fn patch_failure_is_500(self) -> bool {
+        self == KubeVersion::V1_8
     }
 
     /// Whether this version serves `group/version` (`""` for core).
@@ -124,9 +142,11 @@ impl KubeVersion {
             ("coordination.k8s.io", "v1beta1") => self == V1_13,
             // admissionregistration.k8s.io/v1 is served from 1.16 (v1beta1, 1.9–1.21, is not
             // simulated).
+            // discovery.k8s.io/v1 (EndpointSlices): 1.21.
             ("coordination.k8s.io", "v1")
             | ("events.k8s.io", "v1")
-            | ("admissionregistration.k8s.io", "v1") => self == V1_33,
+            | ("admissionregistration.k8s.io", "v1")
+            | ("discovery.k8s.io", "v1") => self == V1_33,
             // A group version this table does not list yet (one added to the simulator
             // later, e.g. batch) is served by every profile until its history is added here.
             _ => true,

@@ -778,6 +778,52 @@ pub fn mark_ready(tb: &Testbed, namespace: &str, name: &str, ready: bool) {
     ]);
 }
 
+/// The guards' pod writes in `namespace`, after asserting from the audit log that each came
+/// from the replica holding the lock `(namespace, name)` when the server received it (the
+/// last successful lock write before it was by the same user). Received times only: a
+/// ResponseComplete stage may be stamped after the client already acted on the response.
+pub fn guard_pod_writes_by_lease_holders<'a>(
+    audit: &'a [Audit],
+    lock: (&str, &str),
+    namespace: &str,
+) -> Vec<&'a Audit> {
+    let mut lock_writes: Vec<&Audit> = audit
+        .iter()
+        .filter(|e| {
+            e.resource == "leases"
+                && e.namespace == lock.0
+                && e.name == lock.1
+                && e.is_write()
+                && e.ok()
+        })
+        .collect();
+    lock_writes.sort_by(|x, y| x.received.cmp(&y.received));
+    let holder_at = |t: &str| -> Option<&str> {
+        lock_writes
+            .iter()
+            .rev()
+            .find(|w| w.received.as_str() < t)
+            .map(|w| w.user.as_str())
+    };
+    let pod_writes: Vec<&Audit> = audit
+        .iter()
+        .filter(|e| {
+            e.namespace == namespace
+                && e.resource == "pods"
+                && e.is_write()
+                && (e.user == GUARD_USER || e.user == GUARD_USER_2)
+        })
+        .collect();
+    for w in &pod_writes {
+        assert_eq!(
+            holder_at(&w.received),
+            Some(w.user.as_str()),
+            "pod write by a replica not holding the lock {lock:?}: {w:#?}"
+        );
+    }
+    pod_writes
+}
+
 /// Parse an audit or object timestamp (RFC 3339).
 pub fn timestamp(text: &str) -> jiff::Timestamp {
     text.parse()

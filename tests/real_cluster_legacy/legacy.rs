@@ -1,0 +1,264 @@
+//! What the legacy scenarios share: raw requests (uninitialized objects are visible only with
+//! `?includeUninitialized=true`, which kube-rs does not send), a pending list, an
+//! InitializerConfiguration, the real initializer process, and the guard's config.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use http::{Method, Request};
+use http_body_util::BodyExt;
+use kube::client::Body;
+use serde_json::{Value, json};
+
+use crate::testbed::*;
+
+/// `method path` as the admin, with an optional JSON-ish body of `content_type`: (status, body
+/// as JSON or Null).
+pub async fn raw(
+    tb: &Testbed,
+    method: Method,
+    path: &str,
+    body: Option<(&str, Value)>,
+) -> (u16, Value) {
+    let client = tb.admin_client().await;
+    send(&client, method, path, body).await
+}
+
+/// [`raw`] with a given client.
+pub async fn send(
+    client: &kube::Client,
+    method: Method,
+    path: &str,
+    body: Option<(&str, Value)>,
+) -> (u16, Value) {
+    let mut request = Request::builder().method(method.clone()).uri(path);
+    let bytes = match body {
+        Some((content_type, value)) => {
+            request = request.header(http::header::CONTENT_TYPE, content_type);
+            serde_json::to_vec(&value).unwrap_or_default()
+        }
+        None => Vec::new(),
+    };
+    let request = request
+        .body(Body::from(bytes))
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    let response = client
+        .send(request)
+        .await
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    let status = response.status().as_u16();
+    let raw = response
+        .into_body()
+        .collect()
+        .await
+        .unwrap_or_else(|e| panic!("{method} {path}: reading the body: {e}"))
+        .to_bytes();
+    (status, serde_json::from_slice(&raw).unwrap_or(Value::Null))
+}
+
+/// Names in `metadata.initializers.pending` of a pod object (empty when initialized).
+pub fn pending_names(pod: &Value) -> Vec<String> {
+    pod["metadata"]["initializers"]["pending"]
+        .as_array()
+        .map(|p| {
+            p.iter()
+                .filter_map(|i| i["name"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The pods of `namespace` matching `selector`, uninitialized ones included.
+pub async fn pods(tb: &Testbed, namespace: &str, selector: &str) -> Vec<Value> {
+    let path = format!(
+        "/api/v1/namespaces/{namespace}/pods?includeUninitialized=true&labelSelector={selector}"
+    );
+    let (status, list) = raw(tb, Method::GET, &path, None).await;
+    assert_eq!(status, 200, "GET {path}: {list}");
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// The names of the pods a plain list shows (initialized ones only, on 1.13).
+pub async fn plain_pod_names(tb: &Testbed, namespace: &str, selector: &str) -> Vec<String> {
+    let path = format!("/api/v1/namespaces/{namespace}/pods?labelSelector={selector}");
+    let (status, list) = raw(tb, Method::GET, &path, None).await;
+    assert_eq!(status, 200, "GET {path}: {list}");
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
+        .collect()
+}
+
+/// An InitializerConfiguration `name` putting `initializers` (in order) on every pod created
+/// while it exists; deleted on drop (pods created by controllers block until initialized).
+pub struct InitializerConfiguration {
+    tb: std::sync::Arc<Testbed>,
+    name: String,
+}
+
+impl InitializerConfiguration {
+    pub async fn create(
+        tb: &std::sync::Arc<Testbed>,
+        name: &str,
+        initializers: &[&str],
+    ) -> InitializerConfiguration {
+        let body = json!({
+            "apiVersion": "admissionregistration.k8s.io/v1alpha1",
+            "kind": "InitializerConfiguration",
+            "metadata": { "name": name },
+            "initializers": initializers.iter().map(|i| json!({
+                "name": i,
+                "rules": [{ "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"] }],
+            })).collect::<Vec<_>>(),
+        });
+        let (status, answer) = raw(
+            tb,
+            Method::POST,
+            "/apis/admissionregistration.k8s.io/v1alpha1/initializerconfigurations",
+            Some(("application/json", body)),
+        )
+        .await;
+        assert_eq!(
+            status, 201,
+            "create InitializerConfiguration {name}: {answer}"
+        );
+        // The admission plugin reads configurations asynchronously: wait until a probe pod
+        // gets exactly these initializers (and none of a configuration deleted before).
+        let want: Vec<String> = initializers.iter().map(|i| (*i).to_owned()).collect();
+        let mut seen = Vec::new();
+        for attempt in 0..300 {
+            let probe = format!("initializer-probe-{name}-{attempt}");
+            let path = "/api/v1/namespaces/default/pods?includeUninitialized=true";
+            let pod = json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": { "name": probe },
+                "spec": { "containers": [{ "name": "main", "image": "registry.k8s.io/pause:3.10" }] },
+            });
+            let (status, created) =
+                raw(tb, Method::POST, path, Some(("application/json", pod))).await;
+            assert!(
+                status == 201 || status == 202,
+                "POST {path}: {status} {created}"
+            );
+            seen = pending_names(&created);
+            let delete = format!("/api/v1/namespaces/default/pods/{probe}?gracePeriodSeconds=0");
+            let (status, answer) = raw(tb, Method::DELETE, &delete, None).await;
+            assert_eq!(status, 200, "DELETE {delete}: {answer}");
+            if seen == want {
+                return InitializerConfiguration {
+                    tb: tb.clone(),
+                    name: name.to_owned(),
+                };
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+        panic!("InitializerConfiguration {name} never took effect: a probe pod got {seen:?}");
+    }
+}
+
+impl Drop for InitializerConfiguration {
+    fn drop(&mut self) {
+        let out = self.tb.kubectl_with(
+            "admin",
+            &[
+                "delete",
+                "initializerconfiguration",
+                &self.name,
+                "--ignore-not-found",
+            ],
+            None,
+        );
+        if !out.status.success() {
+            eprintln!(
+                "cannot delete InitializerConfiguration {}: {}",
+                self.name,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
+/// tests/real_cluster_legacy/initializer.py: a pod initializer on the seeds' own library,
+/// renewing the v1beta1 Lease the guard watches as its owner. Killed on drop.
+pub struct Initializer {
+    child: Child,
+    pid_file: PathBuf,
+}
+
+impl Initializer {
+    /// Start the initializer `name`, renewing Lease `namespace/lease`, as the admin.
+    pub fn start(tb: &Testbed, name: &str, namespace: &str, lease: &str) -> Initializer {
+        let python = tb
+            .bin
+            .parent()
+            .map(|v| v.join("python/bin/python"))
+            .unwrap_or_default();
+        assert!(
+            python.exists(),
+            "{} is missing: run tests/testbed/build --version v1.13.12",
+            python.display()
+        );
+        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/real_cluster_legacy/initializer.py");
+        let log_path = tb.dir.join(format!("logs/initializer-{name}.log"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .unwrap_or_else(|e| panic!("cannot open {}: {e}", log_path.display()));
+        let err = log
+            .try_clone()
+            .unwrap_or_else(|e| panic!("cannot clone the log handle: {e}"));
+        let child = Command::new(&python)
+            .arg(&script)
+            .arg(tb.kubeconfig("admin"))
+            .args([name, namespace, lease])
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", script.display()));
+        // Registered with the test bed, so that `down` stops it should this process die.
+        let pid_file = tb.dir.join(format!("pids/initializer-{name}.pid"));
+        std::fs::write(&pid_file, child.id().to_string())
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", pid_file.display()));
+        Initializer { child, pid_file }
+    }
+
+    /// SIGKILL: the initializer's controller died.
+    pub fn kill(self) {}
+}
+
+impl Drop for Initializer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.pid_file);
+    }
+}
+
+/// The guard's config for initializers: `rest` holds `initializers:` and anything else.
+pub fn config(rest: &str) -> String {
+    format!(
+        "mechanism: initializers\noptIn: {{ label: {OPT_IN} }}\n\
+         unlistedInitializers: ignore\n{rest}"
+    )
+}
+
+/// The guard's JSON Patches of pods in `namespace` (successful ones), oldest first.
+pub fn guard_patches(tb: &Testbed, user: &str, namespace: &str) -> Vec<Audit> {
+    let mut patches: Vec<Audit> = tb
+        .pod_writes_by(user, namespace)
+        .into_iter()
+        .filter(|a| a.verb == "patch" && a.ok())
+        .collect();
+    patches.sort_by(|a, b| a.received.cmp(&b.received));
+    patches
+}
+
+/// The operations of an audited JSON Patch.
+pub fn operations(patch: &Audit) -> Vec<Value> {
+    patch.request.as_array().cloned().unwrap_or_default()
+}
