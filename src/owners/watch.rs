@@ -306,7 +306,7 @@ impl Task {
         &self,
         client: &kube::Client,
         pick: fn(&ApiSurface) -> Option<ApiResource>,
-        versions: &str,
+        (api, versions): (&str, &str),
         resource: &str,
     ) -> Option<ApiResource> {
         let owner = self.handle.owner();
@@ -332,7 +332,7 @@ impl Task {
         };
         let Some(resource) = pick(&surface) else {
             let problem = format!(
-                "the API server serves no {kind} API ({versions}), so this owner cannot be watched"
+                "the API server serves no {api} API ({versions}), so this owner cannot be watched"
             );
             error!(initializers = %owner.initializer_list, owner = %owner.target, %problem,
                 "owner cannot be watched");
@@ -351,7 +351,12 @@ impl Task {
     async fn watch_deployment(self, client: kube::Client, r: ObjectRef) {
         let versions = deployment_group_versions();
         let Some(resource) = self
-            .served(&client, ApiSurface::deployments, &versions, "deployments")
+            .served(
+                &client,
+                ApiSurface::deployments,
+                ("Deployment", &versions),
+                "deployments",
+            )
             .await
         else {
             return;
@@ -365,7 +370,7 @@ impl Task {
     async fn watch_lease(self, client: kube::Client, r: ObjectRef) {
         let versions = lease_group_versions();
         let Some(resource) = self
-            .served(&client, ApiSurface::leases, &versions, "leases")
+            .served(&client, ApiSurface::leases, ("Lease", &versions), "leases")
             .await
         else {
             return;

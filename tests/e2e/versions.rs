@@ -1,6 +1,6 @@
 //! What differs between Kubernetes versions: the guard finds the Deployment API and the leader
 //! lock by discovery, says so when something it needs is missing, and the legacy servers'
-//! `initialize` verb and 500 answers are what the simulator serves.
+//! `initialize` verb and failed-patch answers are what the simulator serves.
 
 use initguard::config::Mechanism;
 use initguard::guard::Guard;
@@ -317,8 +317,63 @@ async fn legacy_bypass_needs_the_initialize_verb() {
 
 /// What a legacy server answers to a JSON Patch that no longer applies: 500 with the old
 /// patch library's words, which the guard treats as "the pod changed".
+/// On 1.13 (no coordination.k8s.io/v1) a Lease owner is watched in v1beta1 and judged as
+/// usual. (Regression found on the real 1.13 server: lease owners were watched in v1 only, got
+/// 404 and stayed unknown forever.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn legacy_servers_answer_500_to_a_failed_patch() {
+async fn lease_owner_is_read_from_the_group_the_server_serves() {
+    on_version(KubeVersion::V1_13, async {
+        let c = Cluster::start(Mechanism::Initializers).await;
+        let renewed = jiff::Timestamp::now()
+            .strftime("%Y-%m-%dT%H:%M:%S.%6fZ")
+            .to_string();
+        let lease = json!({
+            "apiVersion": "coordination.k8s.io/v1beta1", "kind": "Lease",
+            "metadata": { "name": "sidecar-leader", "namespace": "kube-system" },
+            "spec": { "holderIdentity": "c-0", "leaseDurationSeconds": 60, "renewTime": renewed },
+        });
+        let request =
+            http::Request::post("/apis/coordination.k8s.io/v1beta1/namespaces/kube-system/leases")
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(serde_json::to_vec(&lease).unwrap())
+                .unwrap();
+        c.sim
+            .client(ADMIN)
+            .request::<Value>(request)
+            .await
+            .expect("the owner Lease is created in v1beta1");
+        let config = config(
+            Mechanism::Initializers,
+            &format!(
+                "initializers:\n  - name: {SIDECAR}\n    deadline: 20s\n    \
+                 owner: {{ lease: kube-system/sidecar-leader }}\n"
+            ),
+        );
+        let guard = c.guard(&config).await;
+        wait_owner(&guard, SIDECAR, true).await;
+        let paths: Vec<String> = c
+            .sim
+            .requests()
+            .into_iter()
+            .filter(|r| r.user == GUARD_USER && r.resource == "leases")
+            .map(|r| r.path)
+            .collect();
+        assert!(!paths.is_empty());
+        assert!(
+            paths
+                .iter()
+                .all(|p| p.starts_with("/apis/coordination.k8s.io/v1beta1/")),
+            "{paths:#?}"
+        );
+        c.finish(guard).await;
+    })
+    .await;
+}
+
+/// An unappliable JSON Patch: 500 with the patch library's words on 1.8, 422 Invalid on 1.11
+/// and 1.13 (as the real 1.13 server answers: tests/real_cluster_legacy/differential.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn legacy_servers_answer_a_failed_patch_as_their_version_did() {
     for version in KubeVersion::LEGACY {
         let c = on_version(version, Cluster::start(Mechanism::Initializers)).await;
         c.pod("default", "p", false, &[SIDECAR]).await;
@@ -346,9 +401,16 @@ async fn legacy_servers_answer_500_to_a_failed_patch() {
             ),
         ] {
             match patch(ops).await {
-                Err(kube::Error::Api(s)) => {
+                Err(kube::Error::Api(s)) if version == KubeVersion::V1_8 => {
                     assert_eq!(s.code, 500, "{version:?}: {s:?}");
                     assert_eq!(s.message, message, "{version:?}");
+                }
+                Err(kube::Error::Api(s)) => {
+                    assert_eq!(
+                        (s.code, s.reason.as_str()),
+                        (422, "Invalid"),
+                        "{version:?}: {s:?}"
+                    );
                 }
                 other => panic!("{version:?}: {other:?}"),
             }

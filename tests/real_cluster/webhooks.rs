@@ -43,14 +43,16 @@ async fn start_guard(bed: &Bed, via: &str, dry_run: bool) -> GuardProcess {
 }
 
 pub async fn webhook_bypassed_via_match_conditions_and_restored(tb: Arc<Testbed>) {
-    bypass_and_restore(tb, "whm", "auto").await;
+    bypass_and_restore(tb, "whm", "auto", "matchConditions").await;
 }
 
 pub async fn webhook_bypassed_via_selectors_and_restored(tb: Arc<Testbed>) {
-    bypass_and_restore(tb, "whs", "selectors").await;
+    bypass_and_restore(tb, "whs", "selectors", "selectors").await;
 }
 
-async fn bypass_and_restore(tb: Arc<Testbed>, prefix: &str, via: &str) {
+/// Bypass the listed entry `via` (config value) and expect the bypass to be written as
+/// `written` (`matchConditions` or `selectors`), then restore it.
+pub async fn bypass_and_restore(tb: Arc<Testbed>, prefix: &str, via: &str, written: &str) {
     let mut bed = Bed::new(tb.clone(), prefix).await;
     let (apps, system, name) = (bed.apps.clone(), bed.system.clone(), bed.name.clone());
     let started = bed.started;
@@ -111,8 +113,8 @@ async fn bypass_and_restore(tb: Arc<Testbed>, prefix: &str, via: &str) {
     )
     .unwrap_or_else(|e| panic!("{RECORD} is JSON: {e}"));
     assert_eq!(record[ENTRY]["reason"], "owner_down", "{record:#}");
-    match via {
-        "auto" => {
+    match written {
+        "matchConditions" => {
             let condition = &entry["matchConditions"][0];
             assert_eq!(condition["name"], "initguard-bypass", "{entry:#}");
             assert_eq!(record[ENTRY]["added"]["matchCondition"], *condition);

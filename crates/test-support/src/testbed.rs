@@ -27,11 +27,15 @@ fn repo() -> PathBuf {
     std::fs::canonicalize(&path).unwrap_or(path)
 }
 
-/// A version of the test bed (tests/testbed/build `DEFAULT_VERSION` or `LEGACY_VERSION`).
+/// A version of the test bed (tests/testbed/build `DEFAULT_VERSION`, `GATES_BETA_VERSION` or
+/// `LEGACY_VERSION`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Version {
     /// The current release, the default of `build` and `up`.
     Current,
+    /// The oldest release with scheduling gates on by default (1.27: beta) and webhook
+    /// matchConditions off (alpha).
+    GatesBeta,
     /// Kubernetes 1.13: pod initializers (the Initializers admission plugin).
     Legacy,
 }
@@ -44,6 +48,7 @@ impl Version {
             .map_err(|e| format!("cannot read {}: {e}", build.display()))?;
         let key = match self {
             Version::Current => "DEFAULT_VERSION=",
+            Version::GatesBeta => "GATES_BETA_VERSION=",
             Version::Legacy => "LEGACY_VERSION=",
         };
         text.lines()
