@@ -16,6 +16,8 @@ mod differential;
 mod legacy;
 #[path = "real_cluster_legacy/owner.rs"]
 mod owner;
+#[path = "real_cluster_legacy/privilege.rs"]
+mod privilege;
 #[path = "real_cluster_legacy/replicas.rs"]
 mod replicas;
 
@@ -34,6 +36,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     (
         "replicas::two_replicas_on_a_v1beta1_lease_one_leader_failover",
         |tb| Box::pin(replicas::two_replicas_on_a_v1beta1_lease_one_leader_failover(tb)),
+    ),
+    (
+        "privilege::the_initialize_grant_is_what_lets_the_guard_initialize",
+        |tb| Box::pin(privilege::the_initialize_grant_is_what_lets_the_guard_initialize(tb)),
     ),
     (
         "differential::sim_1_13_profile_answers_as_the_real_1_13_server",
