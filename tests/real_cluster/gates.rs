@@ -207,9 +207,13 @@ pub async fn killed_owner_is_bypassed_and_pods_get_bound(tb: Arc<Testbed>) {
         let writes = &patches[n];
         assert_eq!(writes.len(), 1, "{n}: {writes:#?}");
         assert!(writes[0].ok(), "{:?}", writes[0]);
+        // Never before ownerDownGrace (2 s) after the crash, on the server's clock: the
+        // Deployment can only have become unavailable after its pod stopped being Ready.
         assert!(
-            writes[0].received > killed_at,
-            "{n} patched before the owner crashed"
+            timestamp(&writes[0].received)
+                >= timestamp(&killed_at) + std::time::Duration::from_secs(2),
+            "{n} patched at {}, before the crash ({killed_at}) plus ownerDownGrace",
+            writes[0].received
         );
         // Bound by the scheduler after the bypass.
         let binding = audit
