@@ -37,9 +37,9 @@ const PATCH_NOT_APPLIED: &str = "the server rejected our request due to an error
 
 /// Sort an API error into what to do next. A 422 means "changed" only with the wording of a
 /// JSON Patch that could not be applied: a failed `test`, a tested path that is gone, an
-/// index past the end of a list that shrank. 1.7–1.13 servers answered those 500 with the
-/// patch library's words instead (kubernetes/kubernetes#68202: "Testing value
-/// /resourceVersion failed").
+/// index past the end of a list that shrank. Servers before the 422 mapping (1.7 to about 1.10;
+/// the real 1.13 answers 422) answered those 500 with the patch library's words instead
+/// (kubernetes/kubernetes#68202: "Testing value /resourceVersion failed").
 pub fn classify(error: &kube::Error) -> Refusal {
     let kube::Error::Api(status) = error else {
         return Refusal::Transient(error.to_string());

@@ -23,7 +23,9 @@ use kube::client::ConfigExt as _;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
 use kube::{Api, Resource};
-use kube_common::{ApiSurface, deployment_group_versions, lease_group_versions};
+use kube_common::{
+    ApiSurface, ENDPOINT_SLICE_GROUP_VERSION, deployment_group_versions, lease_group_versions,
+};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
 use serde::de::DeserializeOwned;
@@ -66,11 +68,7 @@ pub(super) fn start(task: Task, client: &kube::Client, spec: &OwnerSpec, failure
             supervise::spawn(
                 failures,
                 "owner watch",
-                task.watch::<EndpointSlice, EndpointsModel>(
-                    named_api(client, r),
-                    service_slices(r),
-                    "endpointslices",
-                ),
+                task.watch_service(client.clone(), r.clone()),
             );
         }
         OwnerSpec::WebhookService(r) => {
@@ -364,6 +362,28 @@ impl Task {
         let api = Api::namespaced_with(client, &r.namespace, &resource);
         self.watch::<DynamicObject, ServedDeploymentModel>(api, name_selector(&r), "deployments")
             .await
+    }
+
+    /// Watch the EndpointSlices of Service `r` (discovery.k8s.io/v1, 1.21+; an older server
+    /// leaves the owner unknown and says why in `/readyz`).
+    async fn watch_service(self, client: kube::Client, r: ObjectRef) {
+        let served = self
+            .served(
+                &client,
+                ApiSurface::endpoint_slices,
+                ("EndpointSlice", ENDPOINT_SLICE_GROUP_VERSION),
+                "endpointslices",
+            )
+            .await;
+        if served.is_none() {
+            return;
+        }
+        self.watch::<EndpointSlice, EndpointsModel>(
+            named_api(&client, &r),
+            service_slices(&r),
+            "endpointslices",
+        )
+        .await
     }
 
     /// Watch the Lease `r` in the most preferred group version served (v1beta1 on 1.12-1.13).

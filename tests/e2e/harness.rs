@@ -101,7 +101,7 @@ pub async fn on_version<F: Future>(version: KubeVersion, scenario: F) -> F::Outp
 }
 
 /// The status a failed JSON Patch `test` gets from the server being simulated: 422 Invalid,
-/// or 500 on the 1.7–1.13 profiles, as those servers answered.
+/// or 500 on the 1.8 profile, as servers before the 422 mapping answered.
 pub fn failed_test_status() -> u16 {
     if kube_version().is_some_and(|v| v.patch_failure_is_500()) {
         500

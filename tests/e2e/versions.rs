@@ -315,8 +315,6 @@ async fn legacy_bypass_needs_the_initialize_verb() {
     .await;
 }
 
-/// What a legacy server answers to a JSON Patch that no longer applies: 500 with the old
-/// patch library's words, which the guard treats as "the pod changed".
 /// On 1.13 (no coordination.k8s.io/v1) a Lease owner is watched in v1beta1 and judged as
 /// usual. (Regression found on the real 1.13 server: lease owners were watched in v1 only, got
 /// 404 and stayed unknown forever.)
@@ -370,7 +368,40 @@ async fn lease_owner_is_read_from_the_group_the_server_serves() {
     .await;
 }
 
-/// An unappliable JSON Patch: 500 with the patch library's words on 1.8, 422 Invalid on 1.11
+/// A `service` owner on a server without discovery.k8s.io/v1 (1.13) stays unknown and says
+/// why in /readyz, instead of retrying a 404 watch forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn service_owner_without_endpoint_slices_fails_readiness_with_the_reason() {
+    on_version(KubeVersion::V1_13, async {
+        let c = Cluster::start(Mechanism::Initializers).await;
+        let config = config(
+            Mechanism::Initializers,
+            &format!(
+                "initializers:\n  - name: {SIDECAR}\n    deadline: 20s\n    \
+                 owner: {{ service: kube-system/sidecar }}\n"
+            ),
+        );
+        let guard = Guard::start(c.guard_client(), config).await.unwrap();
+        let body = eventually_async("/readyz naming the missing EndpointSlice API", || async {
+            let (status, body) = http_get(guard.addr, "/readyz").await;
+            (status == 503 && body.contains("no EndpointSlice API")).then_some(body)
+        })
+        .await;
+        assert!(body.contains("discovery.k8s.io/v1"), "{body}");
+        assert!(
+            c.sim
+                .requests()
+                .iter()
+                .all(|r| !(r.user == GUARD_USER && r.resource == "endpointslices")),
+            "the guard asked for EndpointSlices the server does not serve"
+        );
+        guard.shutdown().await;
+    })
+    .await;
+}
+
+/// What a legacy server answers to a JSON Patch that no longer applies (which the guard treats
+/// as "the pod changed"): 500 with the old patch library's words on 1.8, 422 Invalid on 1.11
 /// and 1.13 (as the real 1.13 server answers: tests/real_cluster_legacy/differential.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn legacy_servers_answer_a_failed_patch_as_their_version_did() {

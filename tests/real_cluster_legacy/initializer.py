@@ -27,25 +27,34 @@ from ai2.kubernetes.initializer import (
 LEASE_SECONDS = 5
 
 
+def renew_once(coordination, namespace, name, holder):
+    """Renew the Lease, creating it when missing."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    spec = kubernetes.client.V1beta1LeaseSpec(
+        holder_identity=holder, lease_duration_seconds=LEASE_SECONDS, renew_time=now
+    )
+    try:
+        coordination.patch_namespaced_lease(name, namespace, {"spec": spec})
+    except kubernetes.client.rest.ApiException as e:
+        if e.status != 404:
+            raise
+        lease = kubernetes.client.V1beta1Lease(
+            metadata=kubernetes.client.V1ObjectMeta(name=name, namespace=namespace),
+            spec=spec,
+        )
+        coordination.create_namespaced_lease(namespace, lease)
+
+
 def renew_forever(api_client, namespace, name, holder):
-    """Create the Lease if missing, then renew it every second."""
+    """Renew the Lease every second for as long as the process lives: a failed renewal (a
+    conflict, a timeout on a loaded machine) is logged and the next one tried, so the owner
+    looks down only when the process is gone."""
     coordination = kubernetes.client.CoordinationV1beta1Api(api_client)
     while True:
-        now = datetime.datetime.now(datetime.timezone.utc)
-        spec = kubernetes.client.V1beta1LeaseSpec(
-            holder_identity=holder, lease_duration_seconds=LEASE_SECONDS, renew_time=now
-        )
         try:
-            coordination.patch_namespaced_lease(name, namespace, {"spec": spec})
-        except kubernetes.client.rest.ApiException as e:
-            if e.status != 404:
-                logging.warning("lease renewal failed: %s", e.reason)
-            else:
-                lease = kubernetes.client.V1beta1Lease(
-                    metadata=kubernetes.client.V1ObjectMeta(name=name, namespace=namespace),
-                    spec=spec,
-                )
-                coordination.create_namespaced_lease(namespace, lease)
+            renew_once(coordination, namespace, name, holder)
+        except Exception as e:  # noqa: BLE001 - anything: try again next second
+            logging.warning("lease renewal failed: %s", e)
         time.sleep(1)
 
 

@@ -26,6 +26,9 @@ pub const LEASE_GROUP_VERSIONS: [(&str, &str); 2] = [
     ("coordination.k8s.io", "v1beta1"),
 ];
 
+/// The only EndpointSlice group version the guard reads (`service` owners), in words.
+pub const ENDPOINT_SLICE_GROUP_VERSION: &str = "discovery.k8s.io/v1";
+
 /// The group versions a server serves (the core group `""`/`v1` is always served).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ApiSurface {
@@ -74,6 +77,15 @@ impl ApiSurface {
     /// The most preferred Lease group version served, if any (none before 1.12).
     pub fn leases(&self) -> Option<ApiResource> {
         self.preferred(&LEASE_GROUP_VERSIONS, "Lease", "leases")
+    }
+
+    /// discovery.k8s.io/v1 EndpointSlices, if served (1.21+; the guard reads no older version).
+    pub fn endpoint_slices(&self) -> Option<ApiResource> {
+        self.preferred(
+            &[("discovery.k8s.io", "v1")],
+            "EndpointSlice",
+            "endpointslices",
+        )
     }
 
     fn preferred(&self, order: &[(&str, &str)], kind: &str, plural: &str) -> Option<ApiResource> {
@@ -155,5 +167,11 @@ mod tests {
             ("Lease", "leases")
         );
         assert!(ApiSurface::default().leases().is_none());
+        assert!(v113.endpoint_slices().is_none());
+        let current = ApiSurface::from_group_versions([("discovery.k8s.io", "v1")]);
+        assert_eq!(
+            current.endpoint_slices().unwrap().api_version,
+            "discovery.k8s.io/v1"
+        );
     }
 }

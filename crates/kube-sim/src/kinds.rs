@@ -25,7 +25,8 @@ pub struct WriteCtx<'a> {
 }
 
 /// Whether an object still has legacy initializers (pending or a failure result): such
-/// objects are hidden from reads without `includeUninitialized=true`.
+/// objects are hidden from lists and watches without `includeUninitialized=true` (a GET by
+/// name shows them).
 pub fn is_uninitialized(obj: &Value) -> bool {
     let init = &obj["metadata"]["initializers"];
     !init.is_null()

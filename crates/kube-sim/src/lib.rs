@@ -9,7 +9,8 @@
 //! version served ([`version`] has the table and its sources). It implements the two pending-initializer
 //! mechanisms initguard deals with: scheduling gates (removal only, gated pods stay Pending
 //! `SchedulingGated`, a simulated scheduler runs ungated pods) and legacy initializers
-//! (uninitialized pods hidden without `includeUninitialized=true`, a CREATE blocks until
+//! (uninitialized pods hidden from lists and watches without `includeUninitialized=true`,
+//! answered 202 when still uninitialized, a CREATE blocks until
 //! initialized or times out with 504 while the pod stays stored). Faults can be injected
 //! ([`Faults`]), every request is logged ([`RequestRecord`]), every change recorded
 //! ([`ObjectChange`]), and RBAC can be enforced per user ([`Rbac`]).
@@ -31,8 +32,9 @@
 //!   waiting CREATE gets the result's status;
 //! * a JSON Patch that cannot be applied answers 422 `Invalid` whose message ends with the
 //!   patch library's error (`testing value /path failed`); with a legacy
-//!   [`SimOptions::kube_version`] it answers 500 with the old library's words (`Testing
-//!   value /path failed`, `Unable to access invalid index: N`), as 1.7–1.13 servers did.
+//!   [`SimOptions::kube_version`] of 1.8 it answers 500 with the old library's words
+//!   (`Testing value /path failed`, `Unable to access invalid index: N`), as servers before
+//!   the 422 mapping did (1.11 and 1.13 answer 422, as the real 1.13 server does).
 
 pub mod cli;
 pub mod client;
