@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use http::{Method, Request};
-use http_body_util::BodyExt;
+use initguard_test_support::differential;
 use kube::client::Body;
 use kube_sim::{Sim, SimOptions};
 use serde_json::{Value, json};
@@ -34,37 +34,12 @@ struct Server {
 impl Server {
     /// `method path` with an optional body of `content_type`: (status, JSON body or Null).
     async fn call(&self, method: Method, path: &str, body: Option<(&str, Value)>) -> (u16, Value) {
-        let mut request = Request::builder().method(method.clone()).uri(path);
-        let bytes = match body {
-            Some((content_type, value)) => {
-                request = request.header(http::header::CONTENT_TYPE, content_type);
-                serde_json::to_vec(&value).unwrap_or_default()
-            }
-            None => Vec::new(),
-        };
-        let request = request
-            .body(Body::from(bytes))
-            .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-        let (status, raw) = self.send(request).await;
-        (status, serde_json::from_slice(&raw).unwrap_or(Value::Null))
+        differential::call(&self.client, method, path, body).await
     }
 
     /// Send `request`: (status, body).
     async fn send(&self, request: Request<Body>) -> (u16, bytes::Bytes) {
-        let what = format!("{} {}", request.method(), request.uri());
-        let response = self
-            .client
-            .send(request)
-            .await
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-        let status = response.status().as_u16();
-        let raw = response
-            .into_body()
-            .collect()
-            .await
-            .unwrap_or_else(|e| panic!("{what}: reading the body: {e}"))
-            .to_bytes();
-        (status, raw)
+        differential::send(&self.client, request).await
     }
 
     /// `GET path` of a watch (which must end by itself, `timeoutSeconds`): (status, one JSON
@@ -607,22 +582,6 @@ fn is_age(cell: &str) -> bool {
             && cell.starts_with(|c: char| c.is_ascii_digit()))
 }
 
-/// Steps whose answers may differ, from the committed table.
-fn tabled_differences() -> BTreeSet<String> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/real_cluster/differences.md");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    // Table rows: `| step | simulator | real server | why it does not matter |`.
-    text.lines()
-        .filter(|l| l.starts_with("| ") && !l.starts_with("| step") && !l.starts_with("| ---"))
-        .filter_map(|l| {
-            l.split('|')
-                .nth(1)
-                .map(|s| s.trim().trim_matches('`').to_owned())
-        })
-        .collect()
-}
-
 pub async fn sim_answers_as_the_real_server(tb: Arc<Testbed>) {
     // A short change window, so that resourceVersion 1 is compacted away as on the real server.
     let sim = Sim::start(SimOptions {
@@ -653,32 +612,6 @@ pub async fn sim_answers_as_the_real_server(tb: Arc<Testbed>) {
     sim.shutdown().await;
     tb.kubectl(&["delete", "namespace", NS, KUBECTL_NS, "--wait=false"]);
 
-    let tabled = tabled_differences();
-    let mut untabled = Vec::new();
-    let mut stale = Vec::new();
-    for (step, real_answer) in &from_real {
-        let sim_answer = &from_sim[step];
-        let differs = sim_answer != real_answer;
-        println!(
-            "differential: {step}: {}",
-            if differs { "DIFFERS" } else { "same" }
-        );
-        match (differs, tabled.contains(*step)) {
-            (true, false) => untabled.push(format!(
-                "{step}:\n  simulator:   {sim_answer}\n  real server: {real_answer}"
-            )),
-            (false, true) => stale.push(step.to_string()),
-            _ => {}
-        }
-    }
-    assert!(
-        untabled.is_empty(),
-        "the simulator differs from the real API server (fix it, or table the difference in \
-         tests/real_cluster/differences.md with why it does not matter):\n{}",
-        untabled.join("\n")
-    );
-    assert!(
-        stale.is_empty(),
-        "tabled differences that are gone (remove them from differences.md): {stale:?}"
-    );
+    let table = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/real_cluster/differences.md");
+    differential::assert_same_or_tabled("differential", &from_sim, &from_real, &table);
 }

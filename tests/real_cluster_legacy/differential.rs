@@ -5,7 +5,7 @@
 //! tests/real_cluster_legacy/differences.md lists it with why it does not matter; a listed
 //! difference that is gone fails too.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -13,6 +13,8 @@ use http::Method;
 use kube_common::Mechanism;
 use kube_sim::{KubeVersion, Sim, SimOptions};
 use serde_json::{Value, json};
+
+use initguard_test_support::differential::assert_same_or_tabled;
 
 use crate::legacy::*;
 use crate::testbed::*;
@@ -107,62 +109,23 @@ async fn script(client: &kube::Client) -> BTreeMap<&'static str, Value> {
     out.insert("a get by name", pod_view(s, &b));
 
     let one = format!("{pods}/p?includeUninitialized=true");
-    let (s, b) = send(
-        client,
-        Method::PATCH,
-        &one,
-        Some((
-            JSON_PATCH,
-            json!([
-                { "op": "test", "path": "/metadata/initializers/pending/0/name", "value": B },
-                { "op": "remove", "path": "/metadata/initializers/pending/0" },
-            ]),
-        )),
-    )
-    .await;
+    let patch = |ops: Value| send(client, Method::PATCH, &one, Some((JSON_PATCH, ops)));
+    let remove_head_if = |name: &str| {
+        json!([
+            { "op": "test", "path": "/metadata/initializers/pending/0/name", "value": name },
+            { "op": "remove", "path": "/metadata/initializers/pending/0" },
+        ])
+    };
+    let (s, b) = patch(remove_head_if(B)).await;
     out.insert("a JSON Patch whose test fails", status_view(s, &b));
-    let (s, b) = send(
-        client,
-        Method::PATCH,
-        &one,
-        Some((
-            JSON_PATCH,
-            json!([
-                { "op": "remove", "path": "/metadata/initializers/pending/5" },
-            ]),
-        )),
-    )
-    .await;
+    let (s, b) =
+        patch(json!([{ "op": "remove", "path": "/metadata/initializers/pending/5" }])).await;
     out.insert("a JSON Patch removing past the end", status_view(s, &b));
-    let (s, b) = send(
-        client,
-        Method::PATCH,
-        &one,
-        Some((
-            JSON_PATCH,
-            json!([
-                { "op": "test", "path": "/metadata/initializers/pending/0/name", "value": A },
-                { "op": "remove", "path": "/metadata/initializers/pending/0" },
-            ]),
-        )),
-    )
-    .await;
+    let (s, b) = patch(remove_head_if(A)).await;
     out.insert("removing the head", pod_view(s, &b));
     let (s, b) = send(client, Method::GET, &pods, None).await;
     out.insert("a plain list still hides it", list_view(s, &b));
-    let (s, b) = send(
-        client,
-        Method::PATCH,
-        &one,
-        Some((
-            JSON_PATCH,
-            json!([
-                { "op": "test", "path": "/metadata/initializers/pending/0/name", "value": B },
-                { "op": "remove", "path": "/metadata/initializers/pending/0" },
-            ]),
-        )),
-    )
-    .await;
+    let (s, b) = patch(remove_head_if(B)).await;
     out.insert("removing the last", pod_view(s, &b));
     let (s, b) = send(client, Method::GET, &pods, None).await;
     out.insert("a plain list shows it once initialized", list_view(s, &b));
@@ -225,22 +188,6 @@ async fn script(client: &kube::Client) -> BTreeMap<&'static str, Value> {
     out
 }
 
-/// Steps whose answers may differ, from the committed table.
-fn tabled_differences() -> BTreeSet<String> {
-    let path =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/real_cluster_legacy/differences.md");
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
-    text.lines()
-        .filter(|l| l.starts_with("| ") && !l.starts_with("| step") && !l.starts_with("| ---"))
-        .filter_map(|l| {
-            l.split('|')
-                .nth(1)
-                .map(|s| s.trim().trim_matches('`').to_owned())
-        })
-        .collect()
-}
-
 pub async fn sim_1_13_profile_answers_as_the_real_1_13_server(tb: Arc<Testbed>) {
     let sim = Sim::start(SimOptions {
         mechanism: Mechanism::Initializers,
@@ -262,33 +209,7 @@ pub async fn sim_1_13_profile_answers_as_the_real_1_13_server(tb: Arc<Testbed>) 
     drop(config_object);
     tb.kubectl(&["delete", "namespace", NS, "--wait=false"]);
 
-    let tabled = tabled_differences();
-    let mut untabled = Vec::new();
-    let mut stale = Vec::new();
-    for (step, real_answer) in &from_real {
-        let sim_answer = &from_sim[step];
-        let differs = sim_answer != real_answer;
-        println!(
-            "legacy differential: {step}: {}",
-            if differs { "DIFFERS" } else { "same" }
-        );
-        match (differs, tabled.contains(*step)) {
-            (true, false) => untabled.push(format!(
-                "{step}:\n  simulator:   {sim_answer}\n  real server: {real_answer}"
-            )),
-            (false, true) => stale.push(step.to_string()),
-            _ => {}
-        }
-    }
-    assert!(
-        untabled.is_empty(),
-        "the simulator's 1.13 profile differs from the real 1.13 API server (fix it, or table \
-         the difference in tests/real_cluster_legacy/differences.md with why it does not \
-         matter):\n{}",
-        untabled.join("\n")
-    );
-    assert!(
-        stale.is_empty(),
-        "tabled differences that are gone (remove them from differences.md): {stale:?}"
-    );
+    let table =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/real_cluster_legacy/differences.md");
+    assert_same_or_tabled("legacy differential", &from_sim, &from_real, &table);
 }

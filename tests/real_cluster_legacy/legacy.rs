@@ -5,9 +5,7 @@
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
-use http::{Method, Request};
-use http_body_util::BodyExt;
-use kube::client::Body;
+use http::Method;
 use serde_json::{Value, json};
 
 use crate::testbed::*;
@@ -25,36 +23,7 @@ pub async fn raw(
 }
 
 /// [`raw`] with a given client.
-pub async fn send(
-    client: &kube::Client,
-    method: Method,
-    path: &str,
-    body: Option<(&str, Value)>,
-) -> (u16, Value) {
-    let mut request = Request::builder().method(method.clone()).uri(path);
-    let bytes = match body {
-        Some((content_type, value)) => {
-            request = request.header(http::header::CONTENT_TYPE, content_type);
-            serde_json::to_vec(&value).unwrap_or_default()
-        }
-        None => Vec::new(),
-    };
-    let request = request
-        .body(Body::from(bytes))
-        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-    let response = client
-        .send(request)
-        .await
-        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
-    let status = response.status().as_u16();
-    let raw = response
-        .into_body()
-        .collect()
-        .await
-        .unwrap_or_else(|e| panic!("{method} {path}: reading the body: {e}"))
-        .to_bytes();
-    (status, serde_json::from_slice(&raw).unwrap_or(Value::Null))
-}
+pub use initguard_test_support::differential::call as send;
 
 /// Names in `metadata.initializers.pending` of a pod object (empty when initialized).
 pub fn pending_names(pod: &Value) -> Vec<String> {

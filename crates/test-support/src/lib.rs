@@ -2,6 +2,7 @@
 //! so no test target carries its own copy.
 
 pub mod cpu;
+pub mod differential;
 pub mod harness_args;
 pub mod http;
 pub mod metrics;
