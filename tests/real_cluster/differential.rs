@@ -9,7 +9,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use http::{Method, Request};
-use initguard_test_support::differential;
+use initguard_test_support::differential::{self, list_view, status_view};
 use kube::client::Body;
 use kube_sim::{Sim, SimOptions};
 use serde_json::{Value, json};
@@ -84,11 +84,6 @@ impl Server {
     }
 }
 
-/// What the comparison looks at in a `Status` answer.
-fn status_view(status: u16, body: &Value) -> Value {
-    json!({ "code": status, "reason": body["reason"], "kind": body["kind"] })
-}
-
 /// What the comparison looks at in a pod: its gates, the scheduling-gated condition, labels.
 fn pod_view(status: u16, pod: &Value) -> Value {
     let gated = pod["status"]["conditions"]
@@ -104,18 +99,6 @@ fn pod_view(status: u16, pod: &Value) -> Value {
         "podScheduled": gated,
         "labels": pod["metadata"]["labels"],
     })
-}
-
-/// Names of the items of a list answer, sorted.
-fn list_view(status: u16, list: &Value) -> Value {
-    let mut names: Vec<&str> = list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|i| i["metadata"]["name"].as_str())
-        .collect();
-    names.sort_unstable();
-    json!({ "code": status, "kind": list["kind"], "items": names })
 }
 
 /// Run the script against `server`: step name -> normalized answer.

@@ -14,7 +14,7 @@ use kube_common::Mechanism;
 use kube_sim::{KubeVersion, Sim, SimOptions};
 use serde_json::{Value, json};
 
-use initguard_test_support::differential::assert_same_or_tabled;
+use initguard_test_support::differential::{assert_same_or_tabled, list_view, status_view};
 
 use crate::legacy::*;
 use crate::testbed::*;
@@ -24,11 +24,6 @@ const A: &str = "a.example.com";
 const B: &str = "b.example.com";
 const JSON: &str = "application/json";
 const JSON_PATCH: &str = "application/json-patch+json";
-
-/// What the comparison looks at in a `Status` answer.
-fn status_view(status: u16, body: &Value) -> Value {
-    json!({ "code": status, "reason": body["reason"], "kind": body["kind"] })
-}
 
 /// What the comparison looks at in a pod answer: the code, the pending list, the result.
 fn pod_view(status: u16, pod: &Value) -> Value {
@@ -42,18 +37,6 @@ fn pod_view(status: u16, pod: &Value) -> Value {
             "result": pod["metadata"]["initializers"]["result"],
         })).unwrap_or(json!("<absent>")),
     })
-}
-
-/// Names of the items of a list answer.
-fn list_view(status: u16, list: &Value) -> Value {
-    let mut names: Vec<&str> = list["items"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|i| i["metadata"]["name"].as_str())
-        .collect();
-    names.sort_unstable();
-    json!({ "code": status, "items": names })
 }
 
 /// Run the script against `client`: step name -> normalized answer.

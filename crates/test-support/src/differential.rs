@@ -8,7 +8,7 @@ use std::path::Path;
 use http::{Method, Request};
 use http_body_util::BodyExt;
 use kube::client::Body;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// `method path` with an optional body of `content_type`: (status, body as JSON or Null).
 pub async fn call(
@@ -47,6 +47,24 @@ pub async fn send(client: &kube::Client, request: Request<Body>) -> (u16, bytes:
         .unwrap_or_else(|e| panic!("{what}: reading the body: {e}"))
         .to_bytes();
     (status, raw)
+}
+
+/// What a comparison looks at in a `Status` answer: the code, reason and kind (not the
+/// message, whose wording servers of one version already vary).
+pub fn status_view(status: u16, body: &Value) -> Value {
+    json!({ "code": status, "reason": body["reason"], "kind": body["kind"] })
+}
+
+/// What a comparison looks at in a list answer: the code, kind and the items' names, sorted.
+pub fn list_view(status: u16, list: &Value) -> Value {
+    let mut names: Vec<&str> = list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["metadata"]["name"].as_str())
+        .collect();
+    names.sort_unstable();
+    json!({ "code": status, "kind": list["kind"], "items": names })
 }
 
 /// Steps whose answers may differ: the first column of the table rows of `table` (Markdown:
