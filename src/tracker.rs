@@ -829,6 +829,32 @@ mod tests {
             + Duration::from_secs(secs)
     }
 
+    /// Before any response has given the server's clock, a wait counts from the later of the
+    /// `creationTimestamp` and the guard's first sight (never early whatever the skew); without
+    /// a server clock at all, from the `creationTimestamp`.
+    #[test]
+    fn before_any_clock_sample_a_wait_counts_from_first_sight_if_later() {
+        let l = json!({"initguard.io/bypass": "y"});
+        let mut clocked = Tracker::new(config(Mechanism::SchedulingGates))
+            .with_clock(crate::client::ServerClock::default());
+        clocked.apply(&pod("seen-late", "u1", None, &["g"], l.clone()), t(100));
+        let seen_late = clocked.get("ns/seen-late").unwrap();
+        assert_eq!(clocked.created_local(seen_late, t(100)), t(100));
+        // Created "after" it was seen (a server clock ahead): the creationTimestamp counts.
+        let mut ahead = pod("ahead", "u2", None, &["g"], l.clone());
+        ahead.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                jiff::Timestamp::try_from(t(60)).unwrap(),
+            ));
+        clocked.apply(&ahead, t(30));
+        let ahead = clocked.get("ns/ahead").unwrap();
+        assert_eq!(clocked.created_local(ahead, t(30)), t(60));
+        let mut plain = Tracker::new(config(Mechanism::SchedulingGates));
+        plain.apply(&pod("seen-late", "u1", None, &["g"], l), t(100));
+        let seen_late = plain.get("ns/seen-late").unwrap();
+        assert_eq!(plain.created_local(seen_late, t(100)), t(0));
+    }
+
     #[test]
     fn tracks_piles_and_outcomes() {
         let mut tr = Tracker::new(config(Mechanism::SchedulingGates));
