@@ -1,12 +1,71 @@
-//! Owner states: an owner that was never read (a typo in the config) is unknown and never
-//! triggers `owner_down`; judged by the simulated server's request log.
+//! Owner states: an owner that was never read (a typo in the config, or one the guard may not
+//! read) is unknown and never triggers `owner_down`; judged by the simulated server's request
+//! log.
 
 use initguard::config::Mechanism;
+use initguard::guard::Guard;
 use initguard::policy::OwnerState;
+use kube_sim::Rbac;
 
 use crate::harness::*;
 
 both_mechanisms!(a_missing_owner_never_bypasses_before_the_deadline);
+both_mechanisms!(a_forbidden_owner_never_bypasses_before_the_deadline);
+
+/// The owner Deployment is dead, but the guard may not read Deployments (its RBAC was edited
+/// wrongly): the owner is unknown, so a pod waiting on it is not bypassed with `owner_down`
+/// (grace 1 s). A witness pod whose gate has a 2 s deadline and no owner, created after the
+/// first pod was tracked, is bypassed: so the guard had every chance to act on the first pod
+/// (a forbidden owner taken as down would have been bypassed within the grace) and did not.
+async fn a_forbidden_owner_never_bypasses_before_the_deadline(mechanism: Mechanism) {
+    let c = Cluster::start(mechanism).await;
+    let _dead = c.owner(SIDECAR, |o| o.alive = false).await;
+    let text = deploy_file("rbac.yaml");
+    let deployments = "resources: [\"deployments\"]";
+    assert!(
+        text.contains(deployments),
+        "deploy/rbac.yaml no longer grants {deployments}"
+    );
+    // The shipped RBAC without its Deployment reads (plus the legacy `initialize` grant).
+    let mut rbac = Rbac::from_yaml_str(
+        &text.replace(deployments, "resources: [\"not-deployments\"]"),
+        GUARD_USER,
+    )
+    .unwrap();
+    if mechanism == Mechanism::Initializers {
+        rbac.merge(
+            Rbac::from_yaml_str(&deploy_file("rbac-legacy-initializers.yaml"), GUARD_USER).unwrap(),
+        );
+    }
+    c.sim.enforce_rbac_policy(GUARD_USER, rbac);
+    let config = config(
+        mechanism,
+        &format!(
+            "defaults: {{ ownerDownGrace: 1s }}\ninitializers:\n{}  - {{ name: {AUDIT}, deadline: 2s }}\n",
+            owned(SIDECAR, "60s")
+        ),
+    );
+    // Not `c.guard`, which binds the shipped RBAC.
+    let guard = Guard::start(c.guard_client(), config).await.unwrap();
+    c.pod("default", "forbidden", true, &[SIDECAR]).await;
+    until("the forbidden owner's pod tracked", || {
+        guard.shared.tracker().len() == 1
+    })
+    .await;
+    c.pod("default", "witness", true, &[AUDIT]).await;
+    until("the witness bypassed at its deadline", || {
+        !c.bypasses_of("default/witness").is_empty()
+    })
+    .await;
+    assert_eq!(guard.shared.owners.state(SIDECAR), OwnerState::Unknown);
+    assert_eq!(
+        c.guard_pod_patches("forbidden"),
+        vec![],
+        "the forbidden owner's pod was written"
+    );
+    assert_eq!(c.pending("default", "forbidden"), [SIDECAR]);
+    guard.shutdown().await;
+}
 
 /// Owner `deployment: kube-system/gate-ownr` (a typo: it does not exist), grace 1 s, deadline
 /// 60 s: its pod is never patched. A witness pod of a really dead owner with the same grace,
