@@ -152,44 +152,36 @@ pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<Strin
             }
         }
         let found = match spec {
-            // In whichever group the server serves, as the guard will watch it.
-            OwnerSpec::Deployment(r) => match &surface {
-                Some(surface) => match surface.deployments() {
+            // In whichever group version the server serves, as the guard will watch it (the
+            // surface was read above for these kinds).
+            OwnerSpec::Deployment(r) | OwnerSpec::Lease(r) => {
+                let (pick, api, versions): (fn(&ApiSurface) -> Option<ApiResource>, _, _) =
+                    match spec {
+                        OwnerSpec::Deployment(_) => (
+                            ApiSurface::deployments,
+                            "Deployment",
+                            deployment_group_versions(),
+                        ),
+                        _ => (ApiSurface::leases, "Lease", lease_group_versions()),
+                    };
+                match surface.as_ref().and_then(pick) {
                     Some(resource) => Api::<DynamicObject>::namespaced_with(
                         client.clone(),
                         &r.namespace,
                         &resource,
                     )
-                    .get_opt(&r.name)
+                    .get_metadata_opt(&r.name)
                     .await
-                    .map(|d| d.is_some()),
+                    .map(|o| o.is_some()),
                     None => {
                         lines.push(format!(
-                            "owner {what} (of {used_by}) cannot be watched: the API server serves no \
-                             Deployment API ({})",
-                            deployment_group_versions()
+                            "owner {what} (of {used_by}) cannot be watched: the API server serves \
+                             no {api} API ({versions})"
                         ));
                         continue;
                     }
-                },
-                None => continue,
-            },
-            OwnerSpec::Lease(r) => match surface.as_ref().and_then(ApiSurface::leases) {
-                Some(resource) => {
-                    Api::<DynamicObject>::namespaced_with(client.clone(), &r.namespace, &resource)
-                        .get_metadata_opt(&r.name)
-                        .await
-                        .map(|l| l.is_some())
                 }
-                None => {
-                    lines.push(format!(
-                        "owner {what} (of {used_by}) cannot be watched: the API server serves no \
-                         Lease API ({})",
-                        lease_group_versions()
-                    ));
-                    continue;
-                }
-            },
+            }
             OwnerSpec::WebhookService(r) => named_api::<Service>(client, r)
                 .get_metadata_opt(&r.name)
                 .await

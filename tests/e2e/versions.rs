@@ -127,6 +127,24 @@ async fn legacy_replicas_elect_one_leader_on_a_configmap() {
     .await;
 }
 
+/// The guard made Lease requests, every one to coordination.k8s.io/v1beta1.
+fn assert_leases_read_in_v1beta1(c: &Cluster) {
+    let paths: Vec<String> = c
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.user == GUARD_USER && r.resource == "leases")
+        .map(|r| r.path)
+        .collect();
+    assert!(!paths.is_empty(), "no Lease request of the guard");
+    assert!(
+        paths
+            .iter()
+            .all(|p| p.starts_with("/apis/coordination.k8s.io/v1beta1/")),
+        "{paths:#?}"
+    );
+}
+
 /// On 1.13 the lock is a coordination.k8s.io/v1beta1 Lease (1.12-1.13 serve no v1).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_election_uses_v1beta1_leases_on_1_13() {
@@ -144,19 +162,7 @@ async fn leader_election_uses_v1beta1_leases_on_1_13() {
             .get_object("leases", Some("kube-system"), "initguard")
             .expect("the Lease kube-system/initguard");
         assert_eq!(lease["spec"]["holderIdentity"], "guard-a");
-        let paths: Vec<String> = c
-            .sim
-            .requests()
-            .into_iter()
-            .filter(|r| r.user == GUARD_USER && r.resource == "leases")
-            .map(|r| r.path)
-            .collect();
-        assert!(
-            paths
-                .iter()
-                .all(|p| p.starts_with("/apis/coordination.k8s.io/v1beta1/")),
-            "{paths:#?}"
-        );
+        assert_leases_read_in_v1beta1(&c);
         c.finish(guard).await;
     })
     .await;
@@ -349,20 +355,7 @@ async fn lease_owner_is_read_from_the_group_the_server_serves() {
         );
         let guard = c.guard(&config).await;
         wait_owner(&guard, SIDECAR, true).await;
-        let paths: Vec<String> = c
-            .sim
-            .requests()
-            .into_iter()
-            .filter(|r| r.user == GUARD_USER && r.resource == "leases")
-            .map(|r| r.path)
-            .collect();
-        assert!(!paths.is_empty());
-        assert!(
-            paths
-                .iter()
-                .all(|p| p.starts_with("/apis/coordination.k8s.io/v1beta1/")),
-            "{paths:#?}"
-        );
+        assert_leases_read_in_v1beta1(&c);
         c.finish(guard).await;
     })
     .await;

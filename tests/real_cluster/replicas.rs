@@ -2,7 +2,6 @@
 //! Judged by the audit log: every gate removed exactly once, and each pod write came from the
 //! replica that held the Lease at that time.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use crate::gates::{assert_no_denied, cleanup};
@@ -17,19 +16,12 @@ pub async fn leader_killed_every_gate_bypassed_once(tb: Arc<Testbed>) {
          leaderElection: {{ enabled: true, namespace: kube-system, name: initguard, leaseDuration: 3s }}\n\
          initializers:\n  - {{ name: {gate}, deadline: 1s }}\n"
     );
-    let a = tb.guard("replica-a", "initguard", &config).await;
-    let b = tb.guard("replica-b", "initguard-2", &config).await;
-    let holder = eventually("a holder of Lease kube-system/initguard", || {
-        let lease = tb.get("lease", "kube-system", "initguard")?;
-        lease["spec"]["holderIdentity"].as_str().map(str::to_owned)
-    })
-    .await;
-    let (leader, survivor, leader_user, survivor_user) = if holder.starts_with("replica-a_") {
-        (a, b, GUARD_USER, GUARD_USER_2)
-    } else {
-        assert!(holder.starts_with("replica-b_"), "holder {holder:?}");
-        (b, a, GUARD_USER_2, GUARD_USER)
-    };
+    let Replicas {
+        leader,
+        survivor,
+        leader_user,
+        survivor_user,
+    } = two_replicas(&tb, "replica", &config).await;
 
     let first: Vec<String> = (0..5).map(|i| format!("first-{i}")).collect();
     let second: Vec<String> = (0..5).map(|i| format!("second-{i}")).collect();
@@ -54,29 +46,12 @@ pub async fn leader_killed_every_gate_bypassed_once(tb: Arc<Testbed>) {
     }
     survivor.stop();
 
-    let audit = tb.audit();
-    let pod_writes = guard_pod_writes_by_lease_holders(&audit, ("kube-system", "initguard"), ns);
-    for w in &pod_writes {
-        assert!(w.ok() && w.verb == "patch", "{w:#?}");
-    }
-    for n in first.iter().chain(&second) {
-        let writes: Vec<&&Audit> = pod_writes.iter().filter(|w| &w.name == n).collect();
-        assert_eq!(
-            writes.len(),
-            1,
-            "{n} written {} times: {writes:#?}",
-            writes.len()
-        );
-    }
-    let users = |names: &[String]| -> BTreeSet<&str> {
-        pod_writes
-            .iter()
-            .filter(|w| names.contains(&w.name))
-            .map(|w| w.user.as_str())
-            .collect()
-    };
-    assert_eq!(users(&first), BTreeSet::from([leader_user]));
-    assert_eq!(users(&second), BTreeSet::from([survivor_user]));
+    assert_failover_written_once(
+        &tb.audit(),
+        ns,
+        (&first, &second),
+        (leader_user, survivor_user),
+    );
     assert_no_denied(&tb);
     cleanup(&tb, ns);
 }

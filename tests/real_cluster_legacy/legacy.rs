@@ -96,6 +96,7 @@ impl InitializerConfiguration {
         // The admission plugin reads configurations asynchronously: wait until a probe pod
         // gets exactly these initializers (and none of a configuration deleted before).
         let want: Vec<String> = initializers.iter().map(|i| (*i).to_owned()).collect();
+        let client = tb.admin_client().await;
         let mut seen = Vec::new();
         for attempt in 0..300 {
             let probe = format!("initializer-probe-{name}-{attempt}");
@@ -106,14 +107,14 @@ impl InitializerConfiguration {
                 "spec": { "containers": [{ "name": "main", "image": "registry.k8s.io/pause:3.10" }] },
             });
             let (status, created) =
-                raw(tb, Method::POST, path, Some(("application/json", pod))).await;
+                send(&client, Method::POST, path, Some(("application/json", pod))).await;
             assert!(
                 status == 201 || status == 202,
                 "POST {path}: {status} {created}"
             );
             seen = pending_names(&created);
             let delete = format!("/api/v1/namespaces/default/pods/{probe}?gracePeriodSeconds=0");
-            let (status, answer) = raw(tb, Method::DELETE, &delete, None).await;
+            let (status, answer) = send(&client, Method::DELETE, &delete, None).await;
             assert_eq!(status, 200, "DELETE {delete}: {answer}");
             if seen == want {
                 return InitializerConfiguration {

@@ -3,7 +3,6 @@
 //! Lease, every pod initialized by exactly one guard patch, each from the replica holding the
 //! lock when the server received it, and the survivor takes over.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,8 +14,6 @@ use crate::testbed::*;
 
 const NS: &str = "legacy-replicas";
 const INIT: &str = "deadline.example.com";
-/// The lock deploy/rbac.yaml lets the guard write (by resourceName).
-const LOCK: &str = "initguard";
 
 /// Create an opted-in pod without waiting for it to be initialized (202 on 1.13).
 async fn pod(tb: &Testbed, name: &str) {
@@ -54,23 +51,16 @@ pub async fn two_replicas_on_a_v1beta1_lease_one_leader_failover(tb: Arc<Testbed
     tb.namespace(NS);
     let config_object = InitializerConfiguration::create(&tb, "legacy-replicas", &[INIT]).await;
     let config = config(&format!(
-        "leaderElection: {{ enabled: true, namespace: kube-system, name: {LOCK}, leaseDuration: 3s }}\n\
-         initializers:\n  - {{ name: {INIT}, deadline: 1s }}\n"
+        "leaderElection: {{ enabled: true, namespace: {}, name: {}, leaseDuration: 3s }}\n\
+         initializers:\n  - {{ name: {INIT}, deadline: 1s }}\n",
+        LOCK.0, LOCK.1
     ));
-    let a = tb.guard("legacy-replica-a", "initguard", &config).await;
-    let b = tb.guard("legacy-replica-b", "initguard-2", &config).await;
-    let holder = eventually(format!("a holder of Lease kube-system/{LOCK}"), || {
-        let lease = tb.get("lease", "kube-system", LOCK)?;
-        lease["spec"]["holderIdentity"].as_str().map(str::to_owned)
-    })
-    .await;
-    let (leader, survivor, leader_user, survivor_user) = if holder.starts_with("legacy-replica-a_")
-    {
-        (a, b, GUARD_USER, GUARD_USER_2)
-    } else {
-        assert!(holder.starts_with("legacy-replica-b_"), "holder {holder:?}");
-        (b, a, GUARD_USER_2, GUARD_USER)
-    };
+    let Replicas {
+        leader,
+        survivor,
+        leader_user,
+        survivor_user,
+    } = two_replicas(&tb, "legacy-replica", &config).await;
 
     let first: Vec<String> = (0..3).map(|i| format!("first-{i}")).collect();
     let second: Vec<String> = (0..3).map(|i| format!("second-{i}")).collect();
@@ -88,7 +78,13 @@ pub async fn two_replicas_on_a_v1beta1_lease_one_leader_failover(tb: Arc<Testbed
     let audit = tb.audit();
     let lock_writes: Vec<&Audit> = audit
         .iter()
-        .filter(|e| e.resource == "leases" && e.name == LOCK && e.is_write() && e.ok())
+        .filter(|e| {
+            e.resource == "leases"
+                && e.namespace == LOCK.0
+                && e.name == LOCK.1
+                && e.is_write()
+                && e.ok()
+        })
         .collect();
     assert!(
         !lock_writes.is_empty()
@@ -97,26 +93,7 @@ pub async fn two_replicas_on_a_v1beta1_lease_one_leader_failover(tb: Arc<Testbed
                 .all(|e| e.uri.starts_with("/apis/coordination.k8s.io/v1beta1/")),
         "the lock is a coordination.k8s.io/v1beta1 Lease: {lock_writes:#?}"
     );
-    let pod_writes = guard_pod_writes_by_lease_holders(&audit, ("kube-system", LOCK), NS);
-    for n in first.iter().chain(&second) {
-        let writes: Vec<&&Audit> = pod_writes.iter().filter(|w| &w.name == n).collect();
-        assert_eq!(
-            writes.len(),
-            1,
-            "{n} written {} times: {writes:#?}",
-            writes.len()
-        );
-        assert!(writes[0].ok() && writes[0].verb == "patch", "{writes:#?}");
-    }
-    let users = |names: &[String]| -> BTreeSet<&str> {
-        pod_writes
-            .iter()
-            .filter(|w| names.contains(&w.name))
-            .map(|w| w.user.as_str())
-            .collect()
-    };
-    assert_eq!(users(&first), BTreeSet::from([leader_user]));
-    assert_eq!(users(&second), BTreeSet::from([survivor_user]));
+    assert_failover_written_once(&audit, NS, (&first, &second), (leader_user, survivor_user));
     drop(config_object);
     tb.kubectl(&["delete", "namespace", NS, "--wait=false"]);
 }

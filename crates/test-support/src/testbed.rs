@@ -829,6 +829,84 @@ pub fn guard_pod_writes_by_lease_holders<'a>(
     pod_writes
 }
 
+/// The lock of every replicas scenario, as deploy/rbac.yaml lets the guard write it.
+pub const LOCK: (&str, &str) = ("kube-system", "initguard");
+
+/// Two replicas of the guard run by [`two_replicas`], told apart by who holds [`LOCK`].
+pub struct Replicas {
+    pub leader: GuardProcess,
+    pub survivor: GuardProcess,
+    pub leader_user: &'static str,
+    pub survivor_user: &'static str,
+}
+
+/// Start `PREFIX-a` (as [`GUARD_USER`]) and `PREFIX-b` (as [`GUARD_USER_2`]) with `config`,
+/// which elects on [`LOCK`], and wait until one holds it.
+pub async fn two_replicas(tb: &Testbed, prefix: &str, config: &str) -> Replicas {
+    let a = tb.guard(&format!("{prefix}-a"), "initguard", config).await;
+    let b = tb
+        .guard(&format!("{prefix}-b"), "initguard-2", config)
+        .await;
+    let holder = eventually(format!("a holder of Lease {}/{}", LOCK.0, LOCK.1), || {
+        let lease = tb.get("lease", LOCK.0, LOCK.1)?;
+        lease["spec"]["holderIdentity"].as_str().map(str::to_owned)
+    })
+    .await;
+    if holder.starts_with(&format!("{prefix}-a_")) {
+        Replicas {
+            leader: a,
+            survivor: b,
+            leader_user: GUARD_USER,
+            survivor_user: GUARD_USER_2,
+        }
+    } else {
+        assert!(
+            holder.starts_with(&format!("{prefix}-b_")),
+            "holder {holder:?}"
+        );
+        Replicas {
+            leader: b,
+            survivor: a,
+            leader_user: GUARD_USER_2,
+            survivor_user: GUARD_USER,
+        }
+    }
+}
+
+/// Judge a failover from the audit log: every guard pod write in `namespace` is a successful
+/// patch from the replica holding [`LOCK`] when the server received it, each pod of `before`
+/// and `after` is written exactly once, `before` by `users.0` (the leader) and `after` by
+/// `users.1` (the survivor).
+pub fn assert_failover_written_once(
+    audit: &[Audit],
+    namespace: &str,
+    (before, after): (&[String], &[String]),
+    users: (&str, &str),
+) {
+    let pod_writes = guard_pod_writes_by_lease_holders(audit, LOCK, namespace);
+    for w in &pod_writes {
+        assert!(w.ok() && w.verb == "patch", "{w:#?}");
+    }
+    for n in before.iter().chain(after) {
+        let writes: Vec<&&Audit> = pod_writes.iter().filter(|w| &w.name == n).collect();
+        assert_eq!(
+            writes.len(),
+            1,
+            "{n} written {} times: {writes:#?}",
+            writes.len()
+        );
+    }
+    let by = |names: &[String]| -> std::collections::BTreeSet<&str> {
+        pod_writes
+            .iter()
+            .filter(|w| names.contains(&w.name))
+            .map(|w| w.user.as_str())
+            .collect()
+    };
+    assert_eq!(by(before), std::collections::BTreeSet::from([users.0]));
+    assert_eq!(by(after), std::collections::BTreeSet::from([users.1]));
+}
+
 /// Parse an audit or object timestamp (RFC 3339).
 pub fn timestamp(text: &str) -> jiff::Timestamp {
     text.parse()
