@@ -25,7 +25,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{Context, Result, anyhow, bail};
 use futures::{StreamExt, TryStreamExt, stream};
-use initguard::bypass::{BypassTarget, bypass_patch};
+use initguard::bypass::{BypassTarget, Removal, bypass_patch};
 use initguard::config::{DEFAULT_MAX_IN_FLIGHT, Mechanism};
 use initguard::policy::Reason;
 use initguard_test_support::cpu::process_cpu_time;
@@ -727,16 +727,19 @@ async fn burst(server: &mut Server, pods: usize, run: usize, mode: Mode) -> Resu
             let target = BypassTarget {
                 uid: &uid,
                 resource_version: &rv,
-                index: 0,
-                initializer: GATE,
                 annotations_present: pod.metadata.annotations.is_some(),
                 previous_record: None,
                 opt_in_label: Some((OPT_IN, "true")),
             };
+            let removal = Removal {
+                index: 0,
+                initializer: GATE,
+                reason: Reason::OwnerDown,
+            };
             let patch = bypass_patch(
                 Mechanism::SchedulingGates,
                 &target,
-                Reason::OwnerDown,
+                &[removal],
                 SystemTime::now(),
             );
             bare_patches.push((name, patch));

@@ -1,9 +1,9 @@
 //! Reading pending initializer names and building the bypass JSON Patch, per mechanism.
 //!
-//! A bypass is one atomic JSON Patch (README "What it guarantees": only the failed initializer): it `test`s that the pod
-//! is still the one decided about, that it is still opted in by the label value decided on, and
-//! that the initializer still sits at the decided index, then removes exactly that entry and
-//! appends a record to the `initguard.io/bypassed` annotation.
+//! A bypass is one atomic JSON Patch (README "What it guarantees": only the failed initializers):
+//! it `test`s that the pod is still the one decided about, that it is still opted in by the label
+//! value decided on, and that each initializer due still sits at its decided index, then removes
+//! exactly those entries and appends one record each to the `initguard.io/bypassed` annotation.
 
 use std::time::SystemTime;
 
@@ -121,10 +121,6 @@ pub struct BypassTarget<'a> {
     pub uid: &'a str,
     /// `metadata.resourceVersion`: guards creating the annotations map.
     pub resource_version: &'a str,
-    /// Index of the initializer in the pending list.
-    pub index: usize,
-    /// Name expected at `index`.
-    pub initializer: &'a str,
     /// Whether `metadata.annotations` exists (as a map).
     pub annotations_present: bool,
     /// Current value of [`BYPASSED_ANNOTATION`], if set.
@@ -134,17 +130,36 @@ pub struct BypassTarget<'a> {
     pub opt_in_label: Option<(&'a str, &'a str)>,
 }
 
-/// The single atomic JSON Patch that removes `target.initializer` at `target.index` and records
-/// the bypass. Any failed `test` means the pod changed: re-read and re-decide.
+/// One pending entry a bypass removes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Removal<'a> {
+    /// Index of the entry in the pending list as read.
+    pub index: usize,
+    /// Name expected at `index`.
+    pub initializer: &'a str,
+    pub reason: Reason,
+}
+
+/// The single atomic JSON Patch that removes every entry of `removals` (each at its index, as
+/// read) and records each in [`BYPASSED_ANNOTATION`], in pending order. Entries are removed
+/// highest index first, so every index stays valid while the patch applies. Any failed `test`
+/// means the pod changed: re-read and re-decide.
+///
+/// `removals` must be non-empty with distinct indexes (the policy decides each entry at most
+/// once); an empty list would yield a patch that only records nothing.
 pub fn bypass_patch(
     mechanism: Mechanism,
     target: &BypassTarget<'_>,
-    reason: Reason,
+    removals: &[Removal<'_>],
     at: SystemTime,
 ) -> Patch {
-    let entry = pending_entry(mechanism, target.index, None);
-    let entry_name = pending_entry(mechanism, target.index, Some("name"));
-    let record = record_entry(target.initializer, reason, at);
+    let mut removals = removals.to_vec();
+    removals.sort_by_key(|r| r.index);
+    let record = removals
+        .iter()
+        .map(|r| record_entry(r.initializer, r.reason, at))
+        .collect::<Vec<_>>()
+        .join(&RECORD_SEPARATOR.to_string());
     let mut ops = vec![test(pointer(&["metadata", "uid"]), Value::from(target.uid))];
     if let Some((key, value)) = target.opt_in_label {
         // Removed or changed since the read (opted out): the patch fails and the pod is re-read.
@@ -153,8 +168,18 @@ pub fn bypass_patch(
             Value::from(value),
         ));
     }
-    ops.push(test(entry_name, Value::from(target.initializer)));
-    ops.push(PatchOperation::Remove(RemoveOperation { path: entry }));
+    // Every name is tested where it was read before anything moves.
+    for r in &removals {
+        ops.push(test(
+            pending_entry(mechanism, r.index, Some("name")),
+            Value::from(r.initializer),
+        ));
+    }
+    for r in removals.iter().rev() {
+        ops.push(PatchOperation::Remove(RemoveOperation {
+            path: pending_entry(mechanism, r.index, None),
+        }));
+    }
     let annotation = pointer(&["metadata", "annotations", BYPASSED_ANNOTATION]);
     match target.previous_record {
         Some(previous) => {
@@ -366,14 +391,32 @@ mod tests {
         pod
     }
 
-    /// The target as the guard would build it from `pod`.
-    fn target<'a>(pod: &'a Value, index: usize, initializer: &'a str) -> BypassTarget<'a> {
+    /// One removal and the pod state it is built against.
+    #[derive(Debug, Clone, Copy)]
+    struct Case<'a> {
+        target: BypassTarget<'a>,
+        removal: Removal<'a>,
+    }
+
+    /// The case as the guard would build it from `pod`, removing `initializer` at `index` on
+    /// the deadline.
+    fn target<'a>(pod: &'a Value, index: usize, initializer: &'a str) -> Case<'a> {
+        Case {
+            target: pod_target(pod),
+            removal: Removal {
+                index,
+                initializer,
+                reason: Reason::Deadline,
+            },
+        }
+    }
+
+    /// The pod state as the guard would read it from `pod`.
+    fn pod_target(pod: &Value) -> BypassTarget<'_> {
         let annotations = pod["metadata"].get("annotations");
         BypassTarget {
             uid: pod["metadata"]["uid"].as_str().unwrap(),
             resource_version: pod["metadata"]["resourceVersion"].as_str().unwrap(),
-            index,
-            initializer,
             annotations_present: annotations.is_some_and(Value::is_object),
             previous_record: annotations
                 .and_then(|a| a.get(BYPASSED_ANNOTATION))
@@ -402,9 +445,9 @@ mod tests {
     fn apply(
         mechanism: Mechanism,
         pod: &Value,
-        target: &BypassTarget<'_>,
+        case: &Case<'_>,
     ) -> Result<Value, json_patch::PatchError> {
-        let patch = bypass_patch(mechanism, target, Reason::Deadline, at());
+        let patch = bypass_patch(mechanism, &case.target, &[case.removal], at());
         let mut doc = pod.clone();
         let result = json_patch::patch(&mut doc, &patch);
         // A failed patch must leave the document untouched, like the API server does.
@@ -543,8 +586,12 @@ mod tests {
     #[test]
     fn patch_is_the_documented_sequence_of_operations() {
         let pod = gated_pod(&["a.example.com", "kueue.x-k8s.io/admission"]);
-        let target = target(&pod, 1, "kueue.x-k8s.io/admission");
-        let patch = bypass_patch(Mechanism::SchedulingGates, &target, Reason::OwnerDown, at());
+        let case = target(&pod, 1, "kueue.x-k8s.io/admission");
+        let removal = Removal {
+            reason: Reason::OwnerDown,
+            ..case.removal
+        };
+        let patch = bypass_patch(Mechanism::SchedulingGates, &case.target, &[removal], at());
         assert_eq!(
             serde_json::to_value(&patch).unwrap(),
             json!([
@@ -559,8 +606,8 @@ mod tests {
             ])
         );
         let annotated = with_annotations(pod.clone(), json!({ "team": "batch" }));
-        let target = self::target(&annotated, 0, "a.example.com");
-        let patch = bypass_patch(Mechanism::Initializers, &target, Reason::Deadline, at());
+        let case = self::target(&annotated, 0, "a.example.com");
+        let patch = bypass_patch(Mechanism::Initializers, &case.target, &[case.removal], at());
         let ops = serde_json::to_value(&patch).unwrap();
         assert_eq!(
             ops,
@@ -735,8 +782,11 @@ mod tests {
             changed["metadata"]["labels"][OPT_IN] = json!("no");
             assert_test_failed(apply(mechanism, &changed, &target));
             // Opted in by namespace: the label is not tested.
-            let by_namespace = BypassTarget {
-                opt_in_label: None,
+            let by_namespace = Case {
+                target: BypassTarget {
+                    opt_in_label: None,
+                    ..target.target
+                },
                 ..target
             };
             assert!(apply(mechanism, &removed, &by_namespace).is_ok());
@@ -757,6 +807,142 @@ mod tests {
                 json!("b.example.com=deadline@2026-11-21T15:00:00Z");
             now["metadata"]["resourceVersion"] = json!("48214");
             assert_test_failed(apply(mechanism, &now, &target));
+        }
+    }
+
+    /// RFC 6902 `test`, `remove`, `add` and `replace`, written here from the RFC so that the
+    /// patch is judged by something other than the crate that built it. Atomic: an error
+    /// leaves nothing applied.
+    fn rfc6902(doc: &Value, ops: &Value) -> Result<Value, String> {
+        fn tokens(path: &str) -> Vec<String> {
+            path.split('/')
+                .skip(1)
+                .map(|t| t.replace("~1", "/").replace("~0", "~"))
+                .collect()
+        }
+        fn parent<'d>(doc: &'d mut Value, path: &[String]) -> Result<&'d mut Value, String> {
+            path.iter().try_fold(doc, |node, token| match node {
+                Value::Object(map) => map.get_mut(token).ok_or(format!("no member {token}")),
+                Value::Array(list) => token
+                    .parse::<usize>()
+                    .ok()
+                    .and_then(|i| list.get_mut(i))
+                    .ok_or(format!("no element {token}")),
+                _ => Err(format!("{token} inside a scalar")),
+            })
+        }
+        let mut work = doc.clone();
+        for op in ops.as_array().ok_or("not a list")? {
+            let path = tokens(op["path"].as_str().ok_or("no path")?);
+            let (last, up) = path.split_last().ok_or("the root")?;
+            let container = parent(&mut work, up)?;
+            match (op["op"].as_str(), container) {
+                (Some("test"), node) => {
+                    let found = parent(node, std::slice::from_ref(last))?;
+                    if *found != op["value"] {
+                        return Err(format!("test of {last} failed"));
+                    }
+                }
+                (Some("remove"), Value::Object(map)) => {
+                    map.remove(last).ok_or("remove of a missing member")?;
+                }
+                (Some("remove"), Value::Array(list)) => {
+                    let i: usize = last.parse().map_err(|_| "bad index")?;
+                    if i >= list.len() {
+                        return Err("remove past the end".into());
+                    }
+                    list.remove(i);
+                }
+                (Some("add" | "replace"), Value::Object(map)) => {
+                    if op["op"] == "replace" && !map.contains_key(last) {
+                        return Err("replace of a missing member".into());
+                    }
+                    map.insert(last.clone(), op["value"].clone());
+                }
+                (op, _) => return Err(format!("{op:?} not supported here")),
+            }
+        }
+        Ok(work)
+    }
+
+    #[test]
+    fn the_independent_applier_agrees_with_the_rfc_on_a_failed_test() {
+        let doc = json!({ "a": [1, 2], "b": "x" });
+        let ops = json!([
+            { "op": "remove", "path": "/a/0" },
+            { "op": "test", "path": "/b", "value": "y" }
+        ]);
+        assert!(rfc6902(&doc, &ops).is_err());
+        let ops = json!([
+            { "op": "remove", "path": "/a/0" },
+            { "op": "test", "path": "/b", "value": "x" },
+            { "op": "add", "path": "/c~1d", "value": 1 }
+        ]);
+        assert_eq!(
+            rfc6902(&doc, &ops).unwrap(),
+            json!({ "a": [2], "b": "x", "c/d": 1 })
+        );
+    }
+
+    #[test]
+    fn one_patch_tests_every_name_then_removes_highest_index_first() {
+        let names = [
+            "a.example.com",
+            "b.example.com",
+            "c.example.com",
+            "d.example.com",
+        ];
+        for mechanism in BOTH {
+            let pod = pod(mechanism, &names);
+            let list = pending_pointer(mechanism, 0);
+            let list = list.trim_end_matches("/0");
+            // Handed over in any order; recorded in pending order.
+            let removals = [
+                Removal {
+                    index: 2,
+                    initializer: "c.example.com",
+                    reason: Reason::Deadline,
+                },
+                Removal {
+                    index: 0,
+                    initializer: "a.example.com",
+                    reason: Reason::OwnerDown,
+                },
+            ];
+            let target = BypassTarget {
+                opt_in_label: None,
+                ..pod_target(&pod)
+            };
+            let patch = bypass_patch(mechanism, &target, &removals, at());
+            let ops = serde_json::to_value(&patch).unwrap();
+            assert_eq!(
+                ops,
+                json!([
+                    { "op": "test", "path": "/metadata/uid", "value": UID },
+                    { "op": "test", "path": format!("{list}/0/name"), "value": "a.example.com" },
+                    { "op": "test", "path": format!("{list}/2/name"), "value": "c.example.com" },
+                    { "op": "remove", "path": format!("{list}/2") },
+                    { "op": "remove", "path": format!("{list}/0") },
+                    { "op": "test", "path": "/metadata/resourceVersion", "value": RV },
+                    { "op": "add", "path": "/metadata/annotations", "value": {
+                        BYPASSED_ANNOTATION: "a.example.com=owner_down@2026-11-21T15:04:05Z,\
+                                              c.example.com=deadline@2026-11-21T15:04:05Z"
+                    } }
+                ]),
+                "{mechanism:?}"
+            );
+            let after = rfc6902(&pod, &ops).unwrap();
+            assert_eq!(
+                pending_names(mechanism, &after),
+                ["b.example.com", "d.example.com"]
+            );
+            // One entry moved since the read: nothing is removed.
+            let moved = self::pod(
+                mechanism,
+                &["a.example.com", "c.example.com", "b.example.com"],
+            );
+            assert!(rfc6902(&moved, &ops).is_err());
+            assert!(json_patch::patch(&mut moved.clone(), &patch).is_err());
         }
     }
 
@@ -818,7 +1004,8 @@ mod tests {
                 };
                 let when = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
                 let reason = Reason::Pileup;
-                let patch = bypass_patch(mechanism, &target(&before, index, &names[index]), reason, when);
+                let removal = Removal { index, initializer: &names[index], reason };
+                let patch = bypass_patch(mechanism, &pod_target(&before), &[removal], when);
                 let mut after = before.clone();
                 json_patch::patch(&mut after, &patch).unwrap();
 
@@ -834,6 +1021,80 @@ mod tests {
                 let records = parse_records(&record);
                 prop_assert_eq!(records.last().map(|r| r.initializer.as_str()), Some(names[index].as_str()));
                 prop_assert_eq!(records.last().map(|r| r.reason.as_str()), Some("pileup"));
+            }
+
+            /// Any set of entries in one patch: the independent applier leaves every other
+            /// entry in order and records exactly the removed ones, in pending order.
+            #[test]
+            fn one_patch_removes_exactly_the_chosen_entries(
+                (mechanism, names, _, annotations, secs) in case(),
+                chosen in prop::collection::vec(any::<bool>(), 8),
+                reasons in prop::collection::vec(
+                    prop::sample::select(vec![Reason::Deadline, Reason::OwnerDown, Reason::Pileup]), 8),
+                shuffle in any::<prop::sample::Index>(),
+            ) {
+                let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+                let base = pod(mechanism, &refs);
+                let before = match &annotations {
+                    Annotations::Absent => base,
+                    Annotations::WithoutKey => with_annotations(base, json!({ "team": "batch" })),
+                    Annotations::WithRecord(r) => with_annotations(base, json!({ BYPASSED_ANNOTATION: r })),
+                };
+                let mut removals: Vec<Removal> = names
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| chosen[*i])
+                    .map(|(index, name)| Removal { index, initializer: name, reason: reasons[index] })
+                    .collect();
+                prop_assume!(!removals.is_empty());
+                // The order handed over does not matter.
+                let turn = shuffle.index(removals.len());
+                removals.rotate_left(turn);
+                let when = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
+                let patch = bypass_patch(mechanism, &pod_target(&before), &removals, when);
+                let after = rfc6902(&before, &serde_json::to_value(&patch).unwrap())
+                    .map_err(TestCaseError::fail)?;
+
+                let kept: Vec<String> = names
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| !chosen[*i])
+                    .map(|(_, n)| n.clone())
+                    .collect();
+                prop_assert_eq!(pending_names(mechanism, &after), kept);
+                let entries: Vec<String> = names
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| chosen[*i])
+                    .map(|(i, n)| record_entry(n, reasons[i], when))
+                    .collect();
+                let entries = entries.join(",");
+                let record = match &annotations {
+                    Annotations::WithRecord(old) => format!("{old},{entries}"),
+                    _ => entries,
+                };
+                prop_assert_eq!(
+                    after["metadata"]["annotations"][BYPASSED_ANNOTATION].as_str(),
+                    Some(record.as_str())
+                );
+                // Nothing else changed.
+                let mut rest = after.clone();
+                let mut expected = before.clone();
+                for doc in [&mut rest, &mut expected] {
+                    doc["spec"]["schedulingGates"] = Value::Null;
+                    doc["metadata"]["initializers"] = Value::Null;
+                    if let Some(a) = doc["metadata"].get_mut("annotations").and_then(Value::as_object_mut) {
+                        a.remove(BYPASSED_ANNOTATION);
+                    }
+                }
+                if matches!(annotations, Annotations::Absent) {
+                    expected["metadata"]["annotations"] = json!({});
+                }
+                prop_assert_eq!(rest, expected);
+                // The crate that built it agrees.
+                let mut same = before.clone();
+                json_patch::patch(&mut same, &patch).unwrap();
+                prop_assert_eq!(same, after);
             }
         }
     }

@@ -37,7 +37,7 @@ pub use resolve::{
     validate_http_url, webhook_namespace_requirement,
 };
 pub use types::{
-    AfterRestore, BypassVia, CANARY_LABEL, Canary, CanaryResource, Config, Defaults,
+    AfterRestore, BypassVia, CANARY_LABEL, Canary, CanaryResource, Config, Defaults, EventsMode,
     InitializerConfig, LeaderElection, ObjectRef, Operation, OptIn, OptInMode, OwnerSpec, Pileup,
     PileupAction, Requester, ServingCert, Trigger, UnlistedPolicy, WebhookConfig, WebhookId,
     WebhookKind,
@@ -440,6 +440,11 @@ impl Config {
             )?;
         }
         writeln!(out, "dryRun: {}", self.dry_run)?;
+        let events = match self.events {
+            EventsMode::PerPatch => "perPatch (one Warning Event per bypass patch)",
+            EventsMode::Off => "off (no Events about bypassed pods)",
+        };
+        writeln!(out, "events: {events}")?;
         writeln!(out, "maxInFlight: {}", self.max_in_flight)?;
         if !self.webhooks.is_empty() {
             writeln!(out, "webhooks: {}", self.webhooks.len())?;

@@ -42,6 +42,28 @@ impl WaitEnd {
     }
 }
 
+/// What became of one Event (`initguard_events_total`'s `outcome`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EventOutcome {
+    /// The API server created it.
+    Written,
+    /// The API server refused it or did not answer in time.
+    Failed,
+    /// Never sent: this replica stopped leading, or the queue of Events was full.
+    Dropped,
+}
+
+impl EventOutcome {
+    /// Value of the `outcome` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventOutcome::Written => "written",
+            EventOutcome::Failed => "failed",
+            EventOutcome::Dropped => "dropped",
+        }
+    }
+}
+
 /// Every metric the guard exports.
 pub struct Metrics {
     registry: Registry,
@@ -51,6 +73,7 @@ pub struct Metrics {
     pub bypasses_total: IntCounterVec,
     pub bypass_errors_total: IntCounterVec,
     pub bypass_refused_total: IntCounterVec,
+    pub events_total: IntCounterVec,
     pub owner_up: IntGaugeVec,
     pub owner_state: IntGaugeVec,
     pub pileup_max_waiting_pods: IntGaugeVec,
@@ -123,6 +146,15 @@ impl Metrics {
                      initializer.",
                 ),
                 &["initializer", "reason"],
+            )?,
+            events_total: IntCounterVec::new(
+                Opts::new(
+                    "initguard_events_total",
+                    "Events initguard wrote (written), that the API server refused or did not \
+                     answer (failed), or that it gave up before sending (dropped: no longer \
+                     leading, or more waiting than it keeps).",
+                ),
+                &["reason", "outcome"],
             )?,
             owner_up: IntGaugeVec::new(
                 Opts::new(
@@ -245,6 +277,7 @@ impl Metrics {
         r.register(Box::new(m.bypasses_total.clone()))?;
         r.register(Box::new(m.bypass_errors_total.clone()))?;
         r.register(Box::new(m.bypass_refused_total.clone()))?;
+        r.register(Box::new(m.events_total.clone()))?;
         r.register(Box::new(m.owner_up.clone()))?;
         r.register(Box::new(m.owner_state.clone()))?;
         r.register(Box::new(m.pileup_max_waiting_pods.clone()))?;
@@ -286,6 +319,16 @@ impl Metrics {
             // Every owner starts unknown, and an alert needs the series from the start.
             if let Some(owner) = &i.owner {
                 m.set_owner_state(&i.name, owner.kind(), "unknown");
+            }
+        }
+        if config.events == crate::config::EventsMode::PerPatch {
+            for outcome in [
+                EventOutcome::Written,
+                EventOutcome::Failed,
+                EventOutcome::Dropped,
+            ] {
+                m.events_total
+                    .with_label_values(&["InitializerBypassed", outcome.as_str()]);
             }
         }
         // Restart counters exist from the start, so a healthy guard shows 0 rather than no data.
@@ -381,6 +424,13 @@ impl Metrics {
         let label = self.initializer_label(initializer);
         self.bypass_refused_total
             .with_label_values(&[label, by.as_str()])
+            .inc();
+    }
+
+    /// Count one Event of `reason` by what became of it.
+    pub fn event(&self, reason: &str, outcome: EventOutcome) {
+        self.events_total
+            .with_label_values(&[reason, outcome.as_str()])
             .inc();
     }
 

@@ -248,9 +248,11 @@ impl OptedInBy {
 ///
 /// Applies the decision rule to every pending initializer: owner down past its grace, then
 /// deadline, then pileup (first that holds wins). At most one decision per initializer name: a
-/// name pending twice is decided at its first index only. `next_wake` only covers initializers
-/// not decided now, because performing a decision removes the initializer; a failed write is
-/// followed by a re-read and a new `decide`.
+/// name pending twice is decided at its first index only. Every decision is due now and the
+/// caller removes them all in one patch: for gates any set; for legacy initializers the longest
+/// prefix of the pending list whose entries are all due (see [`behind_the_head`]). `next_wake`
+/// only covers initializers not decided now, because performing a decision removes the
+/// initializer; a failed write is followed by a re-read and a new `decide`.
 pub fn decide(
     pod: &PodView<'_>,
     env: &impl Environment,
@@ -266,24 +268,69 @@ pub fn decide(
     let mut seen: HashSet<&str> = HashSet::with_capacity(pod.pending.len());
     for (index, name) in pod.pending.iter().enumerate() {
         let first = seen.insert(name.as_str());
-        // Legacy: only the head is in progress; the other clocks do not run yet.
-        let in_progress = config.mechanism == Mechanism::SchedulingGates || index == 0;
+        if config.mechanism == Mechanism::Initializers && index > 0 {
+            // The caller's decisions so far are exactly the removed prefix when they number `index`.
+            let right_behind = outcome.decisions.len() == index;
+            let plan = behind_the_head(
+                pod,
+                name,
+                right_behind,
+                first,
+                opted_in_by,
+                env,
+                config,
+                now,
+            );
+            let plan = match plan {
+                Behind::Joins(reason) => {
+                    outcome.decisions.push(Decision {
+                        initializer: name.clone(),
+                        index,
+                        reason,
+                        waited: Duration::ZERO,
+                    });
+                    InitializerPlan {
+                        initializer: name.clone(),
+                        index,
+                        waited: Some(Duration::ZERO),
+                        plan: Plan::Bypass { reason },
+                    }
+                }
+                Behind::Waits { owner_down_at } => {
+                    if let Some(at) = owner_down_at {
+                        wake_at(&mut outcome, at);
+                    }
+                    InitializerPlan {
+                        initializer: name.clone(),
+                        index,
+                        waited: None,
+                        plan: Plan::Never {
+                            why: if opted_in {
+                                Plan::NEVER_NOT_HEAD
+                            } else {
+                                Plan::NEVER_NOT_OPTED_IN
+                            },
+                        },
+                    }
+                }
+            };
+            outcome.plans.push(plan);
+            continue;
+        }
         // A start in the future (clock skew) counts as no wait at all.
-        let waited = in_progress.then(|| now.duration_since(start).unwrap_or(Duration::ZERO));
-        let plan = match waited {
-            _ if !opted_in => Plan::Never {
-                why: Plan::NEVER_NOT_OPTED_IN,
-            },
-            None => Plan::Never {
-                why: Plan::NEVER_NOT_HEAD,
-            },
-            Some(_) if !first => Plan::Never {
-                why: Plan::NEVER_DUPLICATE,
-            },
-            Some(_) if validate_initializer_name(name).is_err() => Plan::Never {
-                why: Plan::NEVER_INVALID_NAME,
-            },
-            Some(waited) => {
+        let waited = now.duration_since(start).unwrap_or(Duration::ZERO);
+        let never = if !opted_in {
+            Some(Plan::NEVER_NOT_OPTED_IN)
+        } else if !first {
+            Some(Plan::NEVER_DUPLICATE)
+        } else if validate_initializer_name(name).is_err() {
+            Some(Plan::NEVER_INVALID_NAME)
+        } else {
+            None
+        };
+        let plan = match never {
+            Some(why) => Plan::Never { why },
+            None => {
                 let listed = config.initializer(name);
                 let allowed = |t: Trigger| listed.is_none_or(|i| i.bypass_on.contains(&t));
                 let decided =
@@ -342,11 +389,75 @@ pub fn decide(
         outcome.plans.push(InitializerPlan {
             initializer: name.clone(),
             index,
-            waited,
+            waited: Some(waited),
             plan,
         });
     }
     outcome
+}
+
+/// What happens now to a legacy entry behind the head.
+enum Behind {
+    /// Removed in the same patch as every entry before it.
+    Joins(Reason),
+    /// Not in progress yet. `owner_down_at`: when its owner's grace ends, for the entry right
+    /// behind the entries removed now (it would join them from then on).
+    Waits { owner_down_at: Option<SystemTime> },
+}
+
+/// A legacy entry behind the head (`index > 0`): only the head is in progress, but an entry
+/// right behind the entries removed now joins their patch when it is due the moment it becomes
+/// the head. It has no head-time yet, so only a dead owner past its grace or a deadline of 0
+/// make it due (never a pile, which counts heads only). So a healthy initializer behind a dead
+/// one is never skipped, and the patch removes the longest due prefix.
+#[allow(clippy::too_many_arguments)]
+fn behind_the_head(
+    pod: &PodView<'_>,
+    name: &str,
+    right_behind: bool,
+    first: bool,
+    opted_in_by: OptedInBy,
+    env: &impl Environment,
+    config: &Config,
+    now: SystemTime,
+) -> Behind {
+    let waits = Behind::Waits {
+        owner_down_at: None,
+    };
+    // Every entry before it is removed now, and it is itself a candidate.
+    let candidate = right_behind
+        && opted_in_by.any()
+        && first
+        && validate_initializer_name(name).is_ok()
+        && opted_in_by.admitted_by(config.opt_in_mode(name)).is_ok();
+    if !candidate {
+        return waits;
+    }
+    let listed = config.initializer(name);
+    let allowed =
+        |t: Trigger| t != Trigger::Pileup && listed.is_none_or(|i| i.bypass_on.contains(&t));
+    // Its clock would start now: waited zero.
+    match plan_initializer(pod, name, now, Duration::ZERO, env, config, now, &allowed) {
+        Plan::Bypass { reason } => Behind::Joins(reason),
+        _ => {
+            let owner_down = |t: Trigger| t == Trigger::OwnerDown && allowed(t);
+            match plan_initializer(
+                pod,
+                name,
+                now,
+                Duration::ZERO,
+                env,
+                config,
+                now,
+                &owner_down,
+            ) {
+                Plan::BypassAt { at, .. } => Behind::Waits {
+                    owner_down_at: Some(at),
+                },
+                _ => waits,
+            }
+        }
+    }
 }
 
 /// Keep the earlier of `outcome`'s next wake-up and `at`.
@@ -550,6 +661,7 @@ mod tests {
             secure_listen: None,
             tls: crate::config::ServingCert::SelfSigned,
             dry_run: false,
+            events: crate::config::EventsMode::PerPatch,
             max_in_flight: 16,
             webhooks: Vec::new(),
         }
@@ -1295,11 +1407,17 @@ mod tests {
         );
         assert_eq!(out.next_wake, Some(t(115)));
 
-        // The head's clock runs from when it became the head, not from creation.
+        // The head's clock runs from when it became the head, not from creation; behind it,
+        // AUDIT (deadline 0) and KUEUE (owner down) are due the moment each becomes the head,
+        // so they go in the same patch.
         let due = pod.decide(&env, &config, t(115));
         assert_eq!(
             due.decisions,
-            vec![decision(SIDECAR, 0, Reason::Deadline, secs(15))]
+            vec![
+                decision(SIDECAR, 0, Reason::Deadline, secs(15)),
+                decision(AUDIT, 1, Reason::Deadline, secs(0)),
+                decision(KUEUE, 2, Reason::OwnerDown, secs(0)),
+            ]
         );
     }
 
@@ -1322,10 +1440,109 @@ mod tests {
             kueue_head.decide(&env, &config, t(0)).decisions,
             vec![decision(KUEUE, 0, Reason::OwnerDown, secs(0))]
         );
-        let audit_head = TestPod::new(&[AUDIT, KUEUE]);
+        let audit_head = TestPod::new(&[AUDIT, SIDECAR]);
         assert_eq!(
             audit_head.decide(&env, &config, t(0)).decisions,
             vec![decision(AUDIT, 0, Reason::Deadline, secs(0))]
+        );
+    }
+
+    #[test]
+    fn legacy_removes_the_longest_due_prefix_at_once() {
+        let config = config(Mechanism::Initializers);
+        let env = FakeEnv::default().owner(KUEUE, OwnerState::Down { since: t(-60) });
+        // AUDIT (deadline 0) and KUEUE (owner down past its grace) are due the moment each is
+        // the head; SIDECAR (deadline 15s) has no head-time, so it is not due, nor is what
+        // follows it.
+        let pod = TestPod::new(&[AUDIT, KUEUE, SIDECAR, AUDIT]).head_since(t(-3600));
+        let out = pod.decide(&env, &config, t(0));
+        assert_eq!(
+            out.decisions,
+            vec![
+                decision(AUDIT, 0, Reason::Deadline, secs(3600)),
+                decision(KUEUE, 1, Reason::OwnerDown, secs(0)),
+            ]
+        );
+        assert_eq!(
+            plans(&out),
+            vec![
+                Plan::Bypass {
+                    reason: Reason::Deadline
+                },
+                Plan::Bypass {
+                    reason: Reason::OwnerDown
+                },
+                never(Plan::NEVER_NOT_HEAD),
+                never(Plan::NEVER_NOT_HEAD),
+            ]
+        );
+        let waits: Vec<_> = out.plans.iter().map(|p| p.waited).collect();
+        assert_eq!(waits, vec![Some(secs(3600)), Some(secs(0)), None, None]);
+        assert_eq!(out.next_wake, None);
+    }
+
+    #[test]
+    fn legacy_a_healthy_initializer_behind_a_dead_one_is_never_skipped() {
+        let config = config(Mechanism::Initializers);
+        let env = FakeEnv::default()
+            .owner(KUEUE, OwnerState::Down { since: t(-60) })
+            .owner(SIDECAR, OwnerState::Up { since: t(-60) });
+        // The healthy head is not due: nothing behind it is removed, dead or deadline 0.
+        let pod = TestPod::new(&[SIDECAR, KUEUE, AUDIT]).head_since(t(0));
+        let out = pod.decide(&env, &config, t(5));
+        assert!(out.decisions.is_empty(), "{out:?}");
+        assert_eq!(out.next_wake, Some(t(15)));
+        // The dead head goes; the healthy one behind it stays, and so does what follows.
+        let pod = TestPod::new(&[KUEUE, SIDECAR, AUDIT]).head_since(t(0));
+        let out = pod.decide(&env, &config, t(5));
+        assert_eq!(
+            out.decisions,
+            vec![decision(KUEUE, 0, Reason::OwnerDown, secs(5))]
+        );
+    }
+
+    #[test]
+    fn legacy_an_entry_behind_the_head_is_never_due_by_a_pile_or_its_own_keys_refusal() {
+        let mut config = config(Mechanism::Initializers);
+        config.pileup.action = PileupAction::Bypass;
+        let env = FakeEnv::default().pile(&job(), SIDECAR, 9);
+        let pod = TestPod::new(&[AUDIT, SIDECAR]).controlled_by(job());
+        assert_eq!(
+            pod.decide(&env, &config, t(0)).decisions,
+            vec![decision(AUDIT, 0, Reason::Deadline, secs(0))]
+        );
+        // An entry whose optIn refuses the pod stops the prefix, as does a duplicate.
+        let mut config = self::config(Mechanism::Initializers);
+        config.initializers[1].opt_in = OptInMode::None;
+        let env = FakeEnv::default().owner(KUEUE, OwnerState::Down { since: t(-60) });
+        let pod = TestPod::new(&[KUEUE, AUDIT, KUEUE]);
+        assert_eq!(
+            pod.decide(&env, &config, t(0)).decisions,
+            vec![decision(KUEUE, 0, Reason::OwnerDown, secs(0))]
+        );
+        let config = self::config(Mechanism::Initializers);
+        let pod = TestPod::new(&[KUEUE, KUEUE]);
+        assert_eq!(pod.decide(&env, &config, t(0)).decisions.len(), 1);
+    }
+
+    #[test]
+    fn legacy_wakes_when_the_owner_of_the_entry_right_behind_the_removed_ones_is_due() {
+        let config = config(Mechanism::Initializers);
+        // KUEUE's grace is 30s: its owner went down 10s ago.
+        let env = FakeEnv::default().owner(KUEUE, OwnerState::Down { since: t(-10) });
+        let pod = TestPod::new(&[AUDIT, KUEUE]);
+        let out = pod.decide(&env, &config, t(0));
+        assert_eq!(
+            out.decisions,
+            vec![decision(AUDIT, 0, Reason::Deadline, secs(0))]
+        );
+        assert_eq!(out.next_wake, Some(t(20)));
+        assert_eq!(
+            pod.decide(&env, &config, t(20)).decisions,
+            vec![
+                decision(AUDIT, 0, Reason::Deadline, secs(0)),
+                decision(KUEUE, 1, Reason::OwnerDown, secs(0)),
+            ]
         );
     }
 
@@ -1557,7 +1774,9 @@ mod tests {
                 prop_assert_eq!(plan.index, i);
                 prop_assert_eq!(&plan.initializer, &pod.pending[i]);
                 if legacy && i > 0 {
-                    prop_assert_eq!(plan.waited, None, "non-head clock ran");
+                    // Behind the head only an entry removed with the head has a wait: zero.
+                    let expected = (i < out.decisions.len()).then_some(Duration::ZERO);
+                    prop_assert_eq!(plan.waited, expected, "non-head clock ran");
                 }
                 if let Plan::BypassAt { at, .. } = plan.plan {
                     prop_assert!(at > now);
@@ -1585,13 +1804,18 @@ mod tests {
                 decided_names.push(d.initializer.clone());
                 prop_assert_eq!(&out.plans[d.index].plan, &Plan::Bypass { reason: d.reason });
                 prop_assert_eq!(out.plans[d.index].waited, Some(d.waited));
+                let behind = legacy && d.index > 0;
                 if legacy {
-                    prop_assert_eq!(d.index, 0);
+                    prop_assert_eq!(d.index, decided_names.len() - 1, "not a prefix");
                 }
                 let deadline = config.deadline_for(&d.initializer);
                 prop_assert!(deadline.is_some(), "decided an ignored initializer");
                 let deadline = deadline.unwrap_or_default();
-                let waited = now.duration_since(world.start()).unwrap_or_default();
+                let waited = if behind {
+                    Duration::ZERO
+                } else {
+                    now.duration_since(world.start()).unwrap_or_default()
+                };
                 prop_assert_eq!(d.waited, waited);
                 // Trust: the initializer's own optIn mode and bypassOn are never exceeded
                 // (read from the config as written, not through the code under test).
@@ -1623,6 +1847,7 @@ mod tests {
                         prop_assert!(!owner_down, "owner_down has precedence");
                     }
                     Reason::Pileup => {
+                        prop_assert!(!behind, "a pile removed an entry behind the head");
                         prop_assert_eq!(config.pileup.action, PileupAction::Bypass);
                         prop_assert!(pod.controller.is_some());
                         let min_wait = config.pileup.min_wait;
@@ -1669,8 +1894,30 @@ mod tests {
                 .initializers
                 .iter()
                 .all(|i| i.opt_in == OptInMode::Any && i.bypass_on == Trigger::ALL);
+            // Legacy: the entry right behind the removed ones may wake the loop when its owner's
+            // grace ends (it would join them then).
+            let behind_wake = out
+                .decisions
+                .last()
+                .filter(|_| legacy)
+                .and_then(|_| pod.pending.get(out.decisions.len()))
+                .and_then(|name| match world.env().owner_state(name) {
+                    OwnerState::Down { since } => Some(since + world.grace(name)),
+                    _ => None,
+                })
+                .filter(|at| *at > now);
             if unrestricted {
-                prop_assert_eq!(out.next_wake, earliest_planned);
+                let expected = match (earliest_planned, behind_wake) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+                prop_assert!(
+                    out.next_wake == earliest_planned || out.next_wake == expected,
+                    "next_wake {:?}, planned {:?}, behind {:?}",
+                    out.next_wake,
+                    earliest_planned,
+                    behind_wake
+                );
             } else if let Some(planned) = earliest_planned {
                 prop_assert!(out.next_wake.is_some_and(|w| w <= planned));
             }
@@ -1687,6 +1934,42 @@ mod tests {
                     let due = world.start() + deadline;
                     prop_assert!(due > now);
                     prop_assert!(out.next_wake.is_some_and(|w| w <= due));
+                }
+            }
+            // Completeness, judged from the config as written: every entry due now without a
+            // pile is decided (gates: any; legacy: the head, then each entry right behind the
+            // removed ones, at a wait of zero), and nothing behind a legacy entry that stays.
+            let due = |index: usize, waited: Duration| -> bool {
+                let name = &pod.pending[index];
+                let listed = config.initializers.iter().find(|i| i.name == *name);
+                let on = |t: Trigger| listed.is_none_or(|i| i.bypass_on.contains(&t));
+                let Some(deadline) = config.deadline_for(name) else {
+                    return false;
+                };
+                !pod.pending[..index].contains(name)
+                    && opted_in_for(&pod.view(), name, config).is_ok()
+                    && ((world.owner_down_due(name, now) && on(Trigger::OwnerDown))
+                        || (waited >= deadline && on(Trigger::Deadline)))
+            };
+            let waited = now.duration_since(world.start()).unwrap_or_default();
+            for index in 0..pod.pending.len() {
+                let decided = out.decisions.iter().any(|d| d.index == index);
+                if !legacy {
+                    prop_assert!(
+                        decided || !due(index, waited),
+                        "due gate {} not decided",
+                        index
+                    );
+                } else if index == 0 {
+                    prop_assert!(decided || !due(0, waited), "due head not decided");
+                } else if index == out.decisions.len() {
+                    prop_assert!(
+                        !due(index, Duration::ZERO),
+                        "due prefix not maximal at {}",
+                        index
+                    );
+                } else if index > out.decisions.len() {
+                    prop_assert!(!decided, "skipped an entry that stays");
                 }
             }
             // Refusals: only of initializers not decided, each for a reason its keys give.

@@ -3,14 +3,14 @@
 //! build). Pod JSON from a hostile or broken API server, through everything the guard does with it:
 //! decoding, the tracker, the decision rule with every owner down and every pile over its
 //! threshold, and the bypass patch. Oracle: whenever the patch's preconditions hold in the
-//! document itself (same uid, the decided name at the decided index), applying the patch to the
-//! document succeeds, removes exactly that entry and records exactly that bypass.
+//! document itself (same uid, each decided name at its decided index), applying the one patch to
+//! the document succeeds, removes exactly those entries and records exactly those bypasses.
 
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, SystemTime};
 
 use initguard::bypass::{
-    BYPASSED_ANNOTATION, BypassTarget, bypass_patch, parse_records, pending_pointer,
+    BYPASSED_ANNOTATION, BypassTarget, Removal, bypass_patch, parse_records, pending_pointer,
 };
 use initguard::config::names::validate_initializer_name;
 use initguard::config::{Config, Mechanism};
@@ -73,61 +73,84 @@ pub fn check(data: &[u8]) {
             continue;
         };
         let outcome = policy::decide(&tracked.view(), &AllDown, config, now);
-        for d in outcome.decisions {
-            let target = BypassTarget {
-                uid: &tracked.uid,
-                resource_version: &tracked.resource_version,
+        if outcome.decisions.is_empty() {
+            continue;
+        }
+        let target = BypassTarget {
+            uid: &tracked.uid,
+            resource_version: &tracked.resource_version,
+            annotations_present: tracked.annotations_present,
+            previous_record: tracked.bypassed_record.as_deref(),
+            // The label precondition is the actuator's business; this oracle checks the rest.
+            opt_in_label: None,
+        };
+        let removals: Vec<Removal> = outcome
+            .decisions
+            .iter()
+            .map(|d| Removal {
                 index: d.index,
                 initializer: &d.initializer,
-                annotations_present: tracked.annotations_present,
-                previous_record: tracked.bypassed_record.as_deref(),
-                // The label precondition is the actuator's business; this oracle checks the rest.
-                opt_in_label: None,
-            };
-            let patch = bypass_patch(mechanism, &target, d.reason, now);
-            let mut patched = doc.clone();
-            let applied = json_patch::patch(&mut patched, &patch);
-            let same_pod =
-                doc.pointer("/metadata/uid").and_then(Value::as_str) == Some(tracked.uid.as_str());
-            let name_at_index = doc
-                .pointer(&format!("{}/name", pending_pointer(mechanism, d.index)))
+                reason: d.reason,
+            })
+            .collect();
+        let patch = bypass_patch(mechanism, &target, &removals, now);
+        let mut patched = doc.clone();
+        let applied = json_patch::patch(&mut patched, &patch);
+        let same_pod =
+            doc.pointer("/metadata/uid").and_then(Value::as_str) == Some(tracked.uid.as_str());
+        let names_at_indexes = outcome.decisions.iter().all(|d| {
+            doc.pointer(&format!("{}/name", pending_pointer(mechanism, d.index)))
                 .and_then(Value::as_str)
-                == Some(d.initializer.as_str());
-            let annotations_ok = doc
-                .pointer("/metadata/annotations")
-                .is_some_and(Value::is_object)
-                || doc
-                    .pointer("/metadata/resourceVersion")
-                    .and_then(Value::as_str)
-                    == Some(tracked.resource_version.as_str());
-            if !(same_pod && name_at_index && annotations_ok) {
-                continue;
-            }
-            assert!(applied.is_ok(), "{applied:?}: {patch:?} on {doc}");
-            let mut expected = entries(&doc, mechanism).cloned().unwrap_or_default();
-            expected.remove(d.index);
-            let after = entries(&patched, mechanism).cloned().unwrap_or_default();
-            assert_eq!(after, expected, "not exactly the decided entry removed");
-            // Names outside the documented charset are never decided: their record would be
-            // ambiguous (tests/reliability/bad_input.rs, record_of_an_odd_name).
+                == Some(d.initializer.as_str())
+        });
+        let annotations_ok = doc
+            .pointer("/metadata/annotations")
+            .is_some_and(Value::is_object)
+            || doc
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                == Some(tracked.resource_version.as_str());
+        if !(same_pod && names_at_indexes && annotations_ok) {
+            continue;
+        }
+        assert!(applied.is_ok(), "{applied:?}: {patch:?} on {doc}");
+        let expected: Vec<Value> = entries(&doc, mechanism)
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !outcome.decisions.iter().any(|d| d.index == *i))
+            .map(|(_, entry)| entry)
+            .collect();
+        let after = entries(&patched, mechanism).cloned().unwrap_or_default();
+        assert_eq!(after, expected, "not exactly the decided entries removed");
+        // Names outside the documented charset are never decided: their record would be
+        // ambiguous (tests/reliability/bad_input.rs, record_of_an_odd_name).
+        for d in &outcome.decisions {
             assert!(
                 validate_initializer_name(&d.initializer).is_ok(),
                 "decided on {:?}",
                 d.initializer
             );
-            let record = patched
-                .pointer(&format!(
-                    "/metadata/annotations/{}",
-                    BYPASSED_ANNOTATION.replace('/', "~1")
-                ))
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            let last = parse_records(record).pop();
-            assert_eq!(
-                last.map(|r| (r.initializer, r.reason)),
-                Some((d.initializer.clone(), d.reason.as_str().to_owned())),
-                "record {record:?}"
-            );
         }
+        let record = patched
+            .pointer(&format!(
+                "/metadata/annotations/{}",
+                BYPASSED_ANNOTATION.replace('/', "~1")
+            ))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let records = parse_records(record);
+        let last: Vec<(String, String)> = records
+            .iter()
+            .skip(records.len().saturating_sub(outcome.decisions.len()))
+            .map(|r| (r.initializer.clone(), r.reason.clone()))
+            .collect();
+        let decided: Vec<(String, String)> = outcome
+            .decisions
+            .iter()
+            .map(|d| (d.initializer.clone(), d.reason.as_str().to_owned()))
+            .collect();
+        assert_eq!(last, decided, "record {record:?}");
     }
 }

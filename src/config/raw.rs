@@ -10,8 +10,8 @@ use serde::de::{self, Deserializer, Visitor};
 use kube_common::Mechanism;
 
 use super::types::{
-    AfterRestore, BypassVia, CanaryResource, Operation, OptInMode, PileupAction, Trigger,
-    UnlistedPolicy,
+    AfterRestore, BypassVia, CanaryResource, EventsMode, Operation, OptInMode, PileupAction,
+    Trigger, UnlistedPolicy,
 };
 
 #[derive(Debug, Default, Deserialize)]
@@ -32,6 +32,7 @@ pub(super) struct RawConfig {
     pub secure_listen: Option<String>,
     pub tls: Option<RawTls>,
     pub dry_run: Option<bool>,
+    pub events: Option<EventsMode>,
     pub max_in_flight: Option<Count>,
     pub webhooks: Option<Vec<RawWebhook>>,
 }

@@ -12,9 +12,10 @@ use super::raw::{
     Count, HumanDuration, RawConfig, RawHttp, RawInitializer, RawOwner, RawTls, RawWebhook,
 };
 use super::types::{
-    AfterRestore, BypassVia, Canary, CanaryResource, Config, Defaults, InitializerConfig,
-    LeaderElection, ObjectRef, OptIn, OptInMode, OwnerSpec, Pileup, PileupAction, Requester,
-    ServingCert, Trigger, UnlistedPolicy, WebhookConfig, WebhookId, WebhookKind,
+    AfterRestore, BypassVia, Canary, CanaryResource, Config, Defaults, EventsMode,
+    InitializerConfig, LeaderElection, ObjectRef, OptIn, OptInMode, OwnerSpec, Pileup,
+    PileupAction, Requester, ServingCert, Trigger, UnlistedPolicy, WebhookConfig, WebhookId,
+    WebhookKind,
 };
 use kube_common::Mechanism;
 use kube_common::names::{
@@ -1068,6 +1069,7 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
         secure_listen,
         tls,
         dry_run: raw.dry_run.unwrap_or(false),
+        events: raw.events.unwrap_or(EventsMode::PerPatch),
         // Bounded by MAX_IN_FLIGHT_LIMIT above.
         max_in_flight: usize::try_from(max_in_flight).unwrap_or(DEFAULT_MAX_IN_FLIGHT),
         webhooks,

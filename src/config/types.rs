@@ -31,6 +31,8 @@ pub struct Config {
     /// The HTTPS listener's certificate.
     pub tls: ServingCert,
     pub dry_run: bool,
+    /// Whether each bypass patch is recorded with a Warning Event on the pod.
+    pub events: EventsMode,
     /// Most bypass patches in flight at once (default 16).
     pub max_in_flight: usize,
     /// Listed admission webhooks (README "Admission webhooks").
@@ -478,6 +480,16 @@ impl OwnerSpec {
 pub struct ObjectRef {
     pub namespace: String,
     pub name: String,
+}
+
+/// Events about bypassed pods (`events`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum EventsMode {
+    /// One Warning Event per bypass patch, naming every initializer it removed (the default).
+    PerPatch,
+    /// None: the `initguard.io/bypassed` record, the log and the metrics remain.
+    Off,
 }
 
 /// What to do with initializers not listed in the config.

@@ -1,5 +1,5 @@
-//! The pod writer: removes a decided initializer with an atomic JSON Patch and records a
-//! core/v1 Event for it.
+//! The pod writer: removes every initializer decided for a pod with one atomic JSON Patch and
+//! records a core/v1 Event for that patch.
 //!
 //! Concurrency is bounded; a failed `test` (the pod changed under us) is never retried blindly:
 //! the pod is re-read and handed back for a fresh decision. Transient API failures are retried
@@ -19,9 +19,9 @@ use tracing::{debug, info, warn};
 
 use super::fence::Fence;
 use super::write::{self, Refusal, Subject};
-use crate::bypass::{BypassTarget, bypass_patch};
-use crate::config::Config;
-use crate::metrics::Metrics;
+use crate::bypass::{BypassTarget, Removal, bypass_patch};
+use crate::config::{Config, EventsMode};
+use crate::metrics::{EventOutcome, Metrics};
 use crate::pod::SlimPod;
 use crate::policy::Reason;
 use crate::tracker::PodKey;
@@ -29,7 +29,7 @@ use crate::tracker::PodKey;
 /// Attempts per bypass before it counts as an error.
 const MAX_ATTEMPTS: u32 = 6;
 
-/// One decided bypass with everything the patch and the Event need.
+/// One decided bypass of a pod (one patch) with everything the patch and the Event need.
 #[derive(Debug, Clone)]
 pub struct Bypass {
     pub key: PodKey,
@@ -37,15 +37,23 @@ pub struct Bypass {
     pub name: String,
     pub uid: String,
     pub resource_version: String,
-    pub index: usize,
-    pub initializer: String,
-    pub reason: Reason,
-    pub waited: Duration,
+    /// Every initializer the patch removes, in pending order; never empty.
+    pub removals: Vec<Removed>,
     pub annotations_present: bool,
     pub previous_record: Option<String>,
     /// The opt-in label (key, value) as observed when deciding; None when the namespace opts
     /// the pod in. The patch tests it, so a pod opted out meanwhile is never touched.
     pub opt_in_label: Option<(String, String)>,
+}
+
+/// One initializer a bypass removes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Removed {
+    /// Its index in the pending list as read.
+    pub index: usize,
+    pub initializer: String,
+    pub reason: Reason,
+    pub waited: Duration,
     /// The owner's state in words, for the Event and the log line.
     pub owner: String,
 }
@@ -93,6 +101,9 @@ pub struct Actuator {
 
 /// Bypasses waiting for a free slot.
 const QUEUE: usize = 4096;
+/// Events of written patches kept until the burst is over; beyond this they are dropped (and
+/// counted), so a long burst cannot grow memory without bound.
+const MAX_UNRECORDED: usize = 50_000;
 
 impl Actuator {
     /// The actuator and its worker task, for the caller to spawn as a writer (see
@@ -174,7 +185,7 @@ impl Worker {
                 _ = cancel.cancelled() => break,
                 Some(done) = patches.join_next(), if !patches.is_empty() => {
                     if let Some(bypass) = joined(done) {
-                        unrecorded.push_back(bypass);
+                        self.keep_for_event(&mut unrecorded, bypass);
                     }
                 }
                 Some(done) = events.join_next(), if !events.is_empty() => joined(done),
@@ -205,7 +216,7 @@ impl Worker {
         // the lifecycle's shutdown deadline bounds the whole), then the Events are written.
         while let Some(done) = patches.join_next().await {
             if let Some(bypass) = joined(done) {
-                unrecorded.push_back(bypass);
+                self.keep_for_event(&mut unrecorded, bypass);
             }
         }
         for bypass in unrecorded.drain(..) {
@@ -218,6 +229,21 @@ impl Worker {
         }
     }
 
+    /// Queue the Event of a written patch (`events: perPatch`), or drop and count it when
+    /// the queue is full.
+    fn keep_for_event(&self, unrecorded: &mut VecDeque<Bypass>, bypass: Bypass) {
+        if self.config.events == EventsMode::Off {
+            return;
+        }
+        if unrecorded.len() >= MAX_UNRECORDED {
+            self.metrics
+                .event(BYPASS_EVENT_REASON, EventOutcome::Dropped);
+            debug!(pod = %bypass.key, "too many Events waiting; this one is dropped");
+            return;
+        }
+        unrecorded.push_back(bypass);
+    }
+
     fn reply(&self, reply: Reply) {
         // The loop may already be gone at shutdown; nothing to do then.
         let _ = self.replies.send(reply);
@@ -225,9 +251,11 @@ impl Worker {
 
     async fn execute(&self, bypass: Bypass, cancel: &CancellationToken) -> Reply {
         if self.config.dry_run {
-            info!(pod = %bypass.key, initializer = %bypass.initializer, reason = bypass.reason.as_str(),
-                waited = ?bypass.waited, owner = %bypass.owner, "dry-run: would bypass initializer");
-            self.metrics.bypassed(&bypass.initializer, bypass.reason);
+            for r in &bypass.removals {
+                info!(pod = %bypass.key, initializer = %r.initializer, reason = r.reason.as_str(),
+                    waited = ?r.waited, owner = %r.owner, "dry-run: would bypass initializer");
+                self.metrics.bypassed(&r.initializer, r.reason);
+            }
             return Reply::DryRun { bypass };
         }
         let api: Api<SlimPod> = Api::namespaced(self.client.clone(), &bypass.namespace);
@@ -237,13 +265,15 @@ impl Worker {
             let error = match self.attempt(&api, &bypass, cancel).await {
                 Attempt::NotAdmitted => return Reply::Skipped { bypass },
                 Attempt::Done(pod) => {
-                    self.metrics.bypassed(&bypass.initializer, bypass.reason);
-                    info!(pod = %bypass.key, initializer = %bypass.initializer, reason = bypass.reason.as_str(),
-                        waited = ?bypass.waited, owner = %bypass.owner, "bypassed initializer");
+                    for r in &bypass.removals {
+                        self.metrics.bypassed(&r.initializer, r.reason);
+                        info!(pod = %bypass.key, initializer = %r.initializer, reason = r.reason.as_str(),
+                            waited = ?r.waited, owner = %r.owner, "bypassed initializer");
+                    }
                     return Reply::Bypassed { bypass, pod };
                 }
                 Attempt::Refused(Refusal::Changed) => {
-                    debug!(pod = %bypass.key, initializer = %bypass.initializer, "pod changed; re-reading");
+                    debug!(pod = %bypass.key, initializers = %bypass.names(), "pod changed; re-reading");
                     let pod = match api.get_opt(&bypass.name).await {
                         Ok(Some(pod)) => Some(Box::new(pod)),
                         Ok(None) => return Reply::Gone { bypass },
@@ -259,15 +289,15 @@ impl Worker {
                     return Reply::Gone { bypass };
                 }
                 Attempt::Refused(Refusal::Refused(error)) => {
-                    self.metrics.bypass_failed(&bypass.initializer);
-                    warn!(pod = %bypass.key, initializer = %bypass.initializer, %error, "bypass refused");
+                    self.count_failed(&bypass);
+                    warn!(pod = %bypass.key, initializers = %bypass.names(), %error, "bypass refused");
                     return Reply::Failed { bypass, error };
                 }
                 Attempt::Refused(Refusal::Transient(error)) => error,
             };
             if attempt >= MAX_ATTEMPTS {
-                self.metrics.bypass_failed(&bypass.initializer);
-                warn!(pod = %bypass.key, initializer = %bypass.initializer, attempts = attempt, %error,
+                self.count_failed(&bypass);
+                warn!(pod = %bypass.key, initializers = %bypass.names(), attempts = attempt, %error,
                     "bypass failed after retries");
                 return Reply::Failed { bypass, error };
             }
@@ -292,8 +322,6 @@ impl Worker {
         let target = BypassTarget {
             uid: &bypass.uid,
             resource_version: &bypass.resource_version,
-            index: bypass.index,
-            initializer: &bypass.initializer,
             annotations_present: bypass.annotations_present,
             previous_record: bypass.previous_record.as_deref(),
             opt_in_label: bypass
@@ -301,12 +329,16 @@ impl Worker {
                 .as_ref()
                 .map(|(k, v)| (k.as_str(), v.as_str())),
         };
-        let patch = bypass_patch(
-            self.config.mechanism,
-            &target,
-            bypass.reason,
-            SystemTime::now(),
-        );
+        let removals: Vec<Removal<'_>> = bypass
+            .removals
+            .iter()
+            .map(|r| Removal {
+                index: r.index,
+                initializer: &r.initializer,
+                reason: r.reason,
+            })
+            .collect();
+        let patch = bypass_patch(self.config.mechanism, &target, &removals, SystemTime::now());
         let (params, patch) = (PatchParams::default(), Patch::Json::<()>(patch));
         let write = api.patch(&bypass.name, &params, &patch);
         // A write without answer may still be committed: retrying is safe because the patch
@@ -321,7 +353,14 @@ impl Worker {
     /// The `InitializerBypassed` Warning Event of `bypass`, through the fence.
     async fn record(&self, bypass: &Bypass, cancel: &CancellationToken) {
         let event = bypass_event(bypass, &self.identity, jiff::Timestamp::now());
-        write::publish(&self.client, &self.fence, cancel, event).await;
+        write::publish(&self.client, &self.fence, &self.metrics, cancel, event).await;
+    }
+
+    /// One bypass error per initializer the failed patch would have removed.
+    fn count_failed(&self, bypass: &Bypass) {
+        for r in &bypass.removals {
+            self.metrics.bypass_failed(&r.initializer);
+        }
     }
 }
 
@@ -336,19 +375,48 @@ fn joined<T: Default>(done: Result<T, tokio::task::JoinError>) -> T {
     }
 }
 
-/// The Warning Event `InitializerBypassed` for one bypass.
+impl Bypass {
+    /// The names this patch removes, comma-separated, for log lines.
+    pub fn names(&self) -> String {
+        let names: Vec<&str> = self
+            .removals
+            .iter()
+            .map(|r| r.initializer.as_str())
+            .collect();
+        names.join(",")
+    }
+}
+
+/// The reason of the Warning Event each bypass patch is recorded with.
+pub const BYPASS_EVENT_REASON: &str = "InitializerBypassed";
+
+/// The Warning Event `InitializerBypassed` for one bypass patch, naming every initializer it
+/// removed with its reason, wait and owner.
 fn bypass_event(
     bypass: &Bypass,
     identity: &str,
     now: jiff::Timestamp,
 ) -> k8s_openapi::api::core::v1::Event {
-    let note = format!(
-        "initguard removed initializer {} ({}) after waiting {}; owner: {}",
-        bypass.initializer,
-        bypass.reason.as_str(),
-        humantime::format_duration(Duration::from_secs(bypass.waited.as_secs())),
-        bypass.owner
-    );
+    let one = |r: &Removed| {
+        format!(
+            "{} ({}) after waiting {}; owner: {}",
+            r.initializer,
+            r.reason.as_str(),
+            humantime::format_duration(Duration::from_secs(r.waited.as_secs())),
+            r.owner
+        )
+    };
+    let note = match bypass.removals.as_slice() {
+        [r] => format!("initguard removed initializer {}", one(r)),
+        all => {
+            let each: Vec<String> = all.iter().map(one).collect();
+            format!(
+                "initguard removed {} initializers in one patch: {}",
+                all.len(),
+                each.join(" | ")
+            )
+        }
+    };
     let pod = Subject {
         api_version: "v1".into(),
         kind: "Pod".into(),
@@ -356,7 +424,7 @@ fn bypass_event(
         name: bypass.name.clone(),
         uid: Some(bypass.uid.clone()),
     };
-    write::event(&pod, "InitializerBypassed", "Bypass", note, identity, now)
+    write::event(&pod, BYPASS_EVENT_REASON, "Bypass", note, identity, now)
 }
 
 #[cfg(test)]
@@ -371,14 +439,16 @@ mod tests {
             name: "web-1".into(),
             uid: "uid-1".into(),
             resource_version: "7".into(),
-            index: 0,
-            initializer: "sidecar.example.com".into(),
-            reason: Reason::OwnerDown,
-            waited: Duration::from_millis(95_700),
+            removals: vec![Removed {
+                index: 0,
+                initializer: "sidecar.example.com".into(),
+                reason: Reason::OwnerDown,
+                waited: Duration::from_millis(95_700),
+                owner: "deployment kube-system/sidecar down".into(),
+            }],
             annotations_present: false,
             previous_record: None,
             opt_in_label: None,
-            owner: "deployment kube-system/sidecar down".into(),
         };
         let now: jiff::Timestamp = "2026-11-25T10:00:00.5Z".parse().unwrap();
         let event = bypass_event(&bypass, "master-1_ab12cd34", now);
@@ -405,5 +475,46 @@ mod tests {
                  1m 35s; owner: deployment kube-system/sidecar down"
             )
         );
+    }
+
+    #[test]
+    fn one_event_names_every_initializer_of_the_patch() {
+        let removed = |initializer: &str, reason, secs, owner: &str| Removed {
+            index: 0,
+            initializer: initializer.into(),
+            reason,
+            waited: Duration::from_secs(secs),
+            owner: owner.into(),
+        };
+        let bypass = Bypass {
+            key: "team-a/web-1".into(),
+            namespace: "team-a".into(),
+            name: "web-1".into(),
+            uid: "uid-1".into(),
+            resource_version: "7".into(),
+            removals: vec![
+                removed(
+                    "a.example.com",
+                    Reason::OwnerDown,
+                    95,
+                    "lease kube-system/a down",
+                ),
+                removed("b.example.com", Reason::Deadline, 0, "none"),
+            ],
+            annotations_present: false,
+            previous_record: None,
+            opt_in_label: None,
+        };
+        let now: jiff::Timestamp = "2026-11-25T10:00:00.5Z".parse().unwrap();
+        let event = bypass_event(&bypass, "master-1_ab12cd34", now);
+        assert_eq!(
+            event.message.as_deref(),
+            Some(
+                "initguard removed 2 initializers in one patch: a.example.com (owner_down) after \
+                 waiting 1m 35s; owner: lease kube-system/a down | b.example.com (deadline) \
+                 after waiting 0s; owner: none"
+            )
+        );
+        assert_eq!(bypass.names(), "a.example.com,b.example.com");
     }
 }

@@ -428,6 +428,7 @@ impl Sweep {
         write::warn_about(
             &self.client,
             &self.fence,
+            &self.metrics,
             cancel,
             &self.identity,
             &subject,

@@ -20,7 +20,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-use super::actuator::{Actuator, Bypass, Reply};
+use super::actuator::{Actuator, Bypass, Removed, Reply};
 use super::shared::Shared;
 use super::wakes::Wakes;
 use crate::config::Config;
@@ -45,9 +45,8 @@ const RETRY_STALE_AFTER: Duration = Duration::from_secs(2);
 /// A bypass handed to the actuator and not yet seen done in the pod watch.
 struct InFlight {
     uid: String,
-    initializer: String,
-    /// Count of `initializer` on the pod before the patch.
-    count_before: usize,
+    /// Each initializer the patch removes, with its count on the pod before the patch.
+    removing: Vec<(String, usize)>,
     /// Set once the actuator reports success; the watch must then show it.
     written_at: Option<Instant>,
 }
@@ -380,8 +379,7 @@ impl ControlLoop {
             return;
         }
         let pending = pod.pending(self.shared.config.mechanism);
-        let count = pending.iter().filter(|n| **n == f.initializer).count();
-        if pod.metadata.uid.as_deref() != Some(f.uid.as_str()) || count < f.count_before {
+        if pod.metadata.uid.as_deref() != Some(f.uid.as_str()) || f.done_in(pending) {
             self.in_flight.remove(key);
         }
     }
@@ -393,10 +391,7 @@ impl ControlLoop {
         };
         let tracker = self.shared.tracker();
         match tracker.get(key) {
-            Some(pod) => {
-                let count = pod.pending.iter().filter(|n| **n == f.initializer).count();
-                pod.uid != f.uid || count < f.count_before
-            }
+            Some(pod) => pod.uid != f.uid || f.done_in(&pod.pending),
             None => true,
         }
     }
@@ -441,7 +436,8 @@ impl ControlLoop {
         }
     }
 
-    /// Re-decide one pod: schedule its next wake-up and hand at most one bypass to the actuator.
+    /// Re-decide one pod: schedule its next wake-up and hand at most one bypass (one patch,
+    /// removing everything due now) to the actuator.
     fn decide(&mut self, key: &str) {
         let now = SystemTime::now();
         let shared = self.shared.clone();
@@ -473,29 +469,45 @@ impl ControlLoop {
         if !shared.is_leader() || self.in_flight.contains_key(key) {
             return;
         }
-        let decision = outcome.decisions.into_iter().find(|d| {
-            !self
-                .dry_run_done
-                .contains(&(pod.uid.clone(), d.initializer.clone()))
-        });
-        let Some(d) = decision else { return };
-        let owner = super::shared::describe_owner(&shared, &d.initializer, now);
+        // Everything due now goes in one patch (legacy: the due prefix, which the policy gives
+        // in order); in dry-run, what was already logged is not logged again.
+        let removals: Vec<Removed> = outcome
+            .decisions
+            .into_iter()
+            .filter(|d| {
+                !self
+                    .dry_run_done
+                    .contains(&(pod.uid.clone(), d.initializer.clone()))
+            })
+            .map(|d| Removed {
+                owner: super::shared::describe_owner(&shared, &d.initializer, now),
+                index: d.index,
+                initializer: d.initializer,
+                reason: d.reason,
+                waited: d.waited,
+            })
+            .collect();
+        if removals.is_empty() {
+            return;
+        }
+        let removing = removals
+            .iter()
+            .map(|r| {
+                let count = pod.pending.iter().filter(|n| **n == r.initializer).count();
+                (r.initializer.clone(), count)
+            })
+            .collect();
         let bypass = Bypass {
             key: key.to_owned(),
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
             uid: pod.uid.clone(),
             resource_version: pod.resource_version.clone(),
-            index: d.index,
-            initializer: d.initializer.clone(),
-            reason: d.reason,
-            waited: d.waited,
+            removals,
             annotations_present: pod.annotations_present,
             previous_record: pod.bypassed_record.clone(),
             opt_in_label: opt_in_label(&shared.config, pod),
-            owner,
         };
-        let count_before = pod.pending.iter().filter(|n| **n == d.initializer).count();
         let uid = pod.uid.clone();
         drop(tracker);
         match self.actuator.try_submit(bypass) {
@@ -504,8 +516,7 @@ impl ControlLoop {
                     key.to_owned(),
                     InFlight {
                         uid,
-                        initializer: d.initializer,
-                        count_before,
+                        removing,
                         written_at: None,
                     },
                 );
@@ -556,7 +567,10 @@ impl ControlLoop {
                 }
             }
             Reply::DryRun { bypass } => {
-                self.dry_run_done.insert((bypass.uid, bypass.initializer));
+                for r in bypass.removals {
+                    self.dry_run_done
+                        .insert((bypass.uid.clone(), r.initializer));
+                }
                 self.in_flight.remove(&key);
                 self.decide(&key);
             }
@@ -602,6 +616,16 @@ impl ControlLoop {
                 self.decide(&key);
             }
         }
+    }
+}
+
+impl InFlight {
+    /// Whether `pending` shows the patch applied: every initializer it removes is pending
+    /// fewer times than before (the patch is atomic, so a watch event shows all or none).
+    fn done_in<S: AsRef<str>>(&self, pending: &[S]) -> bool {
+        self.removing
+            .iter()
+            .all(|(name, before)| pending.iter().filter(|n| n.as_ref() == name).count() < *before)
     }
 }
 

@@ -762,6 +762,7 @@ impl WebhookGuard {
         write::warn_about(
             &self.client,
             &self.fence,
+            &self.metrics,
             cancel,
             &self.identity,
             &configuration,

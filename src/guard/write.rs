@@ -12,6 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
 use super::fence::Fence;
+use crate::metrics::{EventOutcome, Metrics};
 
 const BACKOFF_BASE: Duration = Duration::from_millis(200);
 const BACKOFF_MAX: Duration = Duration::from_secs(5);
@@ -149,6 +150,7 @@ pub fn event(
 pub async fn warn_about(
     client: &kube::Client,
     fence: &Fence,
+    metrics: &Metrics,
     cancel: &CancellationToken,
     identity: &str,
     subject: &Subject,
@@ -164,14 +166,15 @@ pub async fn warn_about(
         identity,
         jiff::Timestamp::now(),
     );
-    publish(client, fence, cancel, event).await;
+    publish(client, fence, metrics, cancel, event).await;
 }
 
 /// Write `event` through the fence. A lost Event never undoes or repeats the change it
-/// records: failures are logged only.
+/// records: failures are logged and counted in `initguard_events_total` only.
 pub async fn publish(
     client: &kube::Client,
     fence: &Fence,
+    metrics: &Metrics,
     cancel: &CancellationToken,
     event: Event,
 ) {
@@ -183,16 +186,24 @@ pub async fn publish(
     );
     let Ok(permit) = fence.admit(cancel).await else {
         warn!(%about, reason, "not leading any more; event not recorded");
+        metrics.event(&reason, EventOutcome::Dropped);
         return;
     };
     let namespace = event.metadata.namespace.clone().unwrap_or_default();
     let api: Api<Event> = Api::namespaced(client.clone(), &namespace);
     let params = PostParams::default();
-    match permit.send("an Event", api.create(&params, &event)).await {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => warn!(%about, reason, error = %e, "could not record the event"),
-        Err(e) => warn!(%about, reason, error = %e, "recording the event timed out"),
-    }
+    let outcome = match permit.send("an Event", api.create(&params, &event)).await {
+        Ok(Ok(_)) => EventOutcome::Written,
+        Ok(Err(e)) => {
+            warn!(%about, reason, error = %e, "could not record the event");
+            EventOutcome::Failed
+        }
+        Err(e) => {
+            warn!(%about, reason, error = %e, "recording the event timed out");
+            EventOutcome::Failed
+        }
+    };
+    metrics.event(&reason, outcome);
 }
 
 /// `s` cut to at most `max` bytes on a character boundary.

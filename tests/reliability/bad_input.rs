@@ -716,14 +716,17 @@ fn record_of_an_odd_name() {
         let target = initguard::bypass::BypassTarget {
             uid: "u",
             resource_version: "1",
-            index: d.index,
-            initializer: &d.initializer,
             annotations_present: true,
             previous_record: None,
             opt_in_label: Some((OPT_IN, "")),
         };
+        let removal = initguard::bypass::Removal {
+            index: d.index,
+            initializer: &d.initializer,
+            reason: d.reason,
+        };
         let patch =
-            initguard::bypass::bypass_patch(Mechanism::SchedulingGates, &target, d.reason, now);
+            initguard::bypass::bypass_patch(Mechanism::SchedulingGates, &target, &[removal], now);
         let mut patched = doc.clone();
         json_patch::patch(&mut patched, &patch).unwrap();
         let record = patched["metadata"]["annotations"][BYPASSED_ANNOTATION]
