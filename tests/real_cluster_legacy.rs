@@ -10,6 +10,8 @@
 
 use initguard_test_support::testbed;
 
+#[path = "real_cluster_legacy/compat.rs"]
+mod compat;
 #[path = "real_cluster_legacy/differential.rs"]
 mod differential;
 #[path = "real_cluster_legacy/legacy.rs"]
@@ -40,6 +42,14 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     (
         "privilege::the_initialize_grant_is_what_lets_the_guard_initialize",
         |tb| Box::pin(privilege::the_initialize_grant_is_what_lets_the_guard_initialize(tb)),
+    ),
+    (
+        "compat::metainit_compat_initializes_each_pod_with_one_patch",
+        |tb| {
+            Box::pin(compat::metainit_compat_initializes_each_pod_with_one_patch(
+                tb,
+            ))
+        },
     ),
     (
         "differential::sim_1_13_profile_answers_as_the_real_1_13_server",

@@ -20,9 +20,9 @@ const REPLICAS: [(&str, &str); 2] = [
     ("guard-b", "system:initguard-b"),
 ];
 
-/// Every PATCH on pod `name` by a guard (any of the guards' users) succeeded, there is one per
-/// initializer, and the object history shows each of `initializers` removed by a guard exactly
-/// once.
+/// Every PATCH on pod `name` by a guard (any of the guards' users) succeeded, there is at most
+/// one per initializer (one when they were all due at once), and the object history shows each
+/// of `initializers` removed by a guard exactly once.
 fn assert_bypassed_once(c: &Cluster, name: &str, initializers: &[&str]) {
     let is_replica = |user: &str| user.starts_with(GUARD_USER);
     let patches: Vec<RequestRecord> = c
@@ -36,7 +36,10 @@ fn assert_bypassed_once(c: &Cluster, name: &str, initializers: &[&str]) {
                 && r.name.as_deref() == Some(name)
         })
         .collect();
-    assert_eq!(patches.len(), initializers.len(), "{name}: {patches:#?}");
+    assert!(
+        (1..=initializers.len()).contains(&patches.len()),
+        "{name}: {patches:#?}"
+    );
     assert!(
         patches.iter().all(|p| p.status == 200),
         "{name}: {patches:#?}"

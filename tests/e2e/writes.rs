@@ -132,14 +132,20 @@ async fn a_leader_cut_off_stops_writing_before_the_other_takes_over(mechanism: M
         .iter()
         .filter(|r| r.status == 200)
         .count();
+    // Gates due at one instant (same creation, same deadline) go in one patch; a legacy
+    // entry behind the head has no head-time, so its deadline starts once the head is gone.
+    let per_pod = match mechanism {
+        Mechanism::SchedulingGates => 1,
+        Mechanism::Initializers => 2,
+    };
     assert_eq!(
         old_ok,
-        2 * first.len(),
+        per_pod * first.len(),
         "successful patches by the old leader"
     );
     assert_eq!(
         new_ok,
-        2 * second.len(),
+        per_pod * second.len(),
         "successful patches by the new leader"
     );
     for name in first.iter().chain(&second) {

@@ -171,8 +171,9 @@ pub async fn deadline_bypass_removes_only_the_failed_gate(tb: Arc<Testbed>) {
 
 /// The owner Deployment's pod stops being Ready (its "controller" crashed): once the
 /// Deployment has no available replica for `ownerDownGrace`, every labeled pod waiting on its
-/// gate loses it (reason owner_down), after the crash and never before; the scheduler then
-/// binds the pods.
+/// gates loses them (reason owner_down), after the crash and never before, both gates of one
+/// pod in one PATCH; a gate of another owner between them stays. The scheduler then binds the
+/// pods whose gates are all gone.
 pub async fn killed_owner_is_bypassed_and_pods_get_bound(tb: Arc<Testbed>) {
     let ns = "gates-owner";
     tb.namespace(ns);
@@ -183,28 +184,69 @@ pub async fn killed_owner_is_bypassed_and_pods_get_bound(tb: Arc<Testbed>) {
             "initguard",
             &config(&format!(
                 "defaults: {{ ownerDownGrace: 2s }}\ninitializers:\n  - {{ name: {SIDECAR}, \
-                 deadline: 10m, owner: {{ deployment: {ns}/sidecar-injector }} }}\n"
+                 deadline: 10m, owner: {{ deployment: {ns}/sidecar-injector }} }}\n  \
+                 - {{ name: {SECOND}, deadline: 10m, owner: {{ deployment: \
+                 {ns}/sidecar-injector }} }}\n"
             )),
         )
         .await;
     let names = ["a", "b", "c"];
     for n in names {
-        tb.gated_pod(ns, n, true, &[SIDECAR]);
+        tb.gated_pod(ns, n, true, &[SIDECAR, SECOND]);
     }
-    assert_no_pod_write_once_seen(&tb, &guard, ns, 3, "the owner was up").await;
+    tb.gated_pod(ns, "mixed", true, &[SIDECAR, UNLISTED, SECOND]);
+    assert_no_pod_write_once_seen(&tb, &guard, ns, 4, "the owner was up").await;
     let killed_at = owner.kill(&tb).await;
     for n in names {
         bypassed_and_bound(&tb, ns, n).await;
         let annotation = bypass_annotation(&tb, ns, n);
         assert!(
-            annotation.contains(&format!("{SIDECAR}=owner_down@")),
+            annotation.contains(&format!("{SIDECAR}=owner_down@"))
+                && annotation.contains(&format!("{SECOND}=owner_down@")),
             "{n}: {annotation:?}"
         );
     }
+    eventually("mixed keeps only the gate of another owner", || {
+        (tb.gates(ns, "mixed") == [UNLISTED]).then_some(())
+    })
+    .await;
     let patches = guard_patches(&tb, GUARD_USER, ns);
+    // One PATCH removed both gates of `mixed`, highest index first, each tested where it was.
+    let mixed = &patches["mixed"];
+    assert_eq!(mixed.len(), 1, "{mixed:#?}");
+    let ops: Vec<(String, String)> = mixed[0]
+        .request
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|op| {
+            op["path"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("/spec/schedulingGates"))
+        })
+        .map(|op| {
+            (
+                op["op"].as_str().unwrap_or("").to_owned(),
+                op["path"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    let op = |o: &str, p: &str| (o.to_owned(), p.to_owned());
+    assert_eq!(
+        ops,
+        [
+            op("test", "/spec/schedulingGates/0/name"),
+            op("test", "/spec/schedulingGates/2/name"),
+            op("remove", "/spec/schedulingGates/2"),
+            op("remove", "/spec/schedulingGates/0"),
+        ],
+        "{:#?}",
+        mixed[0].request
+    );
     let audit = tb.audit();
     for n in names {
         let writes = &patches[n];
+        // Both gates of one owner: one PATCH, as a bare client would send.
         assert_eq!(writes.len(), 1, "{n}: {writes:#?}");
         assert!(writes[0].ok(), "{:?}", writes[0]);
         // Never before ownerDownGrace (2 s) after the crash, on the server's clock: the

@@ -18,6 +18,8 @@ pub const GUARD_USER_2: &str = "system:serviceaccount:kube-system:initguard";
 pub const OPT_IN: &str = "initguard.io/bypass";
 /// A listed gate owned by a Deployment.
 pub const SIDECAR: &str = "sidecar.example.com";
+/// A second listed gate, of the same owner as [`SIDECAR`] where a test lists it.
+pub const SECOND: &str = "second.example.com";
 /// A gate no config lists (`unlistedInitializers: ignore`).
 pub const UNLISTED: &str = "unlisted.example.com";
 
