@@ -8,11 +8,13 @@
 //! b. Trigger → gate removed per pod, from the burst runs of 1,000 pods.
 //! c. `initguard run` against a large cluster: time to ready and RSS.
 //! d. Idle API requests per minute.
+//! e. (`--two`, section 8 of the report) Two initializers per pod, one dead owner: one patch
+//!    each, on a real 1.13 server and the current one, beside the simulator (`real/two.rs`).
 //!
 //! Times are the servers' own: the audit log (`stageTimestamp` of ResponseComplete) of the
 //! real server, the request log of the simulator. Prints Markdown on stdout, progress on
-//! stderr. Usage: `cargo bench --bench real -- [--quick] [--sizes N,N] [--runs N,N]
-//! [--scale-pods N] [--idle-seconds N]`. Without a built test bed it fails with the command
+//! stderr. Usage: `cargo bench --bench real -- [--quick] [--two [--legacy-only]]
+//! [--sizes N,N] [--runs N,N] [--scale-pods N] [--idle-seconds N]`. Without a built test bed it fails with the command
 //! that builds it.
 
 use initguard_test_support::testbed;
@@ -36,6 +38,9 @@ use serde_json::{Value, json};
 
 use testbed::{OPT_IN, Testbed};
 
+#[path = "real/two.rs"]
+mod two;
+
 /// The gate of every burst pod; its owner is the pod labelled `app=OWNER`.
 const GATE: &str = "burst.example.com";
 /// The gate of the waiting pods of the scale scenario: a deadline of an hour, no owner.
@@ -54,11 +59,17 @@ struct Args {
     runs: Vec<usize>,
     scale_pods: usize,
     idle_seconds: u64,
+    /// Section e only (`--two`); without the current server's gates (`--legacy-only`).
+    two: bool,
+    legacy_only: bool,
 }
 
 const USAGE: &str =
-    "usage: real [--quick] [--sizes N,N] [--runs N,N] [--scale-pods N] [--idle-seconds N]
+    "usage: real [--quick] [--two [--legacy-only]] [--sizes N,N] [--runs N,N] [--scale-pods N] [--idle-seconds N]
   defaults: --sizes 1000,10000 --runs 9,5 --scale-pods 50000 --idle-seconds 60
+  --two     only section e: two initializers per pod, one dead owner, on the 1.13 test bed
+            (legacy initializers) and the current one (gates), each beside the simulator
+            (--legacy-only: the 1.13 servers only)
   (--runs: rounds per size, in --sizes order; one value for every size. Short bursts are
    noisier, so the small size gets more rounds.)
   --quick   --sizes 1000 --runs 3 --scale-pods 5000 --idle-seconds 20";
@@ -69,6 +80,8 @@ fn parse_args() -> Result<Args, String> {
         runs: vec![9, 5],
         scale_pods: 50_000,
         idle_seconds: 60,
+        two: false,
+        legacy_only: false,
     };
     let mut it = std::env::args().skip(1);
     let number = |name: &str, v: Option<String>| -> Result<usize, String> {
@@ -98,6 +111,8 @@ fn parse_args() -> Result<Args, String> {
                     .map(|s| number("--runs", Some(s.to_owned())))
                     .collect::<Result<_, _>>()?;
             }
+            "--two" => args.two = true,
+            "--legacy-only" => args.legacy_only = true,
             "--scale-pods" => args.scale_pods = number("--scale-pods", it.next())?,
             "--idle-seconds" => args.idle_seconds = number("--idle-seconds", it.next())? as u64,
             // cargo bench passes --bench.
@@ -130,6 +145,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if args.two
+        && let Some(why) = testbed::not_built_version(testbed::Version::Legacy)
+    {
+        eprintln!("real --two: the 1.13 test bed is not built: {why}");
+        return ExitCode::FAILURE;
+    }
     if let Some(why) = testbed::not_built() {
         eprintln!("real: the test bed is not built: {why}");
         return ExitCode::FAILURE;
@@ -954,6 +975,10 @@ async fn scale(server: &mut Server, pods: usize, idle: Duration) -> Result<Scale
 // ---------------------------------------------------------------------------------------------
 
 async fn run(args: Args) -> Result<()> {
+    if args.two {
+        let rounds: Vec<usize> = (0..args.sizes.len()).map(|i| args.rounds(i)).collect();
+        return two::run_two(&args.sizes, &rounds, !args.legacy_only).await;
+    }
     eprintln!("real: starting the test bed (tests/testbed/up) and the simulator");
     let tb = Testbed::up(env!("CARGO_BIN_EXE_initguard")).map_err(|e| anyhow!(e))?;
     let version = testbed::Version::Current

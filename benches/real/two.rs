@@ -1,0 +1,713 @@
+//! e. Two initializers per pod, one dead owner: the guard removes both in one JSON Patch, as a
+//! bare client sending one patch per pod would (metainit's single patch on legacy servers).
+//! On a real Kubernetes 1.13 server (legacy initializers, put on every pod by an
+//! InitializerConfiguration) and the current one (two scheduling gates), each beside the
+//! simulator's matching profile. Clients per round, alternating: the guard with
+//! `events: perPatch`, the guard with `events: off`, the bare client. Judged by the servers'
+//! records only: requests per pod, the span and the per-pod reaction, the server's CPU.
+
+use super::*;
+
+/// The two initializers of every pod, in pending order; both owned by the pod `app=OWNER`.
+const FIRST: &str = "first.example.com";
+const SECOND: &str = "second.example.com";
+
+/// Which client removes the initializers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Client {
+    /// `initguard run`, with or without its Event per patch.
+    Guard { events: bool },
+    /// One patch per pod removing both, built from one list before the clock starts.
+    Bare,
+}
+
+impl Client {
+    const ALL: [Client; 3] = [
+        Client::Guard { events: true },
+        Client::Guard { events: false },
+        Client::Bare,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Client::Guard { events: true } => "guard, events: perPatch",
+            Client::Guard { events: false } => "guard, events: off",
+            Client::Bare => "bare client",
+        }
+    }
+}
+
+/// A server of this section: which one, and what its pods wait on.
+pub struct Bed {
+    pub server: Server,
+    pub label: String,
+    pub mechanism: Mechanism,
+}
+
+/// One burst: everything the server recorded about it.
+pub struct Run {
+    server: String,
+    pods: usize,
+    client: Client,
+    /// Trigger → the last pod's initializing patch committed.
+    span: Duration,
+    /// Trigger → each pod's initializing patch.
+    latencies: Vec<Duration>,
+    /// Successful pod patches by the client.
+    patches: usize,
+    /// Events created by the client, counted after it stopped.
+    events: usize,
+    /// Every other write by the client in the namespace.
+    other_writes: usize,
+    server_cpu: Duration,
+}
+
+/// The simulator with the 1.13 profile, putting both initializers on every new pod as an
+/// InitializerConfiguration does.
+pub async fn start_legacy_sim() -> Result<Bed> {
+    let sim = Sim::start(SimOptions {
+        mechanism: Mechanism::Initializers,
+        kube_version: Some(kube_sim::KubeVersion::V1_13),
+        legacy_initializers: vec![FIRST.to_owned(), SECOND.to_owned()],
+        request_log_limit: 2_000_000,
+        change_log_limit: 10_000,
+        ..SimOptions::default()
+    })
+    .await?;
+    let dir = tempfile::tempdir().context("creating a temporary directory")?;
+    sim.write_kubeconfig(&dir.path().join("initguard.kubeconfig"), SIM_GUARD_USER)?;
+    sim.write_kubeconfig(&dir.path().join("admin.kubeconfig"), "admin")?;
+    std::fs::create_dir_all(dir.path().join("logs"))?;
+    Ok(Bed {
+        server: Server::Sim { sim, dir },
+        label: "simulator, 1.13 profile".into(),
+        mechanism: Mechanism::Initializers,
+    })
+}
+
+/// The real 1.13 test bed with an InitializerConfiguration putting both initializers on
+/// every new pod, once a probe pod shows it in effect (the admission plugin reads
+/// configurations asynchronously).
+pub async fn start_legacy_real() -> Result<Bed> {
+    let tb = Testbed::up_version(env!("CARGO_BIN_EXE_initguard"), testbed::Version::Legacy)
+        .map_err(|e| anyhow!(e))?;
+    let version = testbed::Version::Legacy
+        .pinned()
+        .unwrap_or_else(|_| "?".into());
+    let server = Server::Real {
+        tb,
+        audit_offset: 0,
+    };
+    let admin = client_of(&server.admin_kubeconfig()).await?;
+    let initializers: Vec<Value> = [FIRST, SECOND]
+        .iter()
+        .map(|i| {
+            json!({
+                "name": i,
+                "rules": [{ "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"] }],
+            })
+        })
+        .collect();
+    let configuration = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1alpha1",
+        "kind": "InitializerConfiguration",
+        "metadata": { "name": "bench-two" },
+        "initializers": initializers,
+    });
+    raw(
+        &admin,
+        http::Method::POST,
+        "/apis/admissionregistration.k8s.io/v1alpha1/initializerconfigurations",
+        Some(configuration),
+    )
+    .await?;
+    let mut attempt = 0;
+    wait_for(
+        "the InitializerConfiguration to take effect",
+        Duration::from_secs(60),
+        async || {
+            attempt += 1;
+            let name = format!("bench-probe-{attempt}");
+            let created = raw(
+                &admin,
+                http::Method::POST,
+                "/api/v1/namespaces/default/pods?includeUninitialized=true",
+                Some(pod_body(&name, Mechanism::Initializers, false)),
+            )
+            .await?;
+            raw(
+                &admin,
+                http::Method::DELETE,
+                &format!("/api/v1/namespaces/default/pods/{name}?gracePeriodSeconds=0"),
+                None,
+            )
+            .await?;
+            Ok((pending(&created, Mechanism::Initializers) == [FIRST, SECOND]).then_some(()))
+        },
+    )
+    .await?;
+    Ok(Bed {
+        server,
+        label: format!("real {version}"),
+        mechanism: Mechanism::Initializers,
+    })
+}
+
+/// The simulator serving scheduling gates.
+pub async fn start_gates_sim() -> Result<Bed> {
+    Ok(Bed {
+        server: start_sim().await?,
+        label: "simulator, gates".into(),
+        mechanism: Mechanism::SchedulingGates,
+    })
+}
+
+/// The current test bed (scheduling gates).
+pub fn start_gates_real() -> Result<Bed> {
+    let tb = Testbed::up(env!("CARGO_BIN_EXE_initguard")).map_err(|e| anyhow!(e))?;
+    let version = testbed::Version::Current
+        .pinned()
+        .unwrap_or_else(|_| "?".into());
+    Ok(Bed {
+        server: Server::Real {
+            tb,
+            audit_offset: 0,
+        },
+        label: format!("real {version}"),
+        mechanism: Mechanism::SchedulingGates,
+    })
+}
+
+/// One request with a JSON body and answer; an error for anything but 2xx.
+async fn raw(
+    client: &kube::Client,
+    method: http::Method,
+    path: &str,
+    body: Option<Value>,
+) -> Result<Value> {
+    let (content_type, body) = match body {
+        Some(b) if method == http::Method::PATCH => ("application/json-patch+json", b),
+        Some(b) => ("application/json", b),
+        None => ("application/json", Value::Null),
+    };
+    let bytes = if body.is_null() {
+        Vec::new()
+    } else {
+        serde_json::to_vec(&body)?
+    };
+    let request = http::Request::builder()
+        .method(method.clone())
+        .uri(path)
+        .header(http::header::CONTENT_TYPE, content_type)
+        .body(bytes)
+        .with_context(|| format!("building {method} {path}"))?;
+    client
+        .request::<Value>(request)
+        .await
+        .with_context(|| format!("{method} {path}"))
+}
+
+/// A pod of the burst (or the owner pod). Gates: both gates in the spec; legacy: none, the
+/// server's initializer configuration adds them.
+fn pod_body(name: &str, mechanism: Mechanism, opted_in: bool) -> Value {
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": name, "labels": { "app": "bench" } },
+        "spec": {
+            "schedulerName": NO_SCHEDULER,
+            "automountServiceAccountToken": false,
+            "containers": [{
+                "name": "main",
+                "image": "registry.k8s.io/pause:3.10",
+                "resources": { "requests": { "cpu": "10m", "memory": "16Mi" } },
+            }],
+        },
+    });
+    if opted_in {
+        pod["metadata"]["labels"][OPT_IN] = json!("true");
+    }
+    if mechanism == Mechanism::SchedulingGates && opted_in {
+        pod["spec"]["schedulingGates"] = json!([{ "name": FIRST }, { "name": SECOND }]);
+    }
+    pod
+}
+
+fn pending(pod: &Value, mechanism: Mechanism) -> Vec<String> {
+    initguard::bypass::pending_names(mechanism, pod)
+}
+
+/// The pods path of `ns`; on legacy servers it includes uninitialized pods, and a create
+/// answers 202 at once instead of waiting for the initializers.
+fn pods_path(ns: &str, mechanism: Mechanism) -> String {
+    match mechanism {
+        Mechanism::Initializers => {
+            format!("/api/v1/namespaces/{ns}/pods?includeUninitialized=true")
+        }
+        Mechanism::SchedulingGates => format!("/api/v1/namespaces/{ns}/pods"),
+    }
+}
+
+/// The owner pod, initialized by the admin (as its initializers would) and marked Ready
+/// through the status subresource (the test bed runs no kubelet).
+async fn owner(admin: &kube::Client, ns: &str, mechanism: Mechanism) -> Result<()> {
+    let mut body = pod_body(OWNER, mechanism, false);
+    body["metadata"]["labels"] = json!({ "app": OWNER });
+    let created = raw(
+        admin,
+        http::Method::POST,
+        &pods_path(ns, mechanism),
+        Some(body),
+    )
+    .await?;
+    let path = format!("/api/v1/namespaces/{ns}/pods/{OWNER}");
+    let waiting = pending(&created, mechanism);
+    if !waiting.is_empty() {
+        let list = "/metadata/initializers/pending";
+        let removes: Vec<Value> = (0..waiting.len())
+            .rev()
+            .map(|i| json!({ "op": "remove", "path": format!("{list}/{i}") }))
+            .collect();
+        raw(admin, http::Method::PATCH, &path, Some(json!(removes))).await?;
+    }
+    let now = jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
+    let status = json!({ "status": {
+        "phase": "Running",
+        "conditions": [
+            { "type": "Ready", "status": "True", "lastTransitionTime": now },
+            { "type": "ContainersReady", "status": "True", "lastTransitionTime": now },
+        ],
+    }});
+    let api: Api<Pod> = Api::namespaced(admin.clone(), ns);
+    api.patch_status(OWNER, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .context("marking the owner pod Ready")?;
+    Ok(())
+}
+
+/// Creates `pods` opted-in pods with [`SEED_CONCURRENCY`] requests in flight.
+async fn seed_two(admin: &kube::Client, ns: &str, pods: usize, mechanism: Mechanism) -> Result<()> {
+    let path = pods_path(ns, mechanism);
+    stream::iter((0..pods).map(Ok::<_, anyhow::Error>))
+        .try_for_each_concurrent(SEED_CONCURRENCY, |i| {
+            let body = pod_body(&format!("p-{i:05}"), mechanism, true);
+            let path = path.clone();
+            async move {
+                let created = raw(admin, http::Method::POST, &path, Some(body)).await?;
+                let waiting = pending(&created, mechanism);
+                if waiting != [FIRST, SECOND] {
+                    bail!("pod p-{i:05} was created waiting for {waiting:?}");
+                }
+                Ok(())
+            }
+        })
+        .await
+}
+
+fn guard_config(ns: &str, mechanism: Mechanism, events: bool) -> String {
+    let owned = |name: &str| {
+        format!(
+            "  - name: {name}\n    deadline: 1h\n    ownerDownGrace: 0s\n\
+             \x20   owner: {{ pods: {{ namespace: {ns}, selector: app={OWNER} }} }}\n"
+        )
+    };
+    format!(
+        "mechanism: {}\noptIn: {{ label: {OPT_IN} }}\nleaderElection: {{ enabled: false }}\n\
+         unlistedInitializers: ignore\nevents: {}\ninitializers:\n{}{}",
+        mechanism.as_str(),
+        if events { "perPatch" } else { "off" },
+        owned(FIRST),
+        owned(SECOND)
+    )
+}
+
+pub async fn burst_two(bed: &mut Bed, pods: usize, run: usize, client: Client) -> Result<Run> {
+    let mechanism = bed.mechanism;
+    let server = &mut bed.server;
+    let admin = client_of(&server.admin_kubeconfig()).await?;
+    let ns = format!(
+        "two-{pods}-{run}-{}",
+        match client {
+            Client::Guard { events: true } => "g",
+            Client::Guard { events: false } => "q",
+            Client::Bare => "b",
+        }
+    );
+    create_namespace(&admin, &ns).await?;
+    owner(&admin, &ns, mechanism).await?;
+    seed_two(&admin, &ns, pods, mechanism).await?;
+    let user = server.guard_user().to_owned();
+    let mut guard = None;
+    let mut bare_patches = Vec::new();
+    match client {
+        Client::Guard { events } => {
+            let mut child = GuardChild::spawn(server, &ns, &guard_config(&ns, mechanism, events))?;
+            child.ready(Instant::now()).await?;
+            // Sync points only (the judge is the server's record).
+            wait_for(
+                "the guard to track every pod and see the owner up",
+                Duration::from_secs(300),
+                async || {
+                    let waiting = child
+                        .metric("initguard_waiting_pods", &[("initializer", FIRST)])
+                        .await?;
+                    let up = child
+                        .metric("initguard_owner_up", &[("initializer", SECOND)])
+                        .await?;
+                    Ok((waiting >= pods as f64 && up == 1.0).then_some(()))
+                },
+            )
+            .await?;
+            guard = Some(child);
+        }
+        Client::Bare => {
+            let list = raw(&admin, http::Method::GET, &pods_path(&ns, mechanism), None).await?;
+            for pod in list["items"].as_array().into_iter().flatten() {
+                let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+                if name == OWNER {
+                    continue;
+                }
+                let s = |p: &str| pod.pointer(p).and_then(Value::as_str).unwrap_or_default();
+                let target = BypassTarget {
+                    uid: s("/metadata/uid"),
+                    resource_version: s("/metadata/resourceVersion"),
+                    annotations_present: pod["metadata"]["annotations"].is_object(),
+                    previous_record: None,
+                    opt_in_label: Some((OPT_IN, "true")),
+                };
+                let removals = [
+                    Removal {
+                        index: 0,
+                        initializer: FIRST,
+                        reason: Reason::OwnerDown,
+                    },
+                    Removal {
+                        index: 1,
+                        initializer: SECOND,
+                        reason: Reason::OwnerDown,
+                    },
+                ];
+                let patch = bypass_patch(mechanism, &target, &removals, SystemTime::now());
+                bare_patches.push((name.to_owned(), patch));
+            }
+            if bare_patches.len() != pods {
+                bail!("listed {} pods of {pods}", bare_patches.len());
+            }
+        }
+    }
+    server.take_requests()?;
+    let server_cpu0 = server.server_cpu();
+    let started = SystemTime::now();
+    match client {
+        Client::Guard { .. } => {
+            let api: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+            api.delete(OWNER, &DeleteParams::default().grace_period(0))
+                .await
+                .context("deleting the owner pod")?;
+        }
+        Client::Bare => {
+            let as_guard = client_of(&server.guard_kubeconfig()).await?;
+            let bare: Api<Pod> = Api::namespaced(as_guard, &ns);
+            stream::iter(bare_patches)
+                .map(|(name, patch)| {
+                    let bare = bare.clone();
+                    async move {
+                        bare.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
+                            .await
+                            .with_context(|| format!("bare patch of {name}"))
+                    }
+                })
+                .buffer_unordered(DEFAULT_MAX_IN_FLIGHT)
+                .try_collect::<Vec<_>>()
+                .await?;
+        }
+    }
+    // Done when no pod is waiting any more, by the server's own list.
+    wait_for(
+        &format!("every pod of {ns} initialized"),
+        Duration::from_secs(600),
+        async || {
+            let list = raw(&admin, http::Method::GET, &pods_path(&ns, mechanism), None).await?;
+            let waiting = list["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|p| !pending(p, mechanism).is_empty())
+                .count();
+            Ok((waiting == 0).then_some(()))
+        },
+    )
+    .await?;
+    let mut seen = Vec::new();
+    let patched = |seen: &[Req]| -> BTreeMap<String, SystemTime> {
+        let mut last = BTreeMap::new();
+        for r in succeeded(seen, &user, "patch", "pods", &ns) {
+            let t = last.entry(r.name.clone()).or_insert(r.done);
+            *t = (*t).max(r.done);
+        }
+        last
+    };
+    // The audit log is written as requests complete: wait until it holds every pod's patch.
+    wait_for(
+        &format!("the patches of {ns} in the server's record"),
+        Duration::from_secs(120),
+        async || {
+            seen.extend(server.take_requests()?);
+            Ok((patched(&seen).len() >= pods).then_some(()))
+        },
+    )
+    .await?;
+    if client == (Client::Guard { events: true }) {
+        // The Events trail the patches; the server's CPU counts them too.
+        wait_for(
+            &format!("{pods} Events in {ns}"),
+            Duration::from_secs(120),
+            async || {
+                seen.extend(server.take_requests()?);
+                Ok(
+                    (succeeded(&seen, &user, "create", "events", &ns).count() >= pods)
+                        .then_some(()),
+                )
+            },
+        )
+        .await?;
+    }
+    let server_cpu = server.server_cpu().saturating_sub(server_cpu0);
+    if let Some(child) = guard.take() {
+        // Stopping drains: an Event it still held is written before it exits.
+        child.stop()?;
+    }
+    seen.extend(server.take_requests()?);
+    let trigger = match client {
+        Client::Guard { .. } => seen
+            .iter()
+            .find(|r| {
+                r.verb == "delete" && r.resource == "pods" && r.name == OWNER && r.namespace == ns
+            })
+            .map(|r| r.received)
+            .ok_or_else(|| anyhow!("the owner pod's deletion is not in the server's record"))?,
+        Client::Bare => started,
+    };
+    let mut latencies: Vec<Duration> = patched(&seen)
+        .values()
+        .map(|done| after(*done, trigger))
+        .collect();
+    latencies.sort();
+    let writes: Vec<&Req> = seen
+        .iter()
+        .filter(|r| {
+            r.user == user
+                && r.namespace == ns
+                && !matches!(r.verb.as_str(), "get" | "list" | "watch")
+        })
+        .collect();
+    let patches = writes
+        .iter()
+        .filter(|r| r.verb == "patch" && r.resource == "pods" && (200..300).contains(&r.code))
+        .count();
+    let events = writes
+        .iter()
+        .filter(|r| r.verb == "create" && r.resource == "events")
+        .count();
+    clear_namespace(&admin, &ns).await?;
+    Ok(Run {
+        server: bed.label.clone(),
+        pods,
+        client,
+        span: latencies.last().copied().unwrap_or_default(),
+        latencies,
+        patches,
+        events,
+        other_writes: writes.len() - patches - events,
+        server_cpu,
+    })
+}
+
+/// Section e of the report.
+pub fn report(sizes: &[usize], runs: &[Run]) {
+    println!("## 8. Two initializers per pod, one dead owner: one patch each");
+    println!();
+    println!(
+        "_`cargo bench --bench real -- --two` (benches/real/two.rs); {} cores; load average {}_",
+        std::thread::available_parallelism().map_or(0, usize::from),
+        load_average()
+    );
+    println!();
+    println!(
+        "Every pod waits on `{FIRST}` then `{SECOND}`, both owned by one pod (`owner: {{ pods: \
+         … }}`, `ownerDownGrace: 0s`): on legacy servers an InitializerConfiguration (the \
+         simulator's `legacy_initializers`) puts them on every pod created with \
+         `?includeUninitialized=true` (202 at once), on current servers they are two \
+         scheduling gates. Each round seeds N pods and runs, in turn, `initguard run` with \
+         `events: perPatch`, with `events: off`, and a bare client that lists once and sends \
+         one JSON Patch per pod removing both (metainit's single patch; \
+         `initguard::bypass::bypass_patch` with both removals) with {DEFAULT_MAX_IN_FLIGHT} in \
+         flight as the guard's identity. Trigger: the owner pod's deletion received by the \
+         server (bare client: just before its first request). Span: trigger → the last pod's \
+         patch committed (`stageTimestamp` in the audit log; the simulator's request log). \
+         Requests per pod: writes by the client's identity in the namespace, from the same \
+         record. Server CPU: kube-apiserver + etcd (the simulator: this whole process) from the \
+         trigger until the last Event."
+    );
+    println!();
+    println!(
+        "| server | pods | rounds | perPatch span, median | off span | bare span | perPatch / bare, median (min–max) | off / bare | goal ≤ 1.1 | patches / pod (guard) | Events / pod | other writes | p50 / p99 (perPatch) | p50 / p99 (bare) | server CPU / pod: perPatch, off, bare |"
+    );
+    println!(
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    let mut servers: Vec<&str> = Vec::new();
+    for r in runs {
+        if !servers.contains(&r.server.as_str()) {
+            servers.push(&r.server);
+        }
+    }
+    for server in servers {
+        for &pods in sizes {
+            let of = |client: Client| -> Vec<&Run> {
+                runs.iter()
+                    .filter(|r| r.server == server && r.pods == pods && r.client == client)
+                    .collect()
+            };
+            let [loud, quiet, bare] = Client::ALL.map(of);
+            if bare.is_empty() {
+                continue;
+            }
+            let span = |rs: &[&Run]| {
+                let mut s: Vec<f64> = rs.iter().map(|r| r.span.as_secs_f64()).collect();
+                fmt_d(Duration::from_secs_f64(median(&mut s)))
+            };
+            let ratios = |a: &[&Run]| {
+                let mut r: Vec<f64> = a
+                    .iter()
+                    .zip(&bare)
+                    .map(|(a, b)| a.span.as_secs_f64() / b.span.as_secs_f64().max(1e-9))
+                    .collect();
+                r.sort_by(f64::total_cmp);
+                let m = median(&mut r.clone());
+                (
+                    m,
+                    r.first().copied().unwrap_or(f64::NAN),
+                    r.last().copied().unwrap_or(f64::NAN),
+                )
+            };
+            let (lm, llo, lhi) = ratios(&loud);
+            let (qm, _, _) = ratios(&quiet);
+            let per_pod = |rs: &[&Run], f: fn(&Run) -> usize| {
+                let total: usize = rs.iter().map(|r| f(r)).sum();
+                total as f64 / (pods * rs.len()).max(1) as f64
+            };
+            let guard_runs: Vec<&Run> = loud.iter().chain(&quiet).copied().collect();
+            let pooled = |rs: &[&Run]| {
+                let mut all: Vec<Duration> = rs
+                    .iter()
+                    .flat_map(|r| r.latencies.iter().copied())
+                    .collect();
+                all.sort();
+                format!(
+                    "{} / {}",
+                    fmt_d(percentile(&all, 0.5)),
+                    fmt_d(percentile(&all, 0.99))
+                )
+            };
+            let cpu = |rs: &[&Run]| {
+                let mut v: Vec<f64> = rs
+                    .iter()
+                    .map(|r| r.server_cpu.as_secs_f64() * 1e6 / pods as f64)
+                    .collect();
+                format!("{:.0} µs", median(&mut v))
+            };
+            println!(
+                "| {server} | {pods} | {} | {} | {} | {} | **{lm:.2} ({llo:.2}–{lhi:.2})** | {qm:.2} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {}, {}, {} |",
+                bare.len(),
+                span(&loud),
+                span(&quiet),
+                span(&bare),
+                if lm <= 1.1 && qm <= 1.1 {
+                    "met"
+                } else {
+                    "**MISSED**"
+                },
+                per_pod(&guard_runs, |r| r.patches),
+                per_pod(&loud, |r| r.events),
+                per_pod(&guard_runs, |r| r.other_writes),
+                pooled(&loud),
+                pooled(&bare),
+                cpu(&loud),
+                cpu(&quiet),
+                cpu(&bare),
+            );
+        }
+    }
+    println!();
+    println!("### Every run");
+    println!();
+    println!(
+        "| server | pods | client | span | patches | Events | other writes | server CPU / pod |"
+    );
+    println!("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |");
+    for r in runs {
+        println!(
+            "| {} | {} | {} | {} | {} | {} | {} | {:.0} µs |",
+            r.server,
+            r.pods,
+            r.client.label(),
+            fmt_d(r.span),
+            r.patches,
+            r.events,
+            r.other_writes,
+            r.server_cpu.as_secs_f64() * 1e6 / r.pods.max(1) as f64
+        );
+    }
+    println!();
+}
+
+/// The whole section: per server, `rounds` rounds of every client for each size.
+pub async fn run_two(sizes: &[usize], rounds: &[usize], with_gates: bool) -> Result<()> {
+    let mut runs = Vec::new();
+    let mut beds: Vec<Bed> = vec![start_legacy_sim().await?];
+    eprintln!("real --two: starting the 1.13 test bed");
+    beds.push(start_legacy_real().await?);
+    for bed in beds.iter_mut() {
+        burst_all(bed, sizes, rounds, &mut runs).await?;
+    }
+    // One real test bed at a time: the 1.13 one goes down before the current one starts.
+    drop(beds);
+    if with_gates {
+        let mut beds = [start_gates_sim().await?, start_gates_real()?];
+        for bed in beds.iter_mut() {
+            burst_all(bed, sizes, rounds, &mut runs).await?;
+        }
+    }
+    report(sizes, &runs);
+    Ok(())
+}
+
+async fn burst_all(
+    bed: &mut Bed,
+    sizes: &[usize],
+    rounds: &[usize],
+    runs: &mut Vec<Run>,
+) -> Result<()> {
+    for (i, &pods) in sizes.iter().enumerate() {
+        let n = rounds.get(i).or(rounds.first()).copied().unwrap_or(5);
+        for round in 1..=n {
+            for client in Client::ALL {
+                let r = burst_two(bed, pods, round, client).await?;
+                eprintln!(
+                    "  {} {pods} round {round} {}: {} ({} patches, {} Events, {} other writes)",
+                    r.server,
+                    client.label(),
+                    fmt_d(r.span),
+                    r.patches,
+                    r.events,
+                    r.other_writes
+                );
+                runs.push(r);
+            }
+        }
+    }
+    Ok(())
+}
