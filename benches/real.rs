@@ -62,6 +62,10 @@ struct Args {
     /// Section e only (`--two`); without the current server's gates (`--legacy-only`).
     two: bool,
     legacy_only: bool,
+    /// Pods per steady-arrival run of section e (0: none).
+    steady_pods: usize,
+    /// Section e without the simulator.
+    real_only: bool,
 }
 
 const USAGE: &str =
@@ -69,7 +73,8 @@ const USAGE: &str =
   defaults: --sizes 1000,10000 --runs 9,5 --scale-pods 50000 --idle-seconds 60
   --two     only section e: two initializers per pod, one dead owner, on the 1.13 test bed
             (legacy initializers) and the current one (gates), each beside the simulator
-            (--legacy-only: the 1.13 servers only)
+            (--legacy-only: the 1.13 servers only; --real-only: no simulator; --steady-pods N
+            per steady-arrival run, default 2000; --no-steady: none)
   (--runs: rounds per size, in --sizes order; one value for every size. Short bursts are
    noisier, so the small size gets more rounds.)
   --quick   --sizes 1000 --runs 3 --scale-pods 5000 --idle-seconds 20";
@@ -82,6 +87,8 @@ fn parse_args() -> Result<Args, String> {
         idle_seconds: 60,
         two: false,
         legacy_only: false,
+        steady_pods: 2_000,
+        real_only: false,
     };
     let mut it = std::env::args().skip(1);
     let number = |name: &str, v: Option<String>| -> Result<usize, String> {
@@ -113,6 +120,9 @@ fn parse_args() -> Result<Args, String> {
             }
             "--two" => args.two = true,
             "--legacy-only" => args.legacy_only = true,
+            "--steady-pods" => args.steady_pods = number("--steady-pods", it.next())?,
+            "--no-steady" => args.steady_pods = 0,
+            "--real-only" => args.real_only = true,
             "--scale-pods" => args.scale_pods = number("--scale-pods", it.next())?,
             "--idle-seconds" => args.idle_seconds = number("--idle-seconds", it.next())? as u64,
             // cargo bench passes --bench.
@@ -977,7 +987,14 @@ async fn scale(server: &mut Server, pods: usize, idle: Duration) -> Result<Scale
 async fn run(args: Args) -> Result<()> {
     if args.two {
         let rounds: Vec<usize> = (0..args.sizes.len()).map(|i| args.rounds(i)).collect();
-        return two::run_two(&args.sizes, &rounds, !args.legacy_only).await;
+        let plan = two::Plan {
+            sizes: args.sizes.clone(),
+            rounds,
+            gates: !args.legacy_only,
+            simulator: !args.real_only,
+            steady_pods: args.steady_pods,
+        };
+        return two::run_two(&plan).await;
     }
     eprintln!("real: starting the test bed (tests/testbed/up) and the simulator");
     let tb = Testbed::up(env!("CARGO_BIN_EXE_initguard")).map_err(|e| anyhow!(e))?;

@@ -19,10 +19,21 @@ pub enum Client {
     Guard { events: bool },
     /// One patch per pod removing both, built from one list before the clock starts.
     Bare,
+    /// The bare client while a watch on every pod (uninitialized ones included) is open by
+    /// the same identity and drained: what any watching controller costs the server.
+    BareWatch,
 }
 
 impl Client {
-    const ALL: [Client; 3] = [
+    const ALL: [Client; 4] = [
+        Client::Guard { events: true },
+        Client::Guard { events: false },
+        Client::Bare,
+        Client::BareWatch,
+    ];
+
+    /// Steady arrivals: the bare client there is the metainit-like watcher.
+    const STEADY: [Client; 3] = [
         Client::Guard { events: true },
         Client::Guard { events: false },
         Client::Bare,
@@ -33,6 +44,7 @@ impl Client {
             Client::Guard { events: true } => "guard, events: perPatch",
             Client::Guard { events: false } => "guard, events: off",
             Client::Bare => "bare client",
+            Client::BareWatch => "bare client + pod watch",
         }
     }
 }
@@ -60,6 +72,8 @@ pub struct Run {
     /// Every other write by the client in the namespace.
     other_writes: usize,
     server_cpu: Duration,
+    /// The guard process, or this process for the bare clients.
+    client_cpu: Duration,
 }
 
 /// The simulator with the 1.13 profile, putting both initializers on every new pod as an
@@ -333,6 +347,7 @@ pub async fn burst_two(bed: &mut Bed, pods: usize, run: usize, client: Client) -
             Client::Guard { events: true } => "g",
             Client::Guard { events: false } => "q",
             Client::Bare => "b",
+            Client::BareWatch => "w",
         }
     );
     create_namespace(&admin, &ns).await?;
@@ -341,6 +356,15 @@ pub async fn burst_two(bed: &mut Bed, pods: usize, run: usize, client: Client) -
     let user = server.guard_user().to_owned();
     let mut guard = None;
     let mut bare_patches = Vec::new();
+    let mut watching = None;
+    if client == Client::BareWatch {
+        let (task, synced) = drained_watch(server, mechanism).await?;
+        tokio::time::timeout(Duration::from_secs(300), synced)
+            .await
+            .context("the pod watch did not finish its initial list")?
+            .context("the pod watch ended")?;
+        watching = Some(task);
+    }
     match client {
         Client::Guard { events } => {
             let mut child = GuardChild::spawn(server, &ns, &guard_config(&ns, mechanism, events))?;
@@ -362,7 +386,7 @@ pub async fn burst_two(bed: &mut Bed, pods: usize, run: usize, client: Client) -
             .await?;
             guard = Some(child);
         }
-        Client::Bare => {
+        Client::Bare | Client::BareWatch => {
             let list = raw(&admin, http::Method::GET, &pods_path(&ns, mechanism), None).await?;
             for pod in list["items"].as_array().into_iter().flatten() {
                 let name = pod["metadata"]["name"].as_str().unwrap_or_default();
@@ -399,6 +423,8 @@ pub async fn burst_two(bed: &mut Bed, pods: usize, run: usize, client: Client) -
     }
     server.take_requests()?;
     let server_cpu0 = server.server_cpu();
+    let client_pid = guard.as_ref().map_or(std::process::id(), GuardChild::pid);
+    let client_cpu0 = process_cpu_time(client_pid);
     let started = SystemTime::now();
     match client {
         Client::Guard { .. } => {
@@ -407,7 +433,7 @@ pub async fn burst_two(bed: &mut Bed, pods: usize, run: usize, client: Client) -
                 .await
                 .context("deleting the owner pod")?;
         }
-        Client::Bare => {
+        Client::Bare | Client::BareWatch => {
             let as_guard = client_of(&server.guard_kubeconfig()).await?;
             let bare: Api<Pod> = Api::namespaced(as_guard, &ns);
             stream::iter(bare_patches)
@@ -430,13 +456,13 @@ pub async fn burst_two(bed: &mut Bed, pods: usize, run: usize, client: Client) -
         Duration::from_secs(600),
         async || {
             let list = raw(&admin, http::Method::GET, &pods_path(&ns, mechanism), None).await?;
-            let waiting = list["items"]
-                .as_array()
-                .into_iter()
-                .flatten()
+            let items = list["items"].as_array().cloned().unwrap_or_default();
+            let waiting = items
+                .iter()
                 .filter(|p| !pending(p, mechanism).is_empty())
                 .count();
-            Ok((waiting == 0).then_some(()))
+            // The owner pod is gone; every burst pod is listed and none waits.
+            Ok((items.len() >= pods && waiting == 0).then_some(()))
         },
     )
     .await?;
@@ -450,7 +476,7 @@ pub async fn burst_two(bed: &mut Bed, pods: usize, run: usize, client: Client) -
         last
     };
     // The audit log is written as requests complete: wait until it holds every pod's patch.
-    wait_for(
+    let recorded = wait_for(
         &format!("the patches of {ns} in the server's record"),
         Duration::from_secs(120),
         async || {
@@ -458,7 +484,25 @@ pub async fn burst_two(bed: &mut Bed, pods: usize, run: usize, client: Client) -
             Ok((patched(&seen).len() >= pods).then_some(()))
         },
     )
-    .await?;
+    .await;
+    if let Err(e) = recorded {
+        let mut tally: BTreeMap<String, usize> = BTreeMap::new();
+        for r in seen.iter().filter(|r| r.namespace == ns) {
+            *tally
+                .entry(format!("{} {} {} {}", r.user, r.verb, r.resource, r.code))
+                .or_default() += 1;
+        }
+        let log = guard
+            .as_ref()
+            .map(|g| std::fs::read_to_string(&g.log).unwrap_or_default())
+            .unwrap_or_default();
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        bail!(
+            "{e}: {} pods patched; requests in {ns}: {tally:#?}\nguard log, newest first:\n{}",
+            patched(&seen).len(),
+            tail.join("\n")
+        );
+    }
     if client == (Client::Guard { events: true }) {
         // The Events trail the patches; the server's CPU counts them too.
         wait_for(
@@ -475,9 +519,13 @@ pub async fn burst_two(bed: &mut Bed, pods: usize, run: usize, client: Client) -
         .await?;
     }
     let server_cpu = server.server_cpu().saturating_sub(server_cpu0);
+    let client_cpu = process_cpu_time(client_pid).saturating_sub(client_cpu0);
     if let Some(child) = guard.take() {
         // Stopping drains: an Event it still held is written before it exits.
         child.stop()?;
+    }
+    if let Some(task) = watching.take() {
+        task.abort();
     }
     seen.extend(server.take_requests()?);
     let trigger = match client {
@@ -488,8 +536,16 @@ pub async fn burst_two(bed: &mut Bed, pods: usize, run: usize, client: Client) -
             })
             .map(|r| r.received)
             .ok_or_else(|| anyhow!("the owner pod's deletion is not in the server's record"))?,
-        Client::Bare => started,
+        Client::Bare | Client::BareWatch => started,
     };
+    // Everything the client asked in the window, for the progress log.
+    let mut tally: BTreeMap<String, usize> = BTreeMap::new();
+    for r in seen.iter().filter(|r| r.user == user) {
+        *tally
+            .entry(format!("{} {} {}", r.verb, r.resource, r.code))
+            .or_default() += 1;
+    }
+    eprintln!("    {} requests by {user}: {tally:?}", client.label());
     let mut latencies: Vec<Duration> = patched(&seen)
         .values()
         .map(|done| after(*done, trigger))
@@ -522,7 +578,44 @@ pub async fn burst_two(bed: &mut Bed, pods: usize, run: usize, client: Client) -
         events,
         other_writes: writes.len() - patches - events,
         server_cpu,
+        client_cpu,
     })
+}
+
+/// A watch on every pod as the guard's identity through the guard's own client stack
+/// (uninitialized pods included on legacy servers), drained; the receiver fires once its
+/// initial list is done.
+async fn drained_watch(
+    server: &Server,
+    mechanism: Mechanism,
+) -> Result<(
+    tokio::task::JoinHandle<()>,
+    tokio::sync::oneshot::Receiver<()>,
+)> {
+    let path = server.guard_kubeconfig();
+    let kubeconfig = kube::config::Kubeconfig::read_from(&path)
+        .with_context(|| format!("reading {}", path.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        .await
+        .context("the guard's kubeconfig")?;
+    let client = initguard::client::build(config, mechanism)?;
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let mut tx = Some(tx);
+    let stream = kube::runtime::watcher(
+        Api::<initguard::pod::SlimPod>::all(client),
+        Default::default(),
+    );
+    let task = tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            if let Ok(kube::runtime::watcher::Event::InitDone) = event
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(());
+            }
+        }
+    });
+    Ok((task, rx))
 }
 
 /// Section e of the report.
@@ -544,7 +637,10 @@ pub fn report(sizes: &[usize], runs: &[Run]) {
          `events: perPatch`, with `events: off`, and a bare client that lists once and sends \
          one JSON Patch per pod removing both (metainit's single patch; \
          `initguard::bypass::bypass_patch` with both removals) with {DEFAULT_MAX_IN_FLIGHT} in \
-         flight as the guard's identity. Trigger: the owner pod's deletion received by the \
+         flight as the guard's identity, and the same bare client while a watch on every pod \
+         (uninitialized ones included, through the guard's client stack) is open by the same \
+         identity and drained: the part of the gap that any watching controller costs the \
+         server (metainit itself watches). Trigger: the owner pod's deletion received by the \
          server (bare client: just before its first request). Span: trigger → the last pod's \
          patch committed (`stageTimestamp` in the audit log; the simulator's request log). \
          Requests per pod: writes by the client's identity in the namespace, from the same \
@@ -553,10 +649,10 @@ pub fn report(sizes: &[usize], runs: &[Run]) {
     );
     println!();
     println!(
-        "| server | pods | rounds | perPatch span, median | off span | bare span | perPatch / bare, median (min–max) | off / bare | goal ≤ 1.1 | patches / pod (guard) | Events / pod | other writes | p50 / p99 (perPatch) | p50 / p99 (bare) | server CPU / pod: perPatch, off, bare |"
+        "| server | pods | rounds | perPatch span, median | off span | bare span | bare + watch span | perPatch / bare, median (min–max) | off / bare | goal ≤ 1.1 | off / (bare + watch) | patches / pod (guard) | Events / pod | other writes | p50 / p99 (perPatch) | p50 / p99 (bare) | server CPU / pod: perPatch, off, bare, bare + watch |"
     );
     println!(
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     let mut servers: Vec<&str> = Vec::new();
     for r in runs {
@@ -571,7 +667,7 @@ pub fn report(sizes: &[usize], runs: &[Run]) {
                     .filter(|r| r.server == server && r.pods == pods && r.client == client)
                     .collect()
             };
-            let [loud, quiet, bare] = Client::ALL.map(of);
+            let [loud, quiet, bare, watch] = Client::ALL.map(of);
             if bare.is_empty() {
                 continue;
             }
@@ -579,10 +675,10 @@ pub fn report(sizes: &[usize], runs: &[Run]) {
                 let mut s: Vec<f64> = rs.iter().map(|r| r.span.as_secs_f64()).collect();
                 fmt_d(Duration::from_secs_f64(median(&mut s)))
             };
-            let ratios = |a: &[&Run]| {
+            let ratios_to = |a: &[&Run], base: &[&Run]| {
                 let mut r: Vec<f64> = a
                     .iter()
-                    .zip(&bare)
+                    .zip(base)
                     .map(|(a, b)| a.span.as_secs_f64() / b.span.as_secs_f64().max(1e-9))
                     .collect();
                 r.sort_by(f64::total_cmp);
@@ -593,8 +689,9 @@ pub fn report(sizes: &[usize], runs: &[Run]) {
                     r.last().copied().unwrap_or(f64::NAN),
                 )
             };
-            let (lm, llo, lhi) = ratios(&loud);
-            let (qm, _, _) = ratios(&quiet);
+            let (lm, llo, lhi) = ratios_to(&loud, &bare);
+            let (qm, _, _) = ratios_to(&quiet, &bare);
+            let (wm, _, _) = ratios_to(&quiet, &watch);
             let per_pod = |rs: &[&Run], f: fn(&Run) -> usize| {
                 let total: usize = rs.iter().map(|r| f(r)).sum();
                 total as f64 / (pods * rs.len()).max(1) as f64
@@ -620,11 +717,12 @@ pub fn report(sizes: &[usize], runs: &[Run]) {
                 format!("{:.0} µs", median(&mut v))
             };
             println!(
-                "| {server} | {pods} | {} | {} | {} | {} | **{lm:.2} ({llo:.2}–{lhi:.2})** | {qm:.2} | {} | {:.2} | {:.2} | {:.2} | {} | {} | {}, {}, {} |",
+                "| {server} | {pods} | {} | {} | {} | {} | {} | **{lm:.2} ({llo:.2}–{lhi:.2})** | {qm:.2} | {} | {wm:.2} | {:.2} | {:.2} | {:.2} | {} | {} | {}, {}, {}, {} |",
                 bare.len(),
                 span(&loud),
                 span(&quiet),
                 span(&bare),
+                span(&watch),
                 if lm <= 1.1 && qm <= 1.1 {
                     "met"
                 } else {
@@ -638,6 +736,7 @@ pub fn report(sizes: &[usize], runs: &[Run]) {
                 cpu(&loud),
                 cpu(&quiet),
                 cpu(&bare),
+                cpu(&watch),
             );
         }
     }
@@ -645,12 +744,13 @@ pub fn report(sizes: &[usize], runs: &[Run]) {
     println!("### Every run");
     println!();
     println!(
-        "| server | pods | client | span | patches | Events | other writes | server CPU / pod |"
+        "| server | pods | client | span | patches | Events | other writes | server CPU / pod | client CPU / pod |"
     );
-    println!("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |");
+    println!("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |");
     for r in runs {
+        let per = |d: Duration| format!("{:.0} µs", d.as_secs_f64() * 1e6 / r.pods.max(1) as f64);
         println!(
-            "| {} | {} | {} | {} | {} | {} | {} | {:.0} µs |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             r.server,
             r.pods,
             r.client.label(),
@@ -658,30 +758,77 @@ pub fn report(sizes: &[usize], runs: &[Run]) {
             r.patches,
             r.events,
             r.other_writes,
-            r.server_cpu.as_secs_f64() * 1e6 / r.pods.max(1) as f64
+            per(r.server_cpu),
+            per(r.client_cpu)
         );
     }
     println!();
 }
 
-/// The whole section: per server, `rounds` rounds of every client for each size.
-pub async fn run_two(sizes: &[usize], rounds: &[usize], with_gates: bool) -> Result<()> {
+/// What section e runs.
+pub struct Plan {
+    pub sizes: Vec<usize>,
+    /// Rounds per size.
+    pub rounds: Vec<usize>,
+    /// Also the current servers (two gates).
+    pub gates: bool,
+    /// Also the simulator beside each real server.
+    pub simulator: bool,
+    /// Pods per steady-arrival run (0: none).
+    pub steady_pods: usize,
+}
+
+pub async fn run_two(plan: &Plan) -> Result<()> {
     let mut runs = Vec::new();
-    let mut beds: Vec<Bed> = vec![start_legacy_sim().await?];
+    let mut steadies = Vec::new();
+    let mut beds: Vec<Bed> = Vec::new();
+    if plan.simulator {
+        beds.push(start_legacy_sim().await?);
+    }
     eprintln!("real --two: starting the 1.13 test bed");
     beds.push(start_legacy_real().await?);
     for bed in beds.iter_mut() {
-        burst_all(bed, sizes, rounds, &mut runs).await?;
+        if plan.steady_pods > 0 {
+            steady_all(bed, plan.steady_pods, &mut steadies).await?;
+        }
+        burst_all(bed, &plan.sizes, &plan.rounds, &mut runs).await?;
     }
     // One real test bed at a time: the 1.13 one goes down before the current one starts.
     drop(beds);
-    if with_gates {
-        let mut beds = [start_gates_sim().await?, start_gates_real()?];
+    if plan.gates {
+        let mut beds = Vec::new();
+        if plan.simulator {
+            beds.push(start_gates_sim().await?);
+        }
+        beds.push(start_gates_real()?);
         for bed in beds.iter_mut() {
-            burst_all(bed, sizes, rounds, &mut runs).await?;
+            burst_all(bed, &plan.sizes, &plan.rounds, &mut runs).await?;
         }
     }
-    report(sizes, &runs);
+    report(&plan.sizes, &runs);
+    if !steadies.is_empty() {
+        report_steady(&steadies);
+    }
+    Ok(())
+}
+
+/// Steady arrivals at 100 pods/s, five alternating rounds of every client.
+async fn steady_all(bed: &mut Bed, pods: usize, out: &mut Vec<Steady>) -> Result<()> {
+    const RATE: u32 = 100;
+    for round in 1..=5 {
+        for client in Client::STEADY {
+            let s = steady(bed, pods, RATE, round, client).await?;
+            eprintln!(
+                "  {} steady {RATE}/s round {round} {}: p99 {} ({} patches, {} Events)",
+                s.server,
+                client.label(),
+                fmt_d(percentile(&s.reactions, 0.99)),
+                s.patches,
+                s.events
+            );
+            out.push(s);
+        }
+    }
     Ok(())
 }
 
@@ -710,4 +857,365 @@ async fn burst_all(
         }
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// Steady arrivals: pods created at a fixed rate, each initialized as soon as it is seen
+// ---------------------------------------------------------------------------------------------
+
+/// One steady run: per-pod reaction, create sent → initializing patch committed.
+pub struct Steady {
+    server: String,
+    client: Client,
+    pods: usize,
+    rate: u32,
+    reactions: Vec<Duration>,
+    patches: usize,
+    events: usize,
+    other_writes: usize,
+    server_cpu: Duration,
+}
+
+/// The compat-style config: both initializers at deadline 0, no owner (as
+/// config/metainit-compat.yaml does for every initializer).
+fn steady_config(mechanism: Mechanism, events: bool) -> String {
+    format!(
+        "mechanism: {}\noptIn: {{ label: {OPT_IN} }}\nleaderElection: {{ enabled: false }}\n\
+         unlistedInitializers: ignore\nevents: {}\ninitializers:\n\
+         \x20 - {{ name: {FIRST}, deadline: 0s }}\n  - {{ name: {SECOND}, deadline: 0s }}\n",
+        mechanism.as_str(),
+        if events { "perPatch" } else { "off" },
+    )
+}
+
+/// A metainit-like client: a watch on the namespace's pods (uninitialized ones included) and
+/// one patch per waiting pod removing everything pending, `DEFAULT_MAX_IN_FLIGHT` at once.
+async fn bare_watcher(
+    client: kube::Client,
+    ns: String,
+    mechanism: Mechanism,
+    synced: tokio::sync::oneshot::Sender<()>,
+) -> Result<()> {
+    let api: Api<initguard::pod::SlimPod> = Api::namespaced(client, &ns);
+    // A long-running controller's connections are open: warm as many as it sends at once,
+    // so no reaction pays for a TLS handshake.
+    let one = ListParams::default().limit(1);
+    stream::iter(0..DEFAULT_MAX_IN_FLIGHT)
+        .map(|_| api.list(&one))
+        .buffer_unordered(DEFAULT_MAX_IN_FLIGHT)
+        .try_collect::<Vec<_>>()
+        .await
+        .context("warming the bare watcher's connections")?;
+    let slots = std::sync::Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_IN_FLIGHT));
+    let mut sent = std::collections::HashSet::new();
+    let mut synced = Some(synced);
+    let stream = kube::runtime::watcher(api.clone(), Default::default());
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        let pod = match event? {
+            kube::runtime::watcher::Event::InitDone => {
+                if let Some(tx) = synced.take() {
+                    let _ = tx.send(());
+                }
+                continue;
+            }
+            kube::runtime::watcher::Event::Apply(pod)
+            | kube::runtime::watcher::Event::InitApply(pod) => pod,
+            _ => continue,
+        };
+        let pending = pod.pending(mechanism).to_vec();
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if pending.is_empty() || !sent.insert(uid.clone()) {
+            continue;
+        }
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let rv = pod.metadata.resource_version.clone().unwrap_or_default();
+        let target = BypassTarget {
+            uid: &uid,
+            resource_version: &rv,
+            annotations_present: pod.annotations_present,
+            previous_record: pod.bypassed_record.as_deref(),
+            opt_in_label: Some((OPT_IN, "true")),
+        };
+        let removals: Vec<Removal> = pending
+            .iter()
+            .enumerate()
+            .map(|(index, initializer)| Removal {
+                index,
+                initializer,
+                reason: Reason::Deadline,
+            })
+            .collect();
+        let patch = bypass_patch(mechanism, &target, &removals, SystemTime::now());
+        let permit = slots.clone().acquire_owned().await?;
+        let api = api.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            if let Err(e) = api
+                .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
+                .await
+            {
+                eprintln!("  bare watcher: patch of {name}: {e}");
+            }
+        });
+    }
+    Ok(())
+}
+
+pub async fn steady(
+    bed: &mut Bed,
+    pods: usize,
+    rate: u32,
+    round: usize,
+    client: Client,
+) -> Result<Steady> {
+    let mechanism = bed.mechanism;
+    let server = &mut bed.server;
+    let admin = client_of(&server.admin_kubeconfig()).await?;
+    let ns = format!(
+        "steady-{round}-{}",
+        match client {
+            Client::Guard { events: true } => "g",
+            Client::Guard { events: false } => "q",
+            Client::Bare => "b",
+            Client::BareWatch => "w",
+        }
+    );
+    create_namespace(&admin, &ns).await?;
+    let user = server.guard_user().to_owned();
+    let mut guard = None;
+    let mut watcher = None;
+    match client {
+        Client::Guard { events } => {
+            let mut child = GuardChild::spawn(server, &ns, &steady_config(mechanism, events))?;
+            child.ready(Instant::now()).await?;
+            guard = Some(child);
+        }
+        // The metainit-like client watches by construction.
+        Client::Bare | Client::BareWatch => {
+            let path = server.guard_kubeconfig();
+            let kubeconfig = kube::config::Kubeconfig::read_from(&path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                .await
+                .context("the guard's kubeconfig")?;
+            let (tx, synced) = tokio::sync::oneshot::channel();
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let ns = ns.clone();
+            // A runtime of its own (as the guard is a process of its own), so the arrivals
+            // this process drives never delay its reactions; its client is built there too.
+            let thread = std::thread::spawn(move || -> Result<()> {
+                let runtime = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .enable_all()
+                    .build()
+                    .context("the bare watcher's runtime")?;
+                runtime.block_on(async move {
+                    // The guard's own client stack: includeUninitialized on pod reads.
+                    let client = initguard::client::build(config, mechanism)?;
+                    tokio::select! {
+                        done = bare_watcher(client, ns, mechanism, tx) => done,
+                        _ = stopped => Ok(()),
+                    }
+                })
+            });
+            watcher = Some((stop, thread));
+            tokio::time::timeout(Duration::from_secs(60), synced)
+                .await
+                .context("the bare watcher did not list")?
+                .context("the bare watcher ended")?;
+        }
+    }
+    server.take_requests()?;
+    let server_cpu0 = server.server_cpu();
+    // Arrivals at a fixed rate, each create on its own task, so a slow answer delays no
+    // later arrival; each pod's send time on this process's clock (the audit log's too).
+    let path = pods_path(&ns, mechanism);
+    let mut sent: BTreeMap<String, SystemTime> = BTreeMap::new();
+    let mut creates = tokio::task::JoinSet::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(1) / rate);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    for i in 0..pods {
+        tick.tick().await;
+        let name = format!("s-{i:05}");
+        sent.insert(name.clone(), SystemTime::now());
+        let admin = admin.clone();
+        let path = path.clone();
+        let body = pod_body(&name, mechanism, true);
+        creates.spawn(async move { raw(&admin, http::Method::POST, &path, Some(body)).await });
+    }
+    while let Some(done) = creates.join_next().await {
+        done.context("a create task")??;
+    }
+    wait_for(
+        &format!("every pod of {ns} initialized"),
+        Duration::from_secs(600),
+        async || {
+            let list = raw(&admin, http::Method::GET, &path, None).await?;
+            let items = list["items"].as_array().cloned().unwrap_or_default();
+            let waiting = items
+                .iter()
+                .filter(|p| !pending(p, mechanism).is_empty())
+                .count();
+            Ok((items.len() >= pods && waiting == 0).then_some(()))
+        },
+    )
+    .await?;
+    let mut seen = Vec::new();
+    let patched = |seen: &[Req]| -> BTreeMap<String, SystemTime> {
+        let mut last = BTreeMap::new();
+        for r in succeeded(seen, &user, "patch", "pods", &ns) {
+            let t = last.entry(r.name.clone()).or_insert(r.done);
+            *t = (*t).max(r.done);
+        }
+        last
+    };
+    wait_for(
+        &format!("the patches of {ns} in the server's record"),
+        Duration::from_secs(120),
+        async || {
+            seen.extend(server.take_requests()?);
+            Ok((patched(&seen).len() >= pods).then_some(()))
+        },
+    )
+    .await?;
+    if client == (Client::Guard { events: true }) {
+        wait_for(
+            &format!("{pods} Events in {ns}"),
+            Duration::from_secs(120),
+            async || {
+                seen.extend(server.take_requests()?);
+                Ok(
+                    (succeeded(&seen, &user, "create", "events", &ns).count() >= pods)
+                        .then_some(()),
+                )
+            },
+        )
+        .await?;
+    }
+    let server_cpu = server.server_cpu().saturating_sub(server_cpu0);
+    if let Some(child) = guard.take() {
+        child.stop()?;
+    }
+    if let Some((stop, thread)) = watcher.take() {
+        let _ = stop.send(());
+        thread
+            .join()
+            .map_err(|_| anyhow!("the bare watcher panicked"))??;
+    }
+    seen.extend(server.take_requests()?);
+    let mut reactions: Vec<Duration> = patched(&seen)
+        .iter()
+        .filter_map(|(name, done)| Some(after(*done, *sent.get(name)?)))
+        .collect();
+    reactions.sort();
+    let writes: Vec<&Req> = seen
+        .iter()
+        .filter(|r| {
+            r.user == user
+                && r.namespace == ns
+                && !matches!(r.verb.as_str(), "get" | "list" | "watch")
+        })
+        .collect();
+    let patches = writes
+        .iter()
+        .filter(|r| r.verb == "patch" && r.resource == "pods" && (200..300).contains(&r.code))
+        .count();
+    let events = writes
+        .iter()
+        .filter(|r| r.verb == "create" && r.resource == "events")
+        .count();
+    clear_namespace(&admin, &ns).await?;
+    Ok(Steady {
+        server: bed.label.clone(),
+        client,
+        pods,
+        rate,
+        reactions,
+        patches,
+        events,
+        other_writes: writes.len() - patches - events,
+        server_cpu,
+    })
+}
+
+/// Section e, steady arrivals.
+pub fn report_steady(runs: &[Steady]) {
+    println!("### Steady arrivals: reaction per pod");
+    println!();
+    println!(
+        "Pods created at a fixed rate (each create on its own task) with both initializers, \
+         and a client that removes them as soon as it sees the pod: the guard with both at \
+         `deadline: 0s` (as `config/metainit-compat.yaml` treats every initializer), or a bare \
+         metainit-like client (a watch on the namespace's pods and one patch per pod removing \
+         everything pending, {DEFAULT_MAX_IN_FLIGHT} in flight, on a runtime and client of \
+         its own so that the arrivals this process drives never delay it). Reaction: the create sent (this \
+         process's clock, the machine the audit log is written on) → the pod's patch committed \
+         in the server's record. Rounds alternate the clients."
+    );
+    println!();
+    println!(
+        "| server | rate | pods / run | client | runs | reaction p50 | p99 | max | p99 / bare p99 | goal ≤ 1.2 | patches / pod | Events / pod | other writes | server CPU / pod |"
+    );
+    println!(
+        "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"
+    );
+    let mut servers: Vec<&str> = Vec::new();
+    for r in runs {
+        if !servers.contains(&r.server.as_str()) {
+            servers.push(&r.server);
+        }
+    }
+    for server in servers {
+        let pooled = |client: Client| {
+            let rs: Vec<&Steady> = runs
+                .iter()
+                .filter(|r| r.server == server && r.client == client)
+                .collect();
+            let mut all: Vec<Duration> = rs
+                .iter()
+                .flat_map(|r| r.reactions.iter().copied())
+                .collect();
+            all.sort();
+            (rs, all)
+        };
+        let (_, bare_all) = pooled(Client::Bare);
+        let bare_p99 = percentile(&bare_all, 0.99);
+        for client in Client::STEADY {
+            let (rs, all) = pooled(client);
+            let Some(first) = rs.first() else { continue };
+            let pods: usize = rs.iter().map(|r| r.pods).sum();
+            let p99 = percentile(&all, 0.99);
+            let ratio = p99.as_secs_f64() / bare_p99.as_secs_f64().max(1e-9);
+            let sum = |f: fn(&Steady) -> usize| {
+                rs.iter().map(|r| f(r)).sum::<usize>() as f64 / pods.max(1) as f64
+            };
+            let cpu: Duration = rs.iter().map(|r| r.server_cpu).sum();
+            println!(
+                "| {server} | {}/s | {} | {} | {} | {} | {} | {} | {} | {} | {:.2} | {:.2} | {:.2} | {:.0} µs |",
+                first.rate,
+                first.pods,
+                client.label(),
+                rs.len(),
+                fmt_d(percentile(&all, 0.5)),
+                fmt_d(p99),
+                fmt_d(all.last().copied().unwrap_or_default()),
+                if client == Client::Bare {
+                    "—".to_owned()
+                } else {
+                    format!("**{ratio:.2}**")
+                },
+                match client {
+                    Client::Bare => "—",
+                    _ if ratio <= 1.2 => "met",
+                    _ => "**MISSED**",
+                },
+                sum(|r| r.patches),
+                sum(|r| r.events),
+                sum(|r| r.other_writes),
+                cpu.as_secs_f64() * 1e6 / pods.max(1) as f64
+            );
+        }
+    }
+    println!();
 }

@@ -526,3 +526,40 @@ async fn events_off_writes_no_event(mechanism: Mechanism) {
         "no Event series without Events"
     );
 }
+
+/// An Event the API server refuses is counted `failed` (once: an Event is never re-sent), by
+/// the server's own log; the bypass it records stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_event_is_counted_failed_and_the_bypass_stands() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    c.sim
+        .faults()
+        .fail_next(GUARD_USER, "create", "events", 500);
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!("initializers:\n  - {{ name: {AUDIT}, deadline: 0s }}\n"),
+    );
+    let guard = c.guard(&config).await;
+    c.pod("default", "refused-event", true, &[AUDIT]).await;
+    until("the pod bypassed", || {
+        c.pending("default", "refused-event").is_empty()
+    })
+    .await;
+    let metrics = guard.shared.metrics.clone();
+    c.finish(guard).await;
+    let refused = c
+        .guard_writes()
+        .into_iter()
+        .filter(|r| r.resource == "events" && r.status == 500)
+        .count();
+    assert_eq!(refused, 1, "the server refused one Event");
+    assert!(c.bypass_events("refused-event").is_empty());
+    let count = |outcome: &str| {
+        metrics
+            .events_total
+            .with_label_values(&["InitializerBypassed", outcome])
+            .get()
+    };
+    assert_eq!((count("failed"), count("written")), (1, 0));
+    assert_eq!(c.bypasses_of("default/refused-event").len(), 1);
+}
