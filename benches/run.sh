@@ -4,6 +4,8 @@
 #   benches/run.sh                 full run (about 25 minutes on 2 cores), rewrites RESULTS.md
 #   benches/run.sh --quick         short run (about 2 minutes), printed only
 #   benches/run.sh --out FILE      write FILE instead of benches/RESULTS.md
+#   benches/run.sh --two           also section 8 (`cargo bench --bench real -- --two`: about an
+#                                  hour more; needs the 1.13 and current test beds built)
 #   benches/run.sh -- ARGS...      extra arguments for the guard benchmark, e.g.
 #                                  -- --only pileup --pileup-seconds 20
 #
@@ -18,14 +20,16 @@ quick=0
 guard_args=()
 decode_args=()
 real_args=()
+two=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --quick) quick=1; guard_args+=(--quick); decode_args+=(--pods 10000); real_args+=(--quick) ;;
+    --two) two=1 ;;
     --out)
       [ $# -ge 2 ] || { echo "run.sh: --out needs a file" >&2; exit 2; }
       out="$2"; shift ;;
     --) shift; guard_args+=("$@"); break ;;
-    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
@@ -99,6 +103,18 @@ started=$(date -u +%s)
     echo "## 7. Admission webhooks: a dead backend, against the real API server"
     echo
     echo "_Not run: the test bed is not built (tests/testbed/build)._"
+  fi
+  echo
+  if [ "$two" = 1 ]; then
+    if [ "$quick" = 1 ]; then
+      cargo bench --quiet --bench real -- --two --sizes 1000 --runs 2 --steady-pods 500
+    else
+      cargo bench --quiet --bench real -- --two --sizes 1000,10000 --runs 5,5
+    fi
+  else
+    echo "## 8. Two initializers per pod, one dead owner: one patch each"
+    echo
+    echo "_Not run by this invocation: \`benches/run.sh --two\` adds it (about an hour; the 1.13 and current test beds must be built)._"
   fi
   echo
   echo "_Total benchmark time: $(( $(date -u +%s) - started )) s; load average after the run: $(cut -d' ' -f1-3 /proc/loadavg)._"

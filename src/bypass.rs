@@ -145,8 +145,8 @@ pub struct Removal<'a> {
 /// highest index first, so every index stays valid while the patch applies. Any failed `test`
 /// means the pod changed: re-read and re-decide.
 ///
-/// `removals` must be non-empty with distinct indexes (the policy decides each entry at most
-/// once); an empty list would yield a patch that only records nothing.
+/// `removals` must be non-empty (an empty list yields a patch that removes nothing); an index
+/// given twice is removed once.
 pub fn bypass_patch(
     mechanism: Mechanism,
     target: &BypassTarget<'_>,
@@ -155,6 +155,9 @@ pub fn bypass_patch(
 ) -> Patch {
     let mut removals = removals.to_vec();
     removals.sort_by_key(|r| r.index);
+    // One entry is removed once: a second removal of an index would remove the untested entry
+    // that moved into its place.
+    removals.dedup_by_key(|r| r.index);
     let record = removals
         .iter()
         .map(|r| record_entry(r.initializer, r.reason, at))

@@ -1600,7 +1600,16 @@ mod tests {
         use super::*;
         use proptest::prelude::*;
 
-        const NAMES: [&str; 5] = [SIDECAR, AUDIT, KUEUE, UNLISTED, "other.example.org"];
+        /// The last is outside the initializer charset: never decided, and it stops a legacy
+        /// due prefix.
+        const NAMES: [&str; 6] = [
+            SIDECAR,
+            AUDIT,
+            KUEUE,
+            UNLISTED,
+            "other.example.org",
+            "bad name,x=deadline@1",
+        ];
 
         /// A random world around one pod: config knobs, owners, piles, clocks.
         #[derive(Debug, Clone)]
@@ -1711,18 +1720,22 @@ mod tests {
                 prop_oneof![Just(PileupAction::Alert), Just(PileupAction::Bypass)],
                 1u32..5,
                 prop::collection::vec((short_duration(), short_duration()), 4),
-                // Per listed initializer: its optIn mode and a non-empty bypassOn subset.
-                prop::collection::vec(
-                    (
-                        prop_oneof![
-                            Just(OptInMode::Any),
-                            Just(OptInMode::Namespaces),
-                            Just(OptInMode::None)
-                        ],
-                        prop::sample::subsequence(Trigger::ALL.to_vec(), 1..=3),
+                // Per listed initializer: its optIn mode and a non-empty bypassOn subset; half
+                // the worlds restrict none (where `next_wake` is checked exactly).
+                prop_oneof![
+                    Just(vec![(OptInMode::Any, Trigger::ALL.to_vec()); 4]),
+                    prop::collection::vec(
+                        (
+                            prop_oneof![
+                                Just(OptInMode::Any),
+                                Just(OptInMode::Namespaces),
+                                Just(OptInMode::None)
+                            ],
+                            prop::sample::subsequence(Trigger::ALL.to_vec(), 1..=3),
+                        ),
+                        4,
                     ),
-                    4,
-                ),
+                ],
             );
             let owners = prop::collection::vec(owner_state(), NAMES.len());
             let piles = prop::collection::vec(prop::collection::vec(instant(), 0..6), NAMES.len());
@@ -1801,6 +1814,10 @@ mod tests {
                 previous_index = Some(d.index);
                 prop_assert_eq!(pod.pending.get(d.index), Some(&d.initializer));
                 prop_assert!(!decided_names.contains(&d.initializer), "decided twice");
+                prop_assert!(
+                    validate_initializer_name(&d.initializer).is_ok(),
+                    "decided a name outside the charset"
+                );
                 decided_names.push(d.initializer.clone());
                 prop_assert_eq!(&out.plans[d.index].plan, &Plan::Bypass { reason: d.reason });
                 prop_assert_eq!(out.plans[d.index].waited, Some(d.waited));
@@ -1901,6 +1918,12 @@ mod tests {
                 .last()
                 .filter(|_| legacy)
                 .and_then(|_| pod.pending.get(out.decisions.len()))
+                // It would join only as a candidate: first of its name, a valid name, handled.
+                .filter(|name| {
+                    !pod.pending[..out.decisions.len()].contains(name)
+                        && validate_initializer_name(name).is_ok()
+                        && config.deadline_for(name).is_some()
+                })
                 .and_then(|name| match world.env().owner_state(name) {
                     OwnerState::Down { since } => Some(since + world.grace(name)),
                     _ => None,
@@ -1911,13 +1934,7 @@ mod tests {
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
-                prop_assert!(
-                    out.next_wake == earliest_planned || out.next_wake == expected,
-                    "next_wake {:?}, planned {:?}, behind {:?}",
-                    out.next_wake,
-                    earliest_planned,
-                    behind_wake
-                );
+                prop_assert_eq!(out.next_wake, expected);
             } else if let Some(planned) = earliest_planned {
                 prop_assert!(out.next_wake.is_some_and(|w| w <= planned));
             }
@@ -1947,6 +1964,7 @@ mod tests {
                     return false;
                 };
                 !pod.pending[..index].contains(name)
+                    && validate_initializer_name(name).is_ok()
                     && opted_in_for(&pod.view(), name, config).is_ok()
                     && ((world.owner_down_due(name, now) && on(Trigger::OwnerDown))
                         || (waited >= deadline && on(Trigger::Deadline)))
@@ -2036,6 +2054,13 @@ mod tests {
                     prop_assert!(out.decisions.is_empty(), "bypassed a fresh batch: {:?}", out.decisions);
                 }
             }
+
+        }
+
+        proptest! {
+            // Cheap cases, and some invariants need a rare world (a legacy head removed with
+            // the entry behind it about to join): many cases.
+            #![proptest_config(ProptestConfig::with_cases(4096))]
 
             #[test]
             fn decide_upholds_the_invariants(world in world()) {

@@ -583,11 +583,20 @@ impl Tracker {
         now.duration_since(start).unwrap_or_default()
     }
 
+    /// The end of `pod`'s wait for `name`. A legacy entry that was not the head never started
+    /// waiting (its clock starts when it becomes the head), so it ends at zero, as the policy
+    /// and the Event of a patch that removes it with the head say.
     fn finish(&self, pod: &TrackedPod, name: &str, outcome: WaitEnd, now: SystemTime) -> Finished {
+        let behind_the_head = self.mechanism() == Mechanism::Initializers
+            && pod.pending.first().map(String::as_str) != Some(name);
         Finished {
             initializer: name.to_owned(),
             outcome,
-            waited: self.waited(pod, now),
+            waited: if behind_the_head {
+                Duration::ZERO
+            } else {
+                self.waited(pod, now)
+            },
         }
     }
 
@@ -925,6 +934,32 @@ mod tests {
         let f = tr.apply(&pod("a", "ua", None, &["i2"], json!({})), t(9));
         assert_eq!(f[0].waited, Duration::from_secs(4));
         assert_eq!(tr.get("ns/a").unwrap().head_since, t(9));
+    }
+
+    /// One patch removed the head and the entry behind it: the head waited since it became the
+    /// head, the entry behind never started waiting (as the policy and the Event say).
+    #[test]
+    fn legacy_an_entry_removed_with_the_head_waited_zero() {
+        let mut tr = Tracker::new(config(Mechanism::Initializers));
+        tr.apply(&pod("a", "ua", None, &["i1", "i2", "i3"], json!({})), t(5));
+        let mut patched = pod("a", "ua", None, &["i3"], json!({}));
+        patched.bypassed_record =
+            Some("i1=deadline@2026-11-21T10:00:30Z,i2=deadline@2026-11-21T10:00:30Z".into());
+        let f = tr.apply(&patched, t(35));
+        let ended: Vec<(&str, WaitEnd, Duration)> = f
+            .iter()
+            .map(|f| (f.initializer.as_str(), f.outcome, f.waited))
+            .collect();
+        assert_eq!(
+            ended,
+            [
+                ("i1", WaitEnd::Bypassed, Duration::from_secs(30)),
+                ("i2", WaitEnd::Bypassed, Duration::ZERO),
+            ]
+        );
+        // Deleted while waiting: only the head's clock ran.
+        let f = tr.delete("ns/a", t(40));
+        assert_eq!(f[0].waited, Duration::from_secs(5));
     }
 
     #[test]

@@ -723,6 +723,17 @@ mod rules {
         );
     }
 
+    /// Helm renders values as YAML 1.1: `events: off` arrives as `events: false`.
+    #[test]
+    fn events_is_per_patch_or_off_and_helm_s_boolean_means_the_same() {
+        use initguard::config::EventsMode;
+        assert_eq!(accepted("{}").events, EventsMode::PerPatch);
+        assert_eq!(accepted("events: perPatch\n").events, EventsMode::PerPatch);
+        assert_eq!(accepted("events: off\n").events, EventsMode::Off);
+        assert_eq!(accepted("events: false\n").events, EventsMode::Off);
+        assert_eq!(accepted("events: true\n").events, EventsMode::PerPatch);
+    }
+
     #[test]
     fn enums_name_their_choices() {
         assert_rejected(
@@ -739,6 +750,11 @@ mod rules {
             "pileup:\n  action: delete\n",
             "2:11",
             "pileup.action: unknown variant `delete`, expected `alert` or `bypass`",
+        );
+        assert_rejected(
+            "events: always\n",
+            "1:9",
+            "events: unknown variant `always`, expected `perPatch` or `off`",
         );
         assert_rejected(
             "dryRun: yes\n",

@@ -32,7 +32,7 @@ pub(super) struct RawConfig {
     pub secure_listen: Option<String>,
     pub tls: Option<RawTls>,
     pub dry_run: Option<bool>,
-    pub events: Option<EventsMode>,
+    pub events: Option<RawEvents>,
     pub max_in_flight: Option<Count>,
     pub webhooks: Option<Vec<RawWebhook>>,
 }
@@ -304,5 +304,43 @@ impl<'de> Deserialize<'de> for Count {
         }
 
         deserializer.deserialize_any(CountVisitor)
+    }
+}
+
+/// `events`: `perPatch` or `off`. Helm renders values as YAML 1.1, where a bare `off` is the
+/// boolean false (and `on` true), so `events: off` in a chart's values reaches the guard as
+/// `false`: booleans are accepted too, false meaning off.
+#[derive(Debug)]
+pub(super) struct RawEvents(pub EventsMode);
+
+impl<'de> Deserialize<'de> for RawEvents {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct EventsVisitor;
+
+        impl Visitor<'_> for EventsVisitor {
+            type Value = RawEvents;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("perPatch or off")
+            }
+
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<RawEvents, E> {
+                Ok(RawEvents(if v {
+                    EventsMode::PerPatch
+                } else {
+                    EventsMode::Off
+                }))
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawEvents, E> {
+                match v {
+                    "perPatch" => Ok(RawEvents(EventsMode::PerPatch)),
+                    "off" => Ok(RawEvents(EventsMode::Off)),
+                    other => Err(E::unknown_variant(other, &["perPatch", "off"])),
+                }
+            }
+        }
+
+        deserializer.deserialize_any(EventsVisitor)
     }
 }

@@ -1069,7 +1069,7 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
         secure_listen,
         tls,
         dry_run: raw.dry_run.unwrap_or(false),
-        events: raw.events.unwrap_or(EventsMode::PerPatch),
+        events: raw.events.map_or(EventsMode::PerPatch, |e| e.0),
         // Bounded by MAX_IN_FLIGHT_LIMIT above.
         max_in_flight: usize::try_from(max_in_flight).unwrap_or(DEFAULT_MAX_IN_FLIGHT),
         webhooks,

@@ -167,7 +167,7 @@ impl Worker {
         // A patch task yields its bypass when it was written, for the Event.
         let mut patches: JoinSet<Option<Bypass>> = JoinSet::new();
         let mut events: JoinSet<()> = JoinSet::new();
-        let mut unrecorded: VecDeque<Bypass> = VecDeque::new();
+        let mut unrecorded = Unrecorded::new(self.metrics.clone());
         // Events are written also while draining: they end with the fence, not with `cancel`.
         let events_cancel = CancellationToken::new();
         loop {
@@ -219,19 +219,27 @@ impl Worker {
                 self.keep_for_event(&mut unrecorded, bypass);
             }
         }
-        for bypass in unrecorded.drain(..) {
-            let worker = self.clone();
-            let cancel = events_cancel.clone();
-            events.spawn(async move { worker.record(&bypass, &cancel).await });
-        }
-        while let Some(done) = events.join_next().await {
-            joined(done);
+        // Still within `maxInFlight`; what the shutdown deadline cuts off is counted dropped
+        // (by `Unrecorded` for the queue, by `write::publish` for a write in flight).
+        loop {
+            while events.len() < slots {
+                let Some(bypass) = unrecorded.pop_front() else {
+                    break;
+                };
+                let worker = self.clone();
+                let cancel = events_cancel.clone();
+                events.spawn(async move { worker.record(&bypass, &cancel).await });
+            }
+            match events.join_next().await {
+                Some(done) => joined(done),
+                None => break,
+            }
         }
     }
 
     /// Queue the Event of a written patch (`events: perPatch`), or drop and count it when
     /// the queue is full.
-    fn keep_for_event(&self, unrecorded: &mut VecDeque<Bypass>, bypass: Bypass) {
+    fn keep_for_event(&self, unrecorded: &mut Unrecorded, bypass: Bypass) {
         if self.config.events == EventsMode::Off {
             return;
         }
@@ -364,6 +372,43 @@ impl Worker {
     }
 }
 
+/// Written patches whose Event is not written yet. Those still here when the worker is
+/// dropped (the shutdown deadline aborted it) are counted as dropped Events.
+struct Unrecorded {
+    queue: VecDeque<Bypass>,
+    metrics: Arc<Metrics>,
+}
+
+impl Unrecorded {
+    fn new(metrics: Arc<Metrics>) -> Unrecorded {
+        Unrecorded {
+            queue: VecDeque::new(),
+            metrics,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.queue.len()
+    }
+
+    fn push_back(&mut self, bypass: Bypass) {
+        self.queue.push_back(bypass);
+    }
+
+    fn pop_front(&mut self) -> Option<Bypass> {
+        self.queue.pop_front()
+    }
+}
+
+impl Drop for Unrecorded {
+    fn drop(&mut self) {
+        for _ in self.queue.drain(..) {
+            self.metrics
+                .event(BYPASS_EVENT_REASON, EventOutcome::Dropped);
+        }
+    }
+}
+
 /// What a write task returned. A panic in it is passed on to the worker, so that
 /// [`crate::supervise`] records it (a swallowed panic would leave a pod's bypass in flight
 /// forever); tasks are aborted only when the worker itself is.
@@ -387,6 +432,11 @@ impl Bypass {
     }
 }
 
+/// The longest Event message written (`write::event` cuts there).
+const EVENT_NOTE_MAX: usize = 1024;
+/// Ends a message whose details did not all fit.
+const MORE: &str = " | … (every record is in the pod's initguard.io/bypassed annotation)";
+
 /// The reason of the Warning Event each bypass patch is recorded with.
 pub const BYPASS_EVENT_REASON: &str = "InitializerBypassed";
 
@@ -409,12 +459,23 @@ fn bypass_event(
     let note = match bypass.removals.as_slice() {
         [r] => format!("initguard removed initializer {}", one(r)),
         all => {
-            let each: Vec<String> = all.iter().map(one).collect();
-            format!(
-                "initguard removed {} initializers in one patch: {}",
+            // Every name first, so that a long list keeps them all within the Event's size;
+            // then each one's reason, wait and owner while they fit.
+            let names: Vec<&str> = all.iter().map(|r| r.initializer.as_str()).collect();
+            let mut note = format!(
+                "initguard removed {} initializers in one patch: {}. ",
                 all.len(),
-                each.join(" | ")
-            )
+                names.join(", ")
+            );
+            for (i, r) in all.iter().enumerate() {
+                let each = format!("{}{}", if i > 0 { " | " } else { "" }, one(r));
+                if note.len() + each.len() > EVENT_NOTE_MAX - MORE.len() {
+                    note.push_str(MORE);
+                    break;
+                }
+                note.push_str(&each);
+            }
+            note
         }
     };
     let pod = Subject {
@@ -510,11 +571,69 @@ mod tests {
         assert_eq!(
             event.message.as_deref(),
             Some(
-                "initguard removed 2 initializers in one patch: a.example.com (owner_down) after \
-                 waiting 1m 35s; owner: lease kube-system/a down | b.example.com (deadline) \
-                 after waiting 0s; owner: none"
+                "initguard removed 2 initializers in one patch: a.example.com, b.example.com. \
+                 a.example.com (owner_down) after waiting 1m 35s; owner: lease kube-system/a \
+                 down | b.example.com (deadline) after waiting 0s; owner: none"
             )
         );
         assert_eq!(bypass.names(), "a.example.com,b.example.com");
+
+        // Many at once: every name stays, the details stop where the Event ends.
+        let many = Bypass {
+            removals: (0..40)
+                .map(|i| {
+                    removed(
+                        &format!("init-{i:02}.example.com"),
+                        Reason::Deadline,
+                        0,
+                        "none",
+                    )
+                })
+                .collect(),
+            ..bypass
+        };
+        let event = bypass_event(&many, "master-1_ab12cd34", now);
+        let message = event.message.unwrap_or_default();
+        assert!(message.len() <= EVENT_NOTE_MAX, "{}", message.len());
+        assert!(message.ends_with(MORE), "{message}");
+        for i in 0..40 {
+            assert!(
+                message.contains(&format!("init-{i:02}.example.com")),
+                "{message}"
+            );
+        }
+    }
+
+    /// Events still queued when the worker is dropped (the shutdown deadline aborted it) are
+    /// counted as dropped; none are counted twice.
+    #[test]
+    fn events_left_unwritten_count_as_dropped() {
+        let config = Config::from_yaml_str("{}", "test.yaml").unwrap();
+        let metrics = Arc::new(Metrics::new(&config).unwrap());
+        let dropped = || {
+            metrics
+                .events_total
+                .with_label_values(&[BYPASS_EVENT_REASON, "dropped"])
+                .get()
+        };
+        let bypass = Bypass {
+            key: "team-a/web-1".into(),
+            namespace: "team-a".into(),
+            name: "web-1".into(),
+            uid: "uid-1".into(),
+            resource_version: "7".into(),
+            removals: Vec::new(),
+            annotations_present: false,
+            previous_record: None,
+            opt_in_label: None,
+        };
+        let mut queue = Unrecorded::new(metrics.clone());
+        for _ in 0..3 {
+            queue.push_back(bypass.clone());
+        }
+        assert!(queue.pop_front().is_some());
+        assert_eq!(dropped(), 0);
+        drop(queue);
+        assert_eq!(dropped(), 2);
     }
 }

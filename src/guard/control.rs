@@ -38,6 +38,11 @@ const HEARTBEAT: Duration = Duration::from_secs(2);
 const EXPECTATION_TTL: Duration = Duration::from_secs(30);
 /// After a bypass failed for good, try that pod again after this long.
 const RETRY_FAILED_AFTER: Duration = Duration::from_secs(15);
+/// Most initializers one patch removes; more due at once go in the next patch, decided when
+/// the pod watch shows this one. Each adds a record to the pod's annotation, which the API
+/// server caps (256 KiB for all annotations), so a lax server's thousands of entries never
+/// make one patch that can only be refused.
+const MAX_REMOVALS_PER_PATCH: usize = 64;
 /// After a write that found no pod, or that the API server rejected although the pod had not
 /// changed, decide again only after this pause: at once would repeat it in a tight loop.
 const RETRY_STALE_AFTER: Duration = Duration::from_secs(2);
@@ -479,6 +484,7 @@ impl ControlLoop {
                     .dry_run_done
                     .contains(&(pod.uid.clone(), d.initializer.clone()))
             })
+            .take(MAX_REMOVALS_PER_PATCH)
             .map(|d| Removed {
                 owner: super::shared::describe_owner(&shared, &d.initializer, now),
                 index: d.index,

@@ -179,6 +179,13 @@ pub async fn publish(
     event: Event,
 ) {
     let reason = event.reason.clone().unwrap_or_default();
+    // Counted however this ends: an outcome below, or dropped if the write is abandoned
+    // (its task aborted at the shutdown deadline).
+    let mut unsettled = Unsettled {
+        metrics,
+        reason: &reason,
+        settled: false,
+    };
     let about = format!(
         "{}/{}",
         event.involved_object.namespace.as_deref().unwrap_or(""),
@@ -186,7 +193,7 @@ pub async fn publish(
     );
     let Ok(permit) = fence.admit(cancel).await else {
         warn!(%about, reason, "not leading any more; event not recorded");
-        metrics.event(&reason, EventOutcome::Dropped);
+        unsettled.settle(EventOutcome::Dropped);
         return;
     };
     let namespace = event.metadata.namespace.clone().unwrap_or_default();
@@ -203,7 +210,30 @@ pub async fn publish(
             EventOutcome::Failed
         }
     };
-    metrics.event(&reason, outcome);
+    unsettled.settle(outcome);
+}
+
+/// An Event write not yet counted in `initguard_events_total`; dropped unsettled, it counts as
+/// dropped.
+struct Unsettled<'a> {
+    metrics: &'a Metrics,
+    reason: &'a str,
+    settled: bool,
+}
+
+impl Unsettled<'_> {
+    fn settle(&mut self, outcome: EventOutcome) {
+        self.metrics.event(self.reason, outcome);
+        self.settled = true;
+    }
+}
+
+impl Drop for Unsettled<'_> {
+    fn drop(&mut self) {
+        if !self.settled {
+            self.metrics.event(self.reason, EventOutcome::Dropped);
+        }
+    }
 }
 
 /// `s` cut to at most `max` bytes on a character boundary.
@@ -393,5 +423,32 @@ mod tests {
         assert_eq!(truncate("ééé".into(), 4), "éé");
         assert_eq!(truncate("abc".into(), 3), "abc");
         assert_eq!(truncate("abc".into(), 2), "ab");
+    }
+
+    /// An Event write abandoned before its answer (its task aborted) counts as dropped; one
+    /// that settled counts once, as what it became.
+    #[test]
+    fn an_abandoned_event_write_counts_as_dropped_once() {
+        let config = crate::config::Config::from_yaml_str("{}", "test.yaml").unwrap();
+        let metrics = Metrics::new(&config).unwrap();
+        let count = |outcome: &str| {
+            metrics
+                .events_total
+                .with_label_values(&["InitializerBypassed", outcome])
+                .get()
+        };
+        drop(Unsettled {
+            metrics: &metrics,
+            reason: "InitializerBypassed",
+            settled: false,
+        });
+        let mut written = Unsettled {
+            metrics: &metrics,
+            reason: "InitializerBypassed",
+            settled: false,
+        };
+        written.settle(EventOutcome::Written);
+        drop(written);
+        assert_eq!((count("dropped"), count("written")), (1, 1));
     }
 }

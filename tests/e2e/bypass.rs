@@ -14,6 +14,7 @@ both_mechanisms!(
     only_opted_in_pods_are_touched,
     only_the_failed_initializer_is_removed,
     every_failed_initializer_goes_in_one_patch,
+    initializers_due_at_different_times_are_removed_in_turn,
     events_off_writes_no_event,
 );
 
@@ -489,6 +490,67 @@ async fn a_burst_is_patched_before_any_event_is_written() {
     }
 }
 
+/// The head's owner is dead; the initializer behind it is healthy but slow, with a deadline of
+/// its own (2 s): two patches, the second never before that deadline and not held back by the
+/// first one's expectation (regression: when the pod watch showed the first removal before the
+/// actuator reported it, the second waited for the 30 s expectation timeout). The late bound
+/// is half that timeout, so it holds at any machine load and still catches the regression.
+async fn initializers_due_at_different_times_are_removed_in_turn(mechanism: Mechanism) {
+    let c = Cluster::start(mechanism).await;
+    let _sidecar = c.owner(SIDECAR, |o| o.alive = false).await;
+    let _audit = c
+        .owner(AUDIT, |o| o.latency = Duration::from_secs(600))
+        .await;
+    let deadline = Duration::from_secs(2);
+    let config = config(
+        mechanism,
+        &format!(
+            "defaults: {{ ownerDownGrace: 500ms }}\ninitializers:\n{}{}",
+            owned(SIDECAR, "10m"),
+            owned(AUDIT, "2s")
+        ),
+    );
+    let guard = c.guard(&config).await;
+    wait_owner(&guard, SIDECAR, false).await;
+    wait_owner(&guard, AUDIT, true).await;
+    let names: Vec<String> = (0..3).map(|i| format!("turn-{i}")).collect();
+    for name in &names {
+        c.pod("default", name, true, &[SIDECAR, AUDIT]).await;
+    }
+    until("both initializers bypassed on every pod", || {
+        names.iter().all(|n| c.pending("default", n).is_empty())
+    })
+    .await;
+    c.finish(guard).await;
+    for name in &names {
+        let patches = c.guard_pod_patches(name);
+        assert_eq!(patches.len(), 2, "{patches:#?}");
+        let removed: Vec<(String, Option<String>)> = c
+            .bypasses_of(&format!("default/{name}"))
+            .into_iter()
+            .map(|b| (b.initializer, b.reason))
+            .collect();
+        assert_eq!(
+            removed,
+            [
+                (SIDECAR.to_owned(), Some("owner_down".to_owned())),
+                (AUDIT.to_owned(), Some("deadline".to_owned())),
+            ]
+        );
+        // When AUDIT's clock started: gates at creation, legacy once it became the head.
+        let started = match mechanism {
+            Mechanism::SchedulingGates => c.created("default", name).timestamp,
+            Mechanism::Initializers => patches[0].time,
+        };
+        assert_not_before("the second patch", started, patches[1].time, deadline);
+        let late = since(started.max(patches[0].time), patches[1].time);
+        assert!(
+            late < deadline + Duration::from_secs(15),
+            "{name}: the second patch came {late:?} after the first could be followed"
+        );
+    }
+}
+
 /// `events: off`: the bypasses are written and recorded in the annotation, but no Event, not
 /// even while the guard drains at shutdown (it writes what it holds before it exits).
 async fn events_off_writes_no_event(mechanism: Mechanism) {
@@ -562,4 +624,33 @@ async fn a_refused_event_is_counted_failed_and_the_bypass_stands() {
     };
     assert_eq!((count("failed"), count("written")), (1, 0));
     assert_eq!(c.bypasses_of("default/refused-event").len(), 1);
+}
+
+/// More initializers due at once than one patch removes (64): the rest go in the next patch,
+/// decided once the watch shows the first; each is removed exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_due_than_one_patch_takes_go_in_the_next() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let config = config(
+        Mechanism::SchedulingGates,
+        "unlistedInitializers: deadline\ndefaults: { deadline: 0s }\n",
+    );
+    let guard = c.guard(&config).await;
+    let gates: Vec<String> = (0..70).map(|i| format!("g-{i:02}.example.com")).collect();
+    let refs: Vec<&str> = gates.iter().map(String::as_str).collect();
+    c.pod("default", "many", true, &refs).await;
+    until("every gate of the pod removed", || {
+        c.pending("default", "many").is_empty()
+    })
+    .await;
+    c.finish(guard).await;
+    let patches = c.guard_pod_patches("many");
+    assert_eq!(patches.len(), 2, "{patches:#?}");
+    let mut removed: Vec<String> = c
+        .bypasses_of("default/many")
+        .into_iter()
+        .map(|b| b.initializer)
+        .collect();
+    removed.sort();
+    assert_eq!(removed, gates);
 }
