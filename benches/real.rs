@@ -66,6 +66,8 @@ struct Args {
     steady_pods: usize,
     /// Section e without the simulator.
     real_only: bool,
+    /// Section e on the current servers only.
+    gates_only: bool,
 }
 
 const USAGE: &str =
@@ -73,7 +75,8 @@ const USAGE: &str =
   defaults: --sizes 1000,10000 --runs 9,5 --scale-pods 50000 --idle-seconds 60
   --two     only section e: two initializers per pod, one dead owner, on the 1.13 test bed
             (legacy initializers) and the current one (gates), each beside the simulator
-            (--legacy-only: the 1.13 servers only; --real-only: no simulator; --steady-pods N
+            (--legacy-only: the 1.13 servers only; --gates-only: the current ones only;
+            --real-only: no simulator; --steady-pods N
             per steady-arrival run, default 2000; --no-steady: none)
   (--runs: rounds per size, in --sizes order; one value for every size. Short bursts are
    noisier, so the small size gets more rounds.)
@@ -89,6 +92,7 @@ fn parse_args() -> Result<Args, String> {
         legacy_only: false,
         steady_pods: 2_000,
         real_only: false,
+        gates_only: false,
     };
     let mut it = std::env::args().skip(1);
     let number = |name: &str, v: Option<String>| -> Result<usize, String> {
@@ -123,6 +127,7 @@ fn parse_args() -> Result<Args, String> {
             "--steady-pods" => args.steady_pods = number("--steady-pods", it.next())?,
             "--no-steady" => args.steady_pods = 0,
             "--real-only" => args.real_only = true,
+            "--gates-only" => args.gates_only = true,
             "--scale-pods" => args.scale_pods = number("--scale-pods", it.next())?,
             "--idle-seconds" => args.idle_seconds = number("--idle-seconds", it.next())? as u64,
             // cargo bench passes --bench.
@@ -156,6 +161,7 @@ fn main() -> ExitCode {
         }
     };
     if args.two
+        && !args.gates_only
         && let Some(why) = testbed::not_built_version(testbed::Version::Legacy)
     {
         eprintln!("real --two: the 1.13 test bed is not built: {why}");
@@ -990,6 +996,7 @@ async fn run(args: Args) -> Result<()> {
         let plan = two::Plan {
             sizes: args.sizes.clone(),
             rounds,
+            legacy: !args.gates_only,
             gates: !args.legacy_only,
             simulator: !args.real_only,
             steady_pods: args.steady_pods,

@@ -770,7 +770,9 @@ pub struct Plan {
     pub sizes: Vec<usize>,
     /// Rounds per size.
     pub rounds: Vec<usize>,
-    /// Also the current servers (two gates).
+    /// The 1.13 servers (legacy initializers).
+    pub legacy: bool,
+    /// The current servers (two gates).
     pub gates: bool,
     /// Also the simulator beside each real server.
     pub simulator: bool,
@@ -782,11 +784,13 @@ pub async fn run_two(plan: &Plan) -> Result<()> {
     let mut runs = Vec::new();
     let mut steadies = Vec::new();
     let mut beds: Vec<Bed> = Vec::new();
-    if plan.simulator {
+    if plan.legacy && plan.simulator {
         beds.push(start_legacy_sim().await?);
     }
-    eprintln!("real --two: starting the 1.13 test bed");
-    beds.push(start_legacy_real().await?);
+    if plan.legacy {
+        eprintln!("real --two: starting the 1.13 test bed");
+        beds.push(start_legacy_real().await?);
+    }
     for bed in beds.iter_mut() {
         if plan.steady_pods > 0 {
             steady_all(bed, plan.steady_pods, &mut steadies).await?;
