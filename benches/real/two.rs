@@ -848,13 +848,16 @@ async fn burst_all(
             for client in Client::ALL {
                 let r = burst_two(bed, pods, round, client).await?;
                 eprintln!(
-                    "  {} {pods} round {round} {}: {} ({} patches, {} Events, {} other writes)",
+                    "  {} {pods} round {round} {}: {} ({} patches, {} Events, {} other writes; \
+                     first patch after {}, p50 {})",
                     r.server,
                     client.label(),
                     fmt_d(r.span),
                     r.patches,
                     r.events,
-                    r.other_writes
+                    r.other_writes,
+                    fmt_d(r.latencies.first().copied().unwrap_or_default()),
+                    fmt_d(percentile(&r.latencies, 0.5)),
                 );
                 runs.push(r);
             }

@@ -430,12 +430,15 @@ impl ControlLoop {
     }
 
     fn decide_all(&mut self) {
-        let keys: Vec<PodKey> = self
+        let mut keys: Vec<PodKey> = self
             .shared
             .tracker()
             .pods()
             .map(|(k, _)| k.clone())
             .collect();
+        // In key order (namespace/name, etcd's key order), not the map's: a burst then writes
+        // neighbouring keys in turn, as a client walking a list does.
+        keys.sort_unstable();
         for key in keys {
             self.decide(&key);
         }
