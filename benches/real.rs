@@ -360,11 +360,20 @@ async fn client_of(path: &Path) -> Result<kube::Client> {
 }
 
 async fn start_sim() -> Result<Server> {
-    let sim = Sim::start(SimOptions {
+    start_sim_with(SimOptions {
         mechanism: Mechanism::SchedulingGates,
+        ..SimOptions::default()
+    })
+    .await
+}
+
+/// The simulator with `options`, its logs sized for the benchmark, and the kubeconfigs of the
+/// guard and the admin in a fresh directory.
+async fn start_sim_with(options: SimOptions) -> Result<Server> {
+    let sim = Sim::start(SimOptions {
         request_log_limit: 2_000_000,
         change_log_limit: 10_000,
-        ..SimOptions::default()
+        ..options
     })
     .await?;
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
@@ -794,22 +803,7 @@ async fn burst(server: &mut Server, pods: usize, run: usize, mode: Mode) -> Resu
                 .await
                 .context("deleting the owner pod")?;
         }
-        Mode::Bare | Mode::BareWatch => {
-            let client = client_of(&server.guard_kubeconfig()).await?;
-            let bare: Api<Pod> = Api::namespaced(client, &ns);
-            stream::iter(bare_patches)
-                .map(|(name, patch)| {
-                    let bare = bare.clone();
-                    async move {
-                        bare.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
-                            .await
-                            .with_context(|| format!("bare patch of {name}"))
-                    }
-                })
-                .buffer_unordered(DEFAULT_MAX_IN_FLIGHT)
-                .try_collect::<Vec<_>>()
-                .await?;
-        }
+        Mode::Bare | Mode::BareWatch => send_bare(server, &ns, bare_patches).await?,
     }
     let mut seen = Vec::new();
     let count = |seen: &[Req], verb: &str, resource: &str| {
@@ -897,6 +891,29 @@ async fn burst(server: &mut Server, pods: usize, run: usize, mode: Mode) -> Resu
         client_cpu,
         server_cpu,
     })
+}
+
+/// The bare client: `patches` sent as the guard's identity, [`DEFAULT_MAX_IN_FLIGHT`] at once.
+async fn send_bare(
+    server: &Server,
+    ns: &str,
+    patches: Vec<(String, json_patch::Patch)>,
+) -> Result<()> {
+    let client = client_of(&server.guard_kubeconfig()).await?;
+    let bare: Api<Pod> = Api::namespaced(client, ns);
+    stream::iter(patches)
+        .map(|(name, patch)| {
+            let bare = bare.clone();
+            async move {
+                bare.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
+                    .await
+                    .with_context(|| format!("bare patch of {name}"))
+            }
+        })
+        .buffer_unordered(DEFAULT_MAX_IN_FLIGHT)
+        .try_collect::<Vec<_>>()
+        .await?;
+    Ok(())
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -39,6 +39,16 @@ impl Client {
         Client::Bare,
     ];
 
+    /// One letter for namespace names.
+    fn short(self) -> &'static str {
+        match self {
+            Client::Guard { events: true } => "g",
+            Client::Guard { events: false } => "q",
+            Client::Bare => "b",
+            Client::BareWatch => "w",
+        }
+    }
+
     fn label(self) -> &'static str {
         match self {
             Client::Guard { events: true } => "guard, events: perPatch",
@@ -79,21 +89,15 @@ pub struct Run {
 /// The simulator with the 1.13 profile, putting both initializers on every new pod as an
 /// InitializerConfiguration does.
 pub async fn start_legacy_sim() -> Result<Bed> {
-    let sim = Sim::start(SimOptions {
+    let server = start_sim_with(SimOptions {
         mechanism: Mechanism::Initializers,
         kube_version: Some(kube_sim::KubeVersion::V1_13),
         legacy_initializers: vec![FIRST.to_owned(), SECOND.to_owned()],
-        request_log_limit: 2_000_000,
-        change_log_limit: 10_000,
         ..SimOptions::default()
     })
     .await?;
-    let dir = tempfile::tempdir().context("creating a temporary directory")?;
-    sim.write_kubeconfig(&dir.path().join("initguard.kubeconfig"), SIM_GUARD_USER)?;
-    sim.write_kubeconfig(&dir.path().join("admin.kubeconfig"), "admin")?;
-    std::fs::create_dir_all(dir.path().join("logs"))?;
     Ok(Bed {
-        server: Server::Sim { sim, dir },
+        server,
         label: "simulator, 1.13 profile".into(),
         mechanism: Mechanism::Initializers,
     })
@@ -341,15 +345,7 @@ pub async fn burst_two(bed: &mut Bed, pods: usize, run: usize, client: Client) -
     let mechanism = bed.mechanism;
     let server = &mut bed.server;
     let admin = client_of(&server.admin_kubeconfig()).await?;
-    let ns = format!(
-        "two-{pods}-{run}-{}",
-        match client {
-            Client::Guard { events: true } => "g",
-            Client::Guard { events: false } => "q",
-            Client::Bare => "b",
-            Client::BareWatch => "w",
-        }
-    );
+    let ns = format!("two-{pods}-{run}-{}", client.short());
     create_namespace(&admin, &ns).await?;
     owner(&admin, &ns, mechanism).await?;
     seed_two(&admin, &ns, pods, mechanism).await?;
@@ -433,22 +429,7 @@ pub async fn burst_two(bed: &mut Bed, pods: usize, run: usize, client: Client) -
                 .await
                 .context("deleting the owner pod")?;
         }
-        Client::Bare | Client::BareWatch => {
-            let as_guard = client_of(&server.guard_kubeconfig()).await?;
-            let bare: Api<Pod> = Api::namespaced(as_guard, &ns);
-            stream::iter(bare_patches)
-                .map(|(name, patch)| {
-                    let bare = bare.clone();
-                    async move {
-                        bare.patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
-                            .await
-                            .with_context(|| format!("bare patch of {name}"))
-                    }
-                })
-                .buffer_unordered(DEFAULT_MAX_IN_FLIGHT)
-                .try_collect::<Vec<_>>()
-                .await?;
-        }
+        Client::Bare | Client::BareWatch => send_bare(server, &ns, bare_patches).await?,
     }
     // Done when no pod is waiting any more, by the server's own list.
     wait_for(
@@ -467,14 +448,7 @@ pub async fn burst_two(bed: &mut Bed, pods: usize, run: usize, client: Client) -
     )
     .await?;
     let mut seen = Vec::new();
-    let patched = |seen: &[Req]| -> BTreeMap<String, SystemTime> {
-        let mut last = BTreeMap::new();
-        for r in succeeded(seen, &user, "patch", "pods", &ns) {
-            let t = last.entry(r.name.clone()).or_insert(r.done);
-            *t = (*t).max(r.done);
-        }
-        last
-    };
+    let patched = |seen: &[Req]| last_patches(seen, &user, &ns);
     // The audit log is written as requests complete: wait until it holds every pod's patch.
     let recorded = wait_for(
         &format!("the patches of {ns} in the server's record"),
@@ -505,18 +479,7 @@ pub async fn burst_two(bed: &mut Bed, pods: usize, run: usize, client: Client) -
     }
     if client == (Client::Guard { events: true }) {
         // The Events trail the patches; the server's CPU counts them too.
-        wait_for(
-            &format!("{pods} Events in {ns}"),
-            Duration::from_secs(120),
-            async || {
-                seen.extend(server.take_requests()?);
-                Ok(
-                    (succeeded(&seen, &user, "create", "events", &ns).count() >= pods)
-                        .then_some(()),
-                )
-            },
-        )
-        .await?;
+        await_events(server, &mut seen, &user, &ns, pods).await?;
     }
     let server_cpu = server.server_cpu().saturating_sub(server_cpu0);
     let client_cpu = process_cpu_time(client_pid).saturating_sub(client_cpu0);
@@ -551,22 +514,7 @@ pub async fn burst_two(bed: &mut Bed, pods: usize, run: usize, client: Client) -
         .map(|done| after(*done, trigger))
         .collect();
     latencies.sort();
-    let writes: Vec<&Req> = seen
-        .iter()
-        .filter(|r| {
-            r.user == user
-                && r.namespace == ns
-                && !matches!(r.verb.as_str(), "get" | "list" | "watch")
-        })
-        .collect();
-    let patches = writes
-        .iter()
-        .filter(|r| r.verb == "patch" && r.resource == "pods" && (200..300).contains(&r.code))
-        .count();
-    let events = writes
-        .iter()
-        .filter(|r| r.verb == "create" && r.resource == "events")
-        .count();
+    let writes = Writes::of(&seen, &user, &ns);
     clear_namespace(&admin, &ns).await?;
     Ok(Run {
         server: bed.label.clone(),
@@ -574,12 +522,78 @@ pub async fn burst_two(bed: &mut Bed, pods: usize, run: usize, client: Client) -
         client,
         span: latencies.last().copied().unwrap_or_default(),
         latencies,
-        patches,
-        events,
-        other_writes: writes.len() - patches - events,
+        patches: writes.patches,
+        events: writes.events,
+        other_writes: writes.other,
         server_cpu,
         client_cpu,
     })
+}
+
+/// Waits until the server's record holds `pods` Event creates by `user` in `ns` (the Events
+/// trail the patches), adding what it reads to `seen`.
+async fn await_events(
+    server: &mut Server,
+    seen: &mut Vec<Req>,
+    user: &str,
+    ns: &str,
+    pods: usize,
+) -> Result<()> {
+    wait_for(
+        &format!("{pods} Events in {ns}"),
+        Duration::from_secs(120),
+        async || {
+            seen.extend(server.take_requests()?);
+            Ok((succeeded(seen, user, "create", "events", ns).count() >= pods).then_some(()))
+        },
+    )
+    .await
+}
+
+/// When each pod's last successful patch by `user` in `ns` committed.
+fn last_patches(seen: &[Req], user: &str, ns: &str) -> BTreeMap<String, SystemTime> {
+    let mut last = BTreeMap::new();
+    for r in succeeded(seen, user, "patch", "pods", ns) {
+        let t = last.entry(r.name.clone()).or_insert(r.done);
+        *t = (*t).max(r.done);
+    }
+    last
+}
+
+/// A client's writes in a namespace, by the server's record.
+struct Writes {
+    /// Successful pod patches.
+    patches: usize,
+    /// Event creates.
+    events: usize,
+    /// Every other write.
+    other: usize,
+}
+
+impl Writes {
+    fn of(seen: &[Req], user: &str, ns: &str) -> Writes {
+        let writes: Vec<&Req> = seen
+            .iter()
+            .filter(|r| {
+                r.user == user
+                    && r.namespace == ns
+                    && !matches!(r.verb.as_str(), "get" | "list" | "watch")
+            })
+            .collect();
+        let patches = writes
+            .iter()
+            .filter(|r| r.verb == "patch" && r.resource == "pods" && (200..300).contains(&r.code))
+            .count();
+        let events = writes
+            .iter()
+            .filter(|r| r.verb == "create" && r.resource == "events")
+            .count();
+        Writes {
+            patches,
+            events,
+            other: writes.len() - patches - events,
+        }
+    }
 }
 
 /// A watch on every pod as the guard's identity through the guard's own client stack
@@ -979,15 +993,7 @@ pub async fn steady(
     let mechanism = bed.mechanism;
     let server = &mut bed.server;
     let admin = client_of(&server.admin_kubeconfig()).await?;
-    let ns = format!(
-        "steady-{round}-{}",
-        match client {
-            Client::Guard { events: true } => "g",
-            Client::Guard { events: false } => "q",
-            Client::Bare => "b",
-            Client::BareWatch => "w",
-        }
-    );
+    let ns = format!("steady-{round}-{}", client.short());
     create_namespace(&admin, &ns).await?;
     let user = server.guard_user().to_owned();
     let mut guard = None;
@@ -1069,14 +1075,7 @@ pub async fn steady(
     )
     .await?;
     let mut seen = Vec::new();
-    let patched = |seen: &[Req]| -> BTreeMap<String, SystemTime> {
-        let mut last = BTreeMap::new();
-        for r in succeeded(seen, &user, "patch", "pods", &ns) {
-            let t = last.entry(r.name.clone()).or_insert(r.done);
-            *t = (*t).max(r.done);
-        }
-        last
-    };
+    let patched = |seen: &[Req]| last_patches(seen, &user, &ns);
     wait_for(
         &format!("the patches of {ns} in the server's record"),
         Duration::from_secs(120),
@@ -1087,18 +1086,7 @@ pub async fn steady(
     )
     .await?;
     if client == (Client::Guard { events: true }) {
-        wait_for(
-            &format!("{pods} Events in {ns}"),
-            Duration::from_secs(120),
-            async || {
-                seen.extend(server.take_requests()?);
-                Ok(
-                    (succeeded(&seen, &user, "create", "events", &ns).count() >= pods)
-                        .then_some(()),
-                )
-            },
-        )
-        .await?;
+        await_events(server, &mut seen, &user, &ns, pods).await?;
     }
     let server_cpu = server.server_cpu().saturating_sub(server_cpu0);
     if let Some(child) = guard.take() {
@@ -1116,22 +1104,7 @@ pub async fn steady(
         .filter_map(|(name, done)| Some(after(*done, *sent.get(name)?)))
         .collect();
     reactions.sort();
-    let writes: Vec<&Req> = seen
-        .iter()
-        .filter(|r| {
-            r.user == user
-                && r.namespace == ns
-                && !matches!(r.verb.as_str(), "get" | "list" | "watch")
-        })
-        .collect();
-    let patches = writes
-        .iter()
-        .filter(|r| r.verb == "patch" && r.resource == "pods" && (200..300).contains(&r.code))
-        .count();
-    let events = writes
-        .iter()
-        .filter(|r| r.verb == "create" && r.resource == "events")
-        .count();
+    let writes = Writes::of(&seen, &user, &ns);
     clear_namespace(&admin, &ns).await?;
     Ok(Steady {
         server: bed.label.clone(),
@@ -1139,9 +1112,9 @@ pub async fn steady(
         pods,
         rate,
         reactions,
-        patches,
-        events,
-        other_writes: writes.len() - patches - events,
+        patches: writes.patches,
+        events: writes.events,
+        other_writes: writes.other,
         server_cpu,
     })
 }

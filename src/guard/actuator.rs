@@ -492,25 +492,30 @@ fn bypass_event(
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_event_names_the_pod_the_bypass_and_this_replica() {
-        let bypass = Bypass {
+    /// A bypass of pod team-a/web-1 removing `removals`.
+    fn bypass_of(removals: Vec<Removed>) -> Bypass {
+        Bypass {
             key: "team-a/web-1".into(),
             namespace: "team-a".into(),
             name: "web-1".into(),
             uid: "uid-1".into(),
             resource_version: "7".into(),
-            removals: vec![Removed {
-                index: 0,
-                initializer: "sidecar.example.com".into(),
-                reason: Reason::OwnerDown,
-                waited: Duration::from_millis(95_700),
-                owner: "deployment kube-system/sidecar down".into(),
-            }],
+            removals,
             annotations_present: false,
             previous_record: None,
             opt_in_label: None,
-        };
+        }
+    }
+
+    #[test]
+    fn the_event_names_the_pod_the_bypass_and_this_replica() {
+        let bypass = bypass_of(vec![Removed {
+            index: 0,
+            initializer: "sidecar.example.com".into(),
+            reason: Reason::OwnerDown,
+            waited: Duration::from_millis(95_700),
+            owner: "deployment kube-system/sidecar down".into(),
+        }]);
         let now: jiff::Timestamp = "2026-11-25T10:00:00.5Z".parse().unwrap();
         let event = bypass_event(&bypass, "master-1_ab12cd34", now);
         let reference = &event.involved_object;
@@ -547,25 +552,15 @@ mod tests {
             waited: Duration::from_secs(secs),
             owner: owner.into(),
         };
-        let bypass = Bypass {
-            key: "team-a/web-1".into(),
-            namespace: "team-a".into(),
-            name: "web-1".into(),
-            uid: "uid-1".into(),
-            resource_version: "7".into(),
-            removals: vec![
-                removed(
-                    "a.example.com",
-                    Reason::OwnerDown,
-                    95,
-                    "lease kube-system/a down",
-                ),
-                removed("b.example.com", Reason::Deadline, 0, "none"),
-            ],
-            annotations_present: false,
-            previous_record: None,
-            opt_in_label: None,
-        };
+        let bypass = bypass_of(vec![
+            removed(
+                "a.example.com",
+                Reason::OwnerDown,
+                95,
+                "lease kube-system/a down",
+            ),
+            removed("b.example.com", Reason::Deadline, 0, "none"),
+        ]);
         let now: jiff::Timestamp = "2026-11-25T10:00:00.5Z".parse().unwrap();
         let event = bypass_event(&bypass, "master-1_ab12cd34", now);
         assert_eq!(
@@ -616,17 +611,7 @@ mod tests {
                 .with_label_values(&[BYPASS_EVENT_REASON, "dropped"])
                 .get()
         };
-        let bypass = Bypass {
-            key: "team-a/web-1".into(),
-            namespace: "team-a".into(),
-            name: "web-1".into(),
-            uid: "uid-1".into(),
-            resource_version: "7".into(),
-            removals: Vec::new(),
-            annotations_present: false,
-            previous_record: None,
-            opt_in_label: None,
-        };
+        let bypass = bypass_of(Vec::new());
         let mut queue = Unrecorded::new(metrics.clone());
         for _ in 0..3 {
             queue.push_back(bypass.clone());
