@@ -250,7 +250,7 @@ impl OptedInBy {
 /// deadline, then pileup (first that holds wins). At most one decision per initializer name: a
 /// name pending twice is decided at its first index only. Every decision is due now and the
 /// caller removes them all in one patch: for gates any set; for legacy initializers the longest
-/// prefix of the pending list whose entries are all due (see [`behind_the_head`]). `next_wake`
+/// prefix of the pending list whose entries are all due (see `behind_the_head`). `next_wake`
 /// only covers initializers not decided now, because performing a decision removes the
 /// initializer; a failed write is followed by a re-read and a new `decide`.
 pub fn decide(
