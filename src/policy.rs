@@ -269,7 +269,7 @@ pub fn decide(
     for (index, name) in pod.pending.iter().enumerate() {
         let first = seen.insert(name.as_str());
         if config.mechanism == Mechanism::Initializers && index > 0 {
-            // The caller's decisions so far are exactly the removed prefix when they number `index`.
+            // The decisions so far are exactly the removed prefix when they number `index`.
             let right_behind = outcome.decisions.len() == index;
             let plan = behind_the_head(
                 pod,
