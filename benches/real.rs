@@ -348,12 +348,17 @@ impl Server {
     }
 }
 
-async fn client_of(path: &Path) -> Result<kube::Client> {
+/// The client configuration of the kubeconfig at `path`.
+async fn config_of(path: &Path) -> Result<kube::Config> {
     let kubeconfig = kube::config::Kubeconfig::read_from(path)
         .with_context(|| format!("reading {}", path.display()))?;
-    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+    kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
         .await
-        .with_context(|| format!("kubeconfig {}", path.display()))?;
+        .with_context(|| format!("kubeconfig {}", path.display()))
+}
+
+async fn client_of(path: &Path) -> Result<kube::Client> {
+    let mut config = config_of(path).await?;
     // Seeding 50,000 pods takes longer than the default read timeout allows per list.
     config.read_timeout = Some(Duration::from_secs(300));
     kube::Client::try_from(config).context("building a client")
@@ -538,6 +543,12 @@ async fn ready_owner(admin: &kube::Client, ns: &str) -> Result<()> {
     api.create(&PostParams::default(), &pod)
         .await
         .context("creating the owner pod")?;
+    mark_owner_ready(admin, ns).await
+}
+
+/// The owner pod of `ns` marked Ready through the status subresource.
+async fn mark_owner_ready(admin: &kube::Client, ns: &str) -> Result<()> {
+    let api: Api<Pod> = Api::namespaced(admin.clone(), ns);
     let now = jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string();

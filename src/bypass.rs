@@ -969,6 +969,19 @@ mod tests {
             ]
         }
 
+        /// A pod pending `names` with these annotations.
+        fn annotated(mechanism: Mechanism, names: &[String], annotations: &Annotations) -> Value {
+            let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+            let base = pod(mechanism, &refs);
+            match annotations {
+                Annotations::Absent => base,
+                Annotations::WithoutKey => with_annotations(base, json!({ "team": "batch" })),
+                Annotations::WithRecord(r) => {
+                    with_annotations(base, json!({ BYPASSED_ANNOTATION: r }))
+                }
+            }
+        }
+
         fn case() -> impl Strategy<Value = (Mechanism, Vec<String>, usize, Annotations, u64)> {
             let names =
                 prop::collection::vec("[a-z]{1,6}(\\.[a-z]{1,6}){0,2}(/[a-z~]{1,6})?", 1..8);
@@ -998,13 +1011,7 @@ mod tests {
             fn patch_removes_exactly_the_entry_and_records_it(
                 (mechanism, names, index, annotations, secs) in case()
             ) {
-                let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-                let base = pod(mechanism, &refs);
-                let before = match &annotations {
-                    Annotations::Absent => base,
-                    Annotations::WithoutKey => with_annotations(base, json!({ "team": "batch" })),
-                    Annotations::WithRecord(r) => with_annotations(base, json!({ BYPASSED_ANNOTATION: r })),
-                };
+                let before = annotated(mechanism, &names, &annotations);
                 let when = SystemTime::UNIX_EPOCH + Duration::from_secs(secs);
                 let reason = Reason::Pileup;
                 let removal = Removal { index, initializer: &names[index], reason };
@@ -1036,13 +1043,7 @@ mod tests {
                     prop::sample::select(vec![Reason::Deadline, Reason::OwnerDown, Reason::Pileup]), 8),
                 shuffle in any::<prop::sample::Index>(),
             ) {
-                let refs: Vec<&str> = names.iter().map(String::as_str).collect();
-                let base = pod(mechanism, &refs);
-                let before = match &annotations {
-                    Annotations::Absent => base,
-                    Annotations::WithoutKey => with_annotations(base, json!({ "team": "batch" })),
-                    Annotations::WithRecord(r) => with_annotations(base, json!({ BYPASSED_ANNOTATION: r })),
-                };
+                let before = annotated(mechanism, &names, &annotations);
                 let mut removals: Vec<Removal> = names
                     .iter()
                     .enumerate()

@@ -288,21 +288,7 @@ async fn owner(admin: &kube::Client, ns: &str, mechanism: Mechanism) -> Result<(
             .collect();
         raw(admin, http::Method::PATCH, &path, Some(json!(removes))).await?;
     }
-    let now = jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string();
-    let status = json!({ "status": {
-        "phase": "Running",
-        "conditions": [
-            { "type": "Ready", "status": "True", "lastTransitionTime": now },
-            { "type": "ContainersReady", "status": "True", "lastTransitionTime": now },
-        ],
-    }});
-    let api: Api<Pod> = Api::namespaced(admin.clone(), ns);
-    api.patch_status(OWNER, &PatchParams::default(), &Patch::Merge(&status))
-        .await
-        .context("marking the owner pod Ready")?;
-    Ok(())
+    mark_owner_ready(admin, ns).await
 }
 
 /// Creates `pods` opted-in pods with [`SEED_CONCURRENCY`] requests in flight.
@@ -606,12 +592,7 @@ async fn drained_watch(
     tokio::task::JoinHandle<()>,
     tokio::sync::oneshot::Receiver<()>,
 )> {
-    let path = server.guard_kubeconfig();
-    let kubeconfig = kube::config::Kubeconfig::read_from(&path)
-        .with_context(|| format!("reading {}", path.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .context("the guard's kubeconfig")?;
+    let config = config_of(&server.guard_kubeconfig()).await?;
     let client = initguard::client::build(config, mechanism)?;
     let (tx, rx) = tokio::sync::oneshot::channel();
     let mut tx = Some(tx);
@@ -668,12 +649,7 @@ pub fn report(sizes: &[usize], runs: &[Run]) {
     println!(
         "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
-    let mut servers: Vec<&str> = Vec::new();
-    for r in runs {
-        if !servers.contains(&r.server.as_str()) {
-            servers.push(&r.server);
-        }
-    }
+    let servers = in_order(runs.iter().map(|r| r.server.as_str()));
     for server in servers {
         for &pods in sizes {
             let of = |client: Client| -> Vec<&Run> {
@@ -777,6 +753,17 @@ pub fn report(sizes: &[usize], runs: &[Run]) {
         );
     }
     println!();
+}
+
+/// The distinct `labels`, in the order they first appear.
+fn in_order<'a>(labels: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
+    let mut out: Vec<&str> = Vec::new();
+    for label in labels {
+        if !out.contains(&label) {
+            out.push(label);
+        }
+    }
+    out
 }
 
 /// What section e runs.
@@ -1006,12 +993,7 @@ pub async fn steady(
         }
         // The metainit-like client watches by construction.
         Client::Bare | Client::BareWatch => {
-            let path = server.guard_kubeconfig();
-            let kubeconfig = kube::config::Kubeconfig::read_from(&path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-                .await
-                .context("the guard's kubeconfig")?;
+            let config = config_of(&server.guard_kubeconfig()).await?;
             let (tx, synced) = tokio::sync::oneshot::channel();
             let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             let ns = ns.clone();
@@ -1140,12 +1122,7 @@ pub fn report_steady(runs: &[Steady]) {
     println!(
         "| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |"
     );
-    let mut servers: Vec<&str> = Vec::new();
-    for r in runs {
-        if !servers.contains(&r.server.as_str()) {
-            servers.push(&r.server);
-        }
-    }
+    let servers = in_order(runs.iter().map(|r| r.server.as_str()));
     for server in servers {
         let pooled = |client: Client| {
             let rs: Vec<&Steady> = runs
