@@ -77,7 +77,7 @@ const USAGE: &str =
             (legacy initializers) and the current one (gates), each beside the simulator
             (--legacy-only: the 1.13 servers only; --gates-only: the current ones only;
             --real-only: no simulator; --steady-pods N
-            per steady-arrival run, default 2000; --no-steady: none)
+            per steady-arrival run, default 2000; --no-steady: none; --no-burst: steady only)
   (--runs: rounds per size, in --sizes order; one value for every size. Short bursts are
    noisier, so the small size gets more rounds.)
   --quick   --sizes 1000 --runs 3 --scale-pods 5000 --idle-seconds 20";
@@ -126,6 +126,10 @@ fn parse_args() -> Result<Args, String> {
             "--legacy-only" => args.legacy_only = true,
             "--steady-pods" => args.steady_pods = number("--steady-pods", it.next())?,
             "--no-steady" => args.steady_pods = 0,
+            "--no-burst" => {
+                args.sizes = Vec::new();
+                args.runs = vec![1];
+            }
             "--real-only" => args.real_only = true,
             "--gates-only" => args.gates_only = true,
             "--scale-pods" => args.scale_pods = number("--scale-pods", it.next())?,

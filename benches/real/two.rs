@@ -14,7 +14,7 @@ const SECOND: &str = "second.example.com";
 
 /// Which client removes the initializers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Client {
+pub(crate) enum Client {
     /// `initguard run`, with or without its Event per patch.
     Guard { events: bool },
     /// One patch per pod removing both, built from one list before the clock starts.
@@ -60,14 +60,14 @@ impl Client {
 }
 
 /// A server of this section: which one, and what its pods wait on.
-pub struct Bed {
+pub(crate) struct Bed {
     pub server: Server,
     pub label: String,
     pub mechanism: Mechanism,
 }
 
 /// One burst: everything the server recorded about it.
-pub struct Run {
+pub(crate) struct Run {
     server: String,
     pods: usize,
     client: Client,
@@ -88,7 +88,7 @@ pub struct Run {
 
 /// The simulator with the 1.13 profile, putting both initializers on every new pod as an
 /// InitializerConfiguration does.
-pub async fn start_legacy_sim() -> Result<Bed> {
+pub(crate) async fn start_legacy_sim() -> Result<Bed> {
     let server = start_sim_with(SimOptions {
         mechanism: Mechanism::Initializers,
         kube_version: Some(kube_sim::KubeVersion::V1_13),
@@ -106,7 +106,7 @@ pub async fn start_legacy_sim() -> Result<Bed> {
 /// The real 1.13 test bed with an InitializerConfiguration putting both initializers on
 /// every new pod, once a probe pod shows it in effect (the admission plugin reads
 /// configurations asynchronously).
-pub async fn start_legacy_real() -> Result<Bed> {
+pub(crate) async fn start_legacy_real() -> Result<Bed> {
     let tb = Testbed::up_version(env!("CARGO_BIN_EXE_initguard"), testbed::Version::Legacy)
         .map_err(|e| anyhow!(e))?;
     let version = testbed::Version::Legacy
@@ -172,7 +172,7 @@ pub async fn start_legacy_real() -> Result<Bed> {
 }
 
 /// The simulator serving scheduling gates.
-pub async fn start_gates_sim() -> Result<Bed> {
+pub(crate) async fn start_gates_sim() -> Result<Bed> {
     Ok(Bed {
         server: start_sim().await?,
         label: "simulator, gates".into(),
@@ -181,7 +181,7 @@ pub async fn start_gates_sim() -> Result<Bed> {
 }
 
 /// The current test bed (scheduling gates).
-pub fn start_gates_real() -> Result<Bed> {
+pub(crate) fn start_gates_real() -> Result<Bed> {
     let tb = Testbed::up(env!("CARGO_BIN_EXE_initguard")).map_err(|e| anyhow!(e))?;
     let version = testbed::Version::Current
         .pinned()
@@ -327,7 +327,12 @@ fn guard_config(ns: &str, mechanism: Mechanism, events: bool) -> String {
     )
 }
 
-pub async fn burst_two(bed: &mut Bed, pods: usize, run: usize, client: Client) -> Result<Run> {
+pub(crate) async fn burst_two(
+    bed: &mut Bed,
+    pods: usize,
+    run: usize,
+    client: Client,
+) -> Result<Run> {
     let mechanism = bed.mechanism;
     let server = &mut bed.server;
     let admin = client_of(&server.admin_kubeconfig()).await?;
@@ -631,7 +636,7 @@ async fn drained_watch(
 }
 
 /// Section e of the report.
-pub fn report(sizes: &[usize], runs: &[Run]) {
+pub(crate) fn report(sizes: &[usize], runs: &[Run]) {
     println!("## 8. Two initializers per pod, one dead owner: one patch each");
     println!();
     println!(
@@ -784,7 +789,7 @@ fn in_order<'a>(labels: impl Iterator<Item = &'a str>) -> Vec<&'a str> {
 }
 
 /// What section e runs.
-pub struct Plan {
+pub(crate) struct Plan {
     pub sizes: Vec<usize>,
     /// Rounds per size.
     pub rounds: Vec<usize>,
@@ -798,7 +803,7 @@ pub struct Plan {
     pub steady_pods: usize,
 }
 
-pub async fn run_two(plan: &Plan) -> Result<()> {
+pub(crate) async fn run_two(plan: &Plan) -> Result<()> {
     let mut runs = Vec::new();
     let mut steadies = Vec::new();
     let mut beds: Vec<Bed> = Vec::new();
@@ -827,7 +832,9 @@ pub async fn run_two(plan: &Plan) -> Result<()> {
             burst_all(bed, &plan.sizes, &plan.rounds, &mut runs).await?;
         }
     }
-    report(&plan.sizes, &runs);
+    if !runs.is_empty() {
+        report(&plan.sizes, &runs);
+    }
     if !steadies.is_empty() {
         report_steady(&steadies);
     }
@@ -889,7 +896,7 @@ async fn burst_all(
 // ---------------------------------------------------------------------------------------------
 
 /// One steady run: per-pod reaction, create sent → initializing patch committed.
-pub struct Steady {
+pub(crate) struct Steady {
     server: String,
     client: Client,
     pods: usize,
@@ -987,7 +994,7 @@ async fn bare_watcher(
     Ok(())
 }
 
-pub async fn steady(
+pub(crate) async fn steady(
     bed: &mut Bed,
     pods: usize,
     rate: u32,
@@ -1120,7 +1127,7 @@ pub async fn steady(
 }
 
 /// Section e, steady arrivals.
-pub fn report_steady(runs: &[Steady]) {
+pub(crate) fn report_steady(runs: &[Steady]) {
     println!("### Steady arrivals: reaction per pod");
     println!();
     println!(
