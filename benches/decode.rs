@@ -7,79 +7,18 @@
 //!
 //! Usage: `cargo bench --bench decode -- [--pods N] [--rounds N]`
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::{Duration, Instant};
 
 use initguard::pod::SlimPod;
+use initguard_test_support::alloc::{Counting, live};
 use k8s_openapi::api::core::v1::Pod;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-/// Counts live heap bytes and live allocations of the whole process.
-struct Counting;
-
-static LIVE_BYTES: AtomicIsize = AtomicIsize::new(0);
-static LIVE_ALLOCS: AtomicIsize = AtomicIsize::new(0);
-
-fn grew(bytes: usize, allocs: isize) {
-    LIVE_BYTES.fetch_add(bytes as isize, Ordering::Relaxed);
-    LIVE_ALLOCS.fetch_add(allocs, Ordering::Relaxed);
-}
-
-fn shrank(bytes: usize, allocs: isize) {
-    LIVE_BYTES.fetch_sub(bytes as isize, Ordering::Relaxed);
-    LIVE_ALLOCS.fetch_sub(allocs, Ordering::Relaxed);
-}
-
-// SAFETY: every call is forwarded unchanged to the system allocator; only counters are added.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's guarantees.
-        let p = unsafe { System.alloc(layout) };
-        if !p.is_null() {
-            grew(layout.size(), 1);
-        }
-        p
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's guarantees.
-        let p = unsafe { System.alloc_zeroed(layout) };
-        if !p.is_null() {
-            grew(layout.size(), 1);
-        }
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded with the caller's guarantees.
-        unsafe { System.dealloc(ptr, layout) };
-        shrank(layout.size(), 1);
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        // SAFETY: forwarded with the caller's guarantees.
-        let p = unsafe { System.realloc(ptr, layout, new_size) };
-        if !p.is_null() {
-            shrank(layout.size(), 0);
-            grew(new_size, 0);
-        }
-        p
-    }
-}
-
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
-
-fn live() -> (isize, isize) {
-    (
-        LIVE_BYTES.load(Ordering::Relaxed),
-        LIVE_ALLOCS.load(Ordering::Relaxed),
-    )
-}
 
 struct Args {
     pods: usize,

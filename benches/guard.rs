@@ -640,7 +640,7 @@ mod pileup {
         bypasses: usize,
     }
 
-    pub async fn run(args: &Args) -> Result<()> {
+    pub(crate) async fn run(args: &Args) -> Result<()> {
         println!("## 1. Pileup: a dead initializer owner, without and with initguard\n");
         println!(
             "The initializer `{INIT}`'s owner (a simulated controller backed by a Deployment \
@@ -1068,7 +1068,7 @@ mod latency {
         format!("deadline.bench.example.com/second-{i}")
     }
 
-    pub async fn run(args: &Args) -> Result<()> {
+    pub(crate) async fn run(args: &Args) -> Result<()> {
         let mut results = Vec::new();
         for &pods in &args.latency_pods {
             for trigger in [Trigger::Deadline, Trigger::OwnerDown] {
@@ -1546,7 +1546,7 @@ mod cost {
         wall: Duration,
     }
 
-    pub async fn run(args: &Args) -> Result<()> {
+    pub(crate) async fn run(args: &Args) -> Result<()> {
         let total = args.cost_pods;
         let waiting = args.cost_waiting;
         let expiring = (waiting / 20).max(1);

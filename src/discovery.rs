@@ -1,9 +1,44 @@
-//! Which leader lock the server allows. Which group versions a server serves is read by
-//! [`kube_common::ApiSurface`]; only what a configured owner or the leader lock needs is
-//! required, and each user of it reports what it misses itself
+//! Which group versions the API server serves, read once for a whole run ([`Discovery`]), and
+//! which leader lock that allows. Only what a configured owner, webhook or the leader lock
+//! needs is required, and each user reports what it misses itself
 //! ([`crate::supervise::Readiness`]).
 
+use std::sync::Arc;
+
 use kube_common::ApiSurface;
+use tokio::sync::OnceCell;
+
+/// The API server's discovery (`/apis`), read once and shared: the owners, the election and
+/// the webhook guard all await the same read. A failed read is not kept, so the next caller
+/// tries again. What is served is not expected to change while the guard runs (an upgrade
+/// restarts the control plane, and the static pod or Deployment with it).
+#[derive(Clone)]
+pub struct Discovery {
+    client: kube::Client,
+    surface: Arc<OnceCell<ApiSurface>>,
+}
+
+impl Discovery {
+    /// Nothing is read until the first [`Discovery::surface`].
+    pub fn new(client: kube::Client) -> Discovery {
+        Discovery {
+            client,
+            surface: Arc::default(),
+        }
+    }
+
+    /// The client it reads with.
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// What the server serves: the first call reads it, concurrent ones wait for that read.
+    pub async fn surface(&self) -> Result<&ApiSurface, kube::Error> {
+        self.surface
+            .get_or_try_init(|| ApiSurface::read(&self.client))
+            .await
+    }
+}
 
 /// Which object the leader election locks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

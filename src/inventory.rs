@@ -1,5 +1,5 @@
 //! `initguard webhooks`: a read-only audit of every admission webhook in the cluster — which
-//! can brick it, which the guard covers — before one does (DESIGN "Audit"). Its YAML output
+//! can brick it, which the guard covers — before one does (README "Commands"). Its YAML output
 //! is a `webhooks:` section for the unguarded fail-closed entries that `check-config` accepts.
 
 use std::collections::{BTreeMap, BTreeSet};

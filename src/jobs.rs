@@ -3,8 +3,6 @@
 //! Job per run and each Job its pods, so grouping by a pod's direct controller would see a
 //! pile of one-pod Jobs as many piles of one.
 
-use std::borrow::Cow;
-
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -19,7 +17,10 @@ use crate::policy::ControllerRef;
 
 /// The parts of a Job the guard needs: its metadata. Decodes a whole Job as well as a
 /// `PartialObjectMetadata`, so it reads whatever representation the server sends.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+// batch/v1 Jobs are served by every version the guard supports (1.7+): "batch/v1 Job" is GA
+// since Kubernetes 1.2 (kubernetes.io/docs/concepts/workloads/controllers/job).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, kube::Resource)]
+#[resource(inherit = k8s_openapi::api::batch::v1::Job)]
 pub struct SlimJob {
     #[serde(default)]
     pub metadata: ObjectMeta,
@@ -45,32 +46,6 @@ pub fn cron_job_of(metadata: &ObjectMeta) -> Option<ControllerRef> {
             name: o.name.clone(),
             uid: o.uid.clone(),
         })
-}
-
-impl kube::Resource for SlimJob {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Job".into()
-    }
-    // batch/v1 Jobs are served by every version the guard supports (1.7+): "batch/v1 Job"
-    // is GA since Kubernetes 1.2 (kubernetes.io/docs/concepts/workloads/controllers/job).
-    fn group(_: &()) -> Cow<'_, str> {
-        "batch".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "jobs".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
 }
 
 /// Events of the Jobs watch: each Job's metadata.

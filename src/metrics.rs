@@ -64,6 +64,25 @@ impl EventOutcome {
     }
 }
 
+/// What became of a renewed pair of TLS files (`initguard_tls_reloads_total`'s `outcome`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TlsReload {
+    /// Served from the next handshake on.
+    Loaded,
+    /// Unreadable, or not a usable certificate and key: the previous certificate stays.
+    Refused,
+}
+
+impl TlsReload {
+    /// Value of the `outcome` metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsReload::Loaded => "loaded",
+            TlsReload::Refused => "refused",
+        }
+    }
+}
+
 /// Every metric the guard exports.
 pub struct Metrics {
     registry: Registry,
@@ -74,6 +93,7 @@ pub struct Metrics {
     pub bypass_errors_total: IntCounterVec,
     pub bypass_refused_total: IntCounterVec,
     pub events_total: IntCounterVec,
+    pub tls_reloads_total: IntCounterVec,
     pub owner_up: IntGaugeVec,
     pub owner_state: IntGaugeVec,
     pub pileup_max_waiting_pods: IntGaugeVec,
@@ -155,6 +175,14 @@ impl Metrics {
                      leading, or more waiting than it keeps).",
                 ),
                 &["reason", "outcome"],
+            )?,
+            tls_reloads_total: IntCounterVec::new(
+                Opts::new(
+                    "initguard_tls_reloads_total",
+                    "Changes of the secureListen certificate files: served from the next \
+                     handshake on (loaded), or unusable, the previous certificate kept (refused).",
+                ),
+                &["outcome"],
             )?,
             owner_up: IntGaugeVec::new(
                 Opts::new(
@@ -278,6 +306,7 @@ impl Metrics {
         r.register(Box::new(m.bypass_errors_total.clone()))?;
         r.register(Box::new(m.bypass_refused_total.clone()))?;
         r.register(Box::new(m.events_total.clone()))?;
+        r.register(Box::new(m.tls_reloads_total.clone()))?;
         r.register(Box::new(m.owner_up.clone()))?;
         r.register(Box::new(m.owner_state.clone()))?;
         r.register(Box::new(m.pileup_max_waiting_pods.clone()))?;
@@ -330,6 +359,10 @@ impl Metrics {
                 m.events_total
                     .with_label_values(&["InitializerBypassed", outcome.as_str()]);
             }
+        }
+        // Zero also without tls files (nothing reloads then), so the board shows no gap.
+        for outcome in [TlsReload::Loaded, TlsReload::Refused] {
+            m.tls_reloads_total.with_label_values(&[outcome.as_str()]);
         }
         // Restart counters exist from the start, so a healthy guard shows 0 rather than no data.
         m.watch_restarts_total.with_label_values(&["pods"]);
@@ -424,6 +457,13 @@ impl Metrics {
         let label = self.initializer_label(initializer);
         self.bypass_refused_total
             .with_label_values(&[label, by.as_str()])
+            .inc();
+    }
+
+    /// Count a renewed pair of TLS files by what became of it.
+    pub fn tls_reload(&self, outcome: TlsReload) {
+        self.tls_reloads_total
+            .with_label_values(&[outcome.as_str()])
             .inc();
     }
 

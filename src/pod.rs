@@ -14,8 +14,9 @@ use crate::bypass::BYPASSED_ANNOTATION;
 use crate::config::Mechanism;
 use crate::policy::ControllerRef;
 
-/// The parts of a Pod the guard needs.
-#[derive(Debug, Clone, Default, PartialEq)]
+/// The parts of a Pod the guard needs; the API treats it as a Pod.
+#[derive(Debug, Clone, Default, PartialEq, kube::Resource)]
+#[resource(inherit = k8s_openapi::api::core::v1::Pod)]
 pub struct SlimPod {
     /// name, namespace, uid, resourceVersion, labels, creationTimestamp, deletionTimestamp and
     /// the controlling ownerReference only.
@@ -70,30 +71,6 @@ impl SlimPod {
             self.metadata.namespace.as_deref().unwrap_or_default(),
             self.metadata.name.as_deref().unwrap_or_default()
         )
-    }
-}
-
-impl kube::Resource for SlimPod {
-    type DynamicType = ();
-    type Scope = k8s_openapi::NamespaceResourceScope;
-
-    fn kind(_: &()) -> Cow<'_, str> {
-        "Pod".into()
-    }
-    fn group(_: &()) -> Cow<'_, str> {
-        "".into()
-    }
-    fn version(_: &()) -> Cow<'_, str> {
-        "v1".into()
-    }
-    fn plural(_: &()) -> Cow<'_, str> {
-        "pods".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
     }
 }
 

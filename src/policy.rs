@@ -2012,7 +2012,7 @@ mod tests {
         }
 
         proptest! {
-            /// Issue 12 item 1: a healthy owner's batch (N >= threshold pods of one controller
+            /// A healthy owner's batch (N >= threshold pods of one controller
             /// arriving together, all younger than minWait) is never a pile, for any N.
             #[test]
             fn a_fresh_batch_of_a_healthy_owner_is_never_bypassed(

@@ -1,7 +1,7 @@
 //! `initguard restore`: undo recorded webhook bypasses now, whatever the owners' state, exactly
 //! as the guard's own restore does (the same patch, the same conflict rule), and leave a
 //! tombstone so that no running or restarting guard bypasses the entry again before its owner
-//! has been seen up (DESIGN "Restore on demand, and no fight"). The chart's pre-delete hook
+//! has been seen up (README "Admission webhooks", "Restore on demand"). The chart's pre-delete hook
 //! runs it, so that an uninstall leaves nothing bypassed.
 
 use std::fmt;

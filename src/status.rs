@@ -79,10 +79,11 @@ pub async fn gather(
     config: Arc<Config>,
 ) -> Result<Report, StatusError> {
     let Connection { client, clock } = connection.into();
+    let discovery = crate::discovery::Discovery::new(client.clone());
     // One read of the listed webhook configurations serves their status and the owners of
     // those without one (their Service, as in the running guard).
     let configurations =
-        crate::guard::webhooks::read_configurations(&client, &config, |_| true).await;
+        crate::guard::webhooks::read_configurations(&client, &discovery, &config, |_| true).await;
     let derived = crate::guard::webhooks::service_owners(&config, &configurations);
     let config = if derived.is_empty() {
         config
@@ -99,6 +100,7 @@ pub async fn gather(
     // A one-shot report: a panicked owner watcher is logged and its owner stays unknown.
     let owners = Owners::spawn(
         client.clone(),
+        &discovery,
         &config,
         metrics,
         &Failures::default(),

@@ -412,6 +412,54 @@ fn static_pod_mounts_the_files_its_arguments_name() {
         );
         assert_eq!(volume["hostPath"]["type"].as_str(), Some("File"), "{flag}");
     }
+    // The `tls` files deploy/config.yaml suggests are in a mounted host *directory*: a file
+    // mount would keep showing the replaced file, and a renewal would never be seen.
+    let config_text = read(&deploy("config.yaml"));
+    let suggested = config_text
+        .lines()
+        .find_map(|l| l.trim_start_matches('#').trim().strip_prefix("tls: {"))
+        .expect("deploy/config.yaml suggests a `tls:` setting");
+    let files: Vec<&str> = ["certFile:", "keyFile:"]
+        .iter()
+        .map(|key| {
+            let rest = suggested
+                .split(key)
+                .nth(1)
+                .unwrap_or_else(|| panic!("no {key}"));
+            rest.trim().split([',', ' ', '}']).next().unwrap()
+        })
+        .collect();
+    for file in files {
+        let mount = container["volumeMounts"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|m| {
+                let at = m["mountPath"].as_str().unwrap_or_default();
+                file.strip_prefix(at)
+                    .is_some_and(|rest| rest.starts_with('/'))
+            })
+            .unwrap_or_else(|| panic!("{file}: no directory mounted above it"));
+        let volume_name = str_of(&mount["name"], "volumeMount name");
+        let volume = spec["volumes"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"].as_str() == Some(volume_name))
+            .unwrap_or_else(|| panic!("no volume {volume_name}"));
+        let kind = volume["hostPath"]["type"].as_str();
+        assert!(
+            matches!(kind, Some("Directory" | "DirectoryOrCreate")),
+            "{file}: the volume must be a host directory: {volume:?}"
+        );
+        assert_eq!(mount["readOnly"].as_bool(), Some(true), "{file}");
+        // deploy/README.md tells the operator to put the files at the same path on the host.
+        assert_eq!(
+            volume["hostPath"]["path"].as_str(),
+            mount["mountPath"].as_str(),
+            "{file}"
+        );
+    }
     // The operator guide tells where deploy/config.yaml goes on each master.
     let readme = read(&deploy("README.md"));
     assert!(readme.contains("/etc/initguard/config.yaml"));

@@ -19,6 +19,8 @@ mod pileup;
 mod replicas;
 #[path = "e2e/safety.rs"]
 mod safety;
+#[path = "e2e/tls.rs"]
+mod tls;
 #[path = "e2e/trust.rs"]
 mod trust;
 #[path = "e2e/unknown_owners.rs"]

@@ -52,6 +52,7 @@ const EXPORTED: &[&str] = &[
     "initguard_bypass_errors_total",
     "initguard_bypass_refused_total",
     "initguard_events_total",
+    "initguard_tls_reloads_total",
     "initguard_owner_up",
     "initguard_owner_state",
     "initguard_pileup_max_waiting_pods",

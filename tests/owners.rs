@@ -145,6 +145,7 @@ mod http {
         let cancel = CancellationToken::new();
         let owners = Owners::spawn(
             unreachable_client(),
+            &initguard::discovery::Discovery::new(unreachable_client()),
             &config,
             metrics.clone(),
             &initguard::supervise::Failures::default(),
@@ -215,6 +216,7 @@ mod http {
         let cancel = CancellationToken::new();
         let owners = Owners::spawn(
             unreachable_client(),
+            &initguard::discovery::Discovery::new(unreachable_client()),
             &config,
             metrics,
             &initguard::supervise::Failures::default(),
@@ -239,71 +241,7 @@ mod https {
     use tokio::process::{Child, Command};
 
     use super::*;
-
-    fn openssl(dir: &Path, args: &[&str]) {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("the openssl CLI");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    const EC: [&str; 4] = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"];
-
-    /// A CA named `name`: `name.pem`, `name.key`.
-    fn ca(dir: &Path, name: &str) {
-        let (key, pem, subject) = (
-            format!("{name}.key"),
-            format!("{name}.pem"),
-            format!("/CN={name}"),
-        );
-        let mut args = vec!["req", "-x509", "-nodes", "-days", "2", "-subj", &subject];
-        args.extend(EC);
-        args.extend(["-keyout", &key, "-out", &pem]);
-        openssl(dir, &args);
-    }
-
-    /// A leaf `name.pem`/`name.key` signed by CA `ca` with these extensions.
-    fn leaf(dir: &Path, ca: &str, name: &str, extensions: &str) {
-        let ext = format!("{name}.ext");
-        std::fs::write(dir.join(&ext), extensions).unwrap();
-        let (key, csr, pem, subject) = (
-            format!("{name}.key"),
-            format!("{name}.csr"),
-            format!("{name}.pem"),
-            format!("/CN={name}"),
-        );
-        let mut args = vec!["req", "-nodes", "-subj", &subject];
-        args.extend(EC);
-        args.extend(["-keyout", &key, "-out", &csr]);
-        openssl(dir, &args);
-        let (ca_pem, ca_key) = (format!("{ca}.pem"), format!("{ca}.key"));
-        openssl(
-            dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &csr,
-                "-CA",
-                &ca_pem,
-                "-CAkey",
-                &ca_key,
-                "-CAcreateserial",
-                "-days",
-                "2",
-                "-out",
-                &pem,
-                "-extfile",
-                &ext,
-            ],
-        );
-    }
+    use initguard_test_support::pki::{ca, leaf};
 
     /// `openssl s_server -www` on a fresh 127.0.0.1 port, requiring a client certificate
     /// signed by `ca`; killed when dropped.
@@ -436,6 +374,7 @@ initializers:
         let cancel = CancellationToken::new();
         let owners = Owners::spawn(
             unreachable_client(),
+            &initguard::discovery::Discovery::new(unreachable_client()),
             &config,
             metrics,
             &initguard::supervise::Failures::default(),
@@ -493,6 +432,7 @@ initializers:
         let cancel = CancellationToken::new();
         let owners = Owners::spawn(
             unreachable_client(),
+            &initguard::discovery::Discovery::new(unreachable_client()),
             &config,
             metrics,
             &initguard::supervise::Failures::default(),
@@ -615,6 +555,7 @@ mod unreachable_api {
         let cancel = CancellationToken::new();
         let owners = Owners::spawn(
             unreachable_client(),
+            &initguard::discovery::Discovery::new(unreachable_client()),
             &config,
             metrics.clone(),
             &initguard::supervise::Failures::default(),
@@ -715,6 +656,7 @@ mod sim {
         let cancel = CancellationToken::new();
         let owners = Owners::spawn(
             sim.client("initguard"),
+            &initguard::discovery::Discovery::new(sim.client("initguard")),
             &config,
             metrics.clone(),
             &initguard::supervise::Failures::default(),

@@ -5,7 +5,7 @@
 use initguard::config::Config;
 
 /// Run `data` through the oracle; panics on a violation.
-pub fn check(data: &[u8]) {
+pub(crate) fn check(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };

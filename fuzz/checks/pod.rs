@@ -58,7 +58,7 @@ fn entries(doc: &Value, mechanism: Mechanism) -> Option<&Vec<Value>> {
 }
 
 /// Run `data` through the oracle; panics on a violation.
-pub fn check(data: &[u8]) {
+pub(crate) fn check(data: &[u8]) {
     let decoded = serde_json::from_slice::<SlimPod>(data);
     let (Ok(pod), Ok(doc)) = (decoded, serde_json::from_slice::<Value>(data)) else {
         return;

@@ -64,7 +64,7 @@ pub(super) struct Findings<'a> {
 }
 
 impl<'a> Findings<'a> {
-    pub fn new(file: &'a str, layout: &'a Layout) -> Findings<'a> {
+    pub(super) fn new(file: &'a str, layout: &'a Layout) -> Findings<'a> {
         Findings {
             file,
             layout,

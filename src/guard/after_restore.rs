@@ -29,13 +29,13 @@ use crate::webhook::after::{
 };
 
 /// Evictions per controller uid, for `maxEvictionsPerHour`; kept across sweeps.
-pub type EvictionLog = Arc<Mutex<HashMap<String, Vec<Instant>>>>;
+pub(super) type EvictionLog = Arc<Mutex<HashMap<String, Vec<Instant>>>>;
 
 /// Longest pause between two tries of an eviction a PodDisruptionBudget refuses.
 const MAX_RETRY_PAUSE: Duration = Duration::from_secs(10);
 
 /// One sweep after one restore.
-pub struct Sweep {
+pub(super) struct Sweep {
     pub client: kube::Client,
     pub listed: WebhookConfig,
     /// The entry as restored.
@@ -54,7 +54,7 @@ pub struct Sweep {
 impl Sweep {
     /// Report every pod found, then evict what may be evicted; stops when `cancel` fires or
     /// this replica stops leading.
-    pub async fn run(self, cancel: CancellationToken) {
+    pub(super) async fn run(self, cancel: CancellationToken) {
         let webhook = self.listed.id.to_string();
         // A create the API server admitted through the bypass just before it applied the
         // restore may not exist yet: list once the margin has passed.

@@ -28,9 +28,8 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use crate::config::LeaderElection;
-use kube_common::ApiSurface;
 
-use crate::discovery::{LockKind, lock_kind};
+use crate::discovery::{Discovery, LockKind, lock_kind};
 use crate::metrics::Metrics;
 use crate::supervise::Readiness;
 
@@ -112,8 +111,9 @@ pub enum Departure {
     LeaveToExpire,
 }
 
-/// The election, as a task for the caller to spawn (under [`crate::supervise`]); it ends when
-/// `stop` says how (a dropped sender counts as [`Departure::LeaveToExpire`]). The receiver
+/// The election through `discovery`'s client, as a task for the caller to spawn (under
+/// [`crate::supervise`]); it ends when `stop` says how (a dropped sender counts as
+/// [`Departure::LeaveToExpire`]). The receiver
 /// is `true` while this replica may write; with leader election disabled it is always `true`.
 /// Why this replica cannot take part (no discovery, a lock it may not write) goes to
 /// `readiness`, and so to `/readyz` and `/status`. `renewed` gets the instant at which each
@@ -121,7 +121,7 @@ pub enum Departure {
 /// count its duration from their later observation), and None on losing the lease: the
 /// actuator fences writes with it.
 pub fn elect(
-    client: kube::Client,
+    discovery: Discovery,
     config: &LeaderElection,
     identity: String,
     metrics: Arc<Metrics>,
@@ -140,7 +140,8 @@ pub fn elect(
     }
     let (tx, rx) = watch::channel(false);
     let elector = Elector {
-        client,
+        client: discovery.client().clone(),
+        discovery,
         namespace: config.namespace.clone(),
         lock: None,
         name: config.name.clone(),
@@ -291,6 +292,7 @@ impl Lock {
 
 struct Elector {
     client: kube::Client,
+    discovery: Discovery,
     namespace: String,
     /// Chosen by discovery on the first round.
     lock: Option<Lock>,
@@ -422,7 +424,7 @@ impl Elector {
     /// Choose the lock from discovery, the first time.
     async fn ensure_lock(&mut self) -> Result<(), kube::Error> {
         if self.lock.is_none() {
-            let kind = lock_kind(&ApiSurface::read(&self.client).await?);
+            let kind = lock_kind(self.discovery.surface().await?);
             if kind == LockKind::LeaseV1 {
                 info!(lease = %self.name, lock = kind.describe(), "leader election lock chosen");
             } else {

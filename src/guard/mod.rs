@@ -27,12 +27,14 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use axum_server::tls_rustls::RustlsConfig;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tracing::{error, info, warn};
 
 use crate::client::Connection;
 use crate::config::Config;
+use crate::discovery::Discovery;
 use crate::metrics::{Metrics, MetricsError};
 use crate::owners::Owners;
 use crate::supervise::{Failures, Readiness};
@@ -78,7 +80,7 @@ pub struct Guard {
 struct Listeners {
     plain: tokio::net::TcpListener,
     addr: SocketAddr,
-    secure: Option<(std::net::TcpListener, SocketAddr, rustls::ServerConfig)>,
+    secure: Option<(std::net::TcpListener, SocketAddr, secure::ServingTls)>,
 }
 
 impl Listeners {
@@ -113,8 +115,8 @@ impl Listeners {
 }
 
 /// `config` with the owner of each listed webhook that has none: its Service, read once.
-async fn resolve(client: &kube::Client, config: Arc<Config>) -> Arc<Config> {
-    let derived = webhooks::default_owners(client, &config).await;
+async fn resolve(client: &kube::Client, discovery: &Discovery, config: Arc<Config>) -> Arc<Config> {
+    let derived = webhooks::default_owners(client, discovery, &config).await;
     if derived.is_empty() {
         return config;
     }
@@ -147,7 +149,9 @@ impl Guard {
     ) -> Result<Guard, RunError> {
         let Connection { client, clock } = client.into();
         let listeners = Listeners::bind(&config).await?;
-        let config = resolve(&client, config).await;
+        // One read of discovery for every reader and writer.
+        let discovery = Discovery::new(client.clone());
+        let config = resolve(&client, &discovery, config).await;
         let metrics = Arc::new(Metrics::new(&config)?);
         let failures = Failures::default();
         let readiness = Readiness::default();
@@ -156,6 +160,7 @@ impl Guard {
         // Readers: owners and the election (whose leadership fences every write).
         let owners = Owners::spawn(
             client.clone(),
+            &discovery,
             &config,
             metrics.clone(),
             &failures,
@@ -165,7 +170,7 @@ impl Guard {
         let (renewed, renewed_rx) = watch::channel(None);
         let (stop_elector, stop) = oneshot::channel();
         let (leader, election) = leader::elect(
-            client.clone(),
+            discovery.clone(),
             &config.leader_election,
             identity.clone(),
             metrics.clone(),
@@ -195,6 +200,7 @@ impl Guard {
         let webhook_clock = clock;
         let webhook_guard = webhooks::WebhookGuard {
             client: client.clone(),
+            discovery,
             config: config.clone(),
             owners,
             metrics: metrics.clone(),
@@ -240,9 +246,21 @@ impl Guard {
             Some((listener, _, tls)) => {
                 let delegated = Arc::new(secure::Delegated::new(client.clone()));
                 let app = server::secure_router(shared.clone(), delegated);
+                let served = RustlsConfig::from_config(Arc::new(tls.config));
+                if let Some(reload) = tls.reload {
+                    life.spawn(
+                        "tls reload",
+                        reload.run(
+                            served.clone(),
+                            shared.metrics.clone(),
+                            secure::RELOAD_EVERY,
+                            life.token(),
+                        ),
+                    );
+                }
                 life.spawn(
                     "https server",
-                    server::serve_tls(listener, tls, app, life.token()),
+                    server::serve_tls(listener, served, app, life.token()),
                 );
                 server::health_router(shared.clone())
             }

@@ -4,7 +4,7 @@
 //! `/healthz` and `/readyz` open, for the kubelet's HTTPS probes.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,6 +12,7 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use axum_server::tls_rustls::RustlsConfig;
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{
     NonResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
@@ -21,9 +22,11 @@ use kube::api::PostParams;
 use rustls::pki_types::pem::PemObject as _;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use tokio::time::Instant;
-use tracing::{debug, warn};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
 
 use crate::config::ServingCert;
+use crate::metrics::{Metrics, TlsReload};
 
 /// How long a verdict is reused: the delegated authentication and authorization caches of
 /// kube-scheduler and kube-controller-manager keep theirs 10 s too. A scrape every 15-30 s
@@ -53,40 +56,41 @@ pub enum TlsError {
     Config(#[from] rustls::Error),
 }
 
+/// How often the PEM files are read again for a renewed certificate. A Secret volume changes
+/// within the kubelet's sync period (about a minute) and cert-manager renews a third of the
+/// lifetime before expiry, so ten seconds more is nothing; reading two small files is cheap.
+pub const RELOAD_EVERY: Duration = Duration::from_secs(10);
+
+/// The HTTPS listener's TLS: what to serve now and, for PEM files, how to keep it current.
+pub struct ServingTls {
+    /// The configuration to start with.
+    pub config: rustls::ServerConfig,
+    /// Set for PEM files: the renewal watcher, starting from what was read for `config`.
+    pub reload: Option<Reload>,
+}
+
+/// The PEM files' contents as read: a renewal is a change of either.
+#[derive(Clone)]
+struct Pem {
+    cert: Vec<u8>,
+    key: Vec<u8>,
+}
+
 /// The rustls configuration of the HTTPS listener: the given PEM files, or a self-signed
 /// certificate generated now (the key never touches the disk).
-pub fn server_config(cert: &ServingCert) -> Result<rustls::ServerConfig, TlsError> {
-    let (chain, key) = match cert {
+pub fn server_config(cert: &ServingCert) -> Result<ServingTls, TlsError> {
+    match cert {
         ServingCert::Files {
             cert_file,
             key_file,
         } => {
-            let read = |key: &'static str, path: &PathBuf| {
-                std::fs::read(path).map_err(|source| TlsError::Read {
-                    key,
-                    path: path.clone(),
-                    source,
-                })
-            };
-            let cert_pem = read("certFile", cert_file)?;
-            let key_pem = read("keyFile", key_file)?;
-            let chain = CertificateDer::pem_slice_iter(&cert_pem)
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| TlsError::Certificate {
-                    path: cert_file.clone(),
-                    reason: e.to_string(),
-                })?;
-            if chain.is_empty() {
-                return Err(TlsError::Certificate {
-                    path: cert_file.clone(),
-                    reason: "no CERTIFICATE block".to_owned(),
-                });
-            }
-            let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| TlsError::Key {
-                path: key_file.clone(),
-                reason: e.to_string(),
-            })?;
-            (chain, key)
+            let pem = read_pem(cert_file, key_file)?;
+            let reload = Reload::new(cert_file, key_file, &pem);
+            let config = reload.config_of(&pem)?;
+            Ok(ServingTls {
+                config,
+                reload: Some(reload),
+            })
         }
         ServingCert::SelfSigned => {
             let mut names = vec!["localhost".to_owned(), "127.0.0.1".to_owned()];
@@ -95,11 +99,35 @@ pub fn server_config(cert: &ServingCert) -> Result<rustls::ServerConfig, TlsErro
             }
             let generated = rcgen::generate_simple_self_signed(names)?;
             let key = PrivatePkcs8KeyDer::from(generated.signing_key.serialize_der());
-            (vec![generated.cert.der().clone()], key.into())
+            Ok(ServingTls {
+                config: build(vec![generated.cert.der().clone()], key.into())?,
+                reload: None,
+            })
         }
+    }
+}
+
+fn read_pem(cert_file: &PathBuf, key_file: &PathBuf) -> Result<Pem, TlsError> {
+    let read = |key: &'static str, path: &PathBuf| {
+        std::fs::read(path).map_err(|source| TlsError::Read {
+            key,
+            path: path.clone(),
+            source,
+        })
     };
+    Ok(Pem {
+        cert: read("certFile", cert_file)?,
+        key: read("keyFile", key_file)?,
+    })
+}
+
+fn build(
+    chain: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<rustls::ServerConfig, TlsError> {
     // Explicit provider: kube's TLS stack and ours both use ring, and no process-wide
-    // default has to be installed first.
+    // default has to be installed first. A key that does not match the certificate is refused
+    // here (rustls compares the public keys).
     let config = rustls::ServerConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
@@ -107,6 +135,146 @@ pub fn server_config(cert: &ServingCert) -> Result<rustls::ServerConfig, TlsErro
     .with_no_client_auth()
     .with_single_cert(chain, key)?;
     Ok(config)
+}
+
+/// Keeps the HTTPS listener's certificate current: a renewed pair of PEM files is served from
+/// the next handshake on, without a restart. Files are compared by content, so an atomic
+/// `..data` symlink swap of a Secret volume is seen like an in-place write; mount the
+/// directory (a `subPath` or single-file mount misses a file replaced by a rename).
+pub struct Reload {
+    cert_file: PathBuf,
+    key_file: PathBuf,
+    /// SHA-256 of what is served: no copy of the private key is kept.
+    loaded: Seen,
+    /// An unusable read seen once: a renewal may be half-way (the two files are read one
+    /// after the other), so it is refused only if the next look finds the same.
+    suspect: Option<Seen>,
+    /// The unusable read last refused, so that it is reported once, not every tick.
+    refused: Option<Seen>,
+}
+
+/// A digest of one read of the files, or of why they could not be read.
+type Seen = [u8; 32];
+
+/// What one look at the files found.
+#[derive(Debug)]
+enum Look {
+    /// Nothing to do: what is served, or an unusable read already reported or still settling.
+    Nothing,
+    /// A renewed pair: serve it.
+    Renewed(Box<rustls::ServerConfig>),
+    /// The same unusable read twice: report it; the previous certificate stays.
+    Refused(String),
+}
+
+fn seen(read: &Result<Pem, TlsError>) -> Seen {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    match read {
+        Ok(pem) => {
+            ctx.update(b"pem");
+            ctx.update(&(pem.cert.len() as u64).to_be_bytes());
+            ctx.update(&pem.cert);
+            ctx.update(&pem.key);
+        }
+        Err(e) => {
+            ctx.update(b"error");
+            ctx.update(e.to_string().as_bytes());
+        }
+    }
+    let mut out = [0; 32];
+    out.copy_from_slice(ctx.finish().as_ref());
+    out
+}
+
+impl Reload {
+    fn new(cert_file: &Path, key_file: &Path, pem: &Pem) -> Reload {
+        Reload {
+            cert_file: cert_file.to_path_buf(),
+            key_file: key_file.to_path_buf(),
+            loaded: seen(&Ok(pem.clone())),
+            suspect: None,
+            refused: None,
+        }
+    }
+
+    fn config_of(&self, pem: &Pem) -> Result<rustls::ServerConfig, TlsError> {
+        let chain = CertificateDer::pem_slice_iter(&pem.cert)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| TlsError::Certificate {
+                path: self.cert_file.clone(),
+                reason: e.to_string(),
+            })?;
+        if chain.is_empty() {
+            return Err(TlsError::Certificate {
+                path: self.cert_file.clone(),
+                reason: "no CERTIFICATE block".to_owned(),
+            });
+        }
+        let key = PrivateKeyDer::from_pem_slice(&pem.key).map_err(|e| TlsError::Key {
+            path: self.key_file.clone(),
+            reason: e.to_string(),
+        })?;
+        build(chain, key)
+    }
+
+    /// Decide on one read of the files.
+    fn look(&mut self, read: Result<Pem, TlsError>) -> Look {
+        let digest = seen(&read);
+        if digest == self.loaded {
+            (self.suspect, self.refused) = (None, None);
+            return Look::Nothing;
+        }
+        let problem = match read.and_then(|pem| self.config_of(&pem)) {
+            Ok(config) => {
+                (self.loaded, self.suspect, self.refused) = (digest, None, None);
+                return Look::Renewed(Box::new(config));
+            }
+            Err(e) => e.to_string(),
+        };
+        if self.refused == Some(digest) {
+            return Look::Nothing;
+        }
+        if self.suspect != Some(digest) {
+            self.suspect = Some(digest);
+            return Look::Nothing;
+        }
+        (self.suspect, self.refused) = (None, Some(digest));
+        Look::Refused(problem)
+    }
+
+    /// Reads the files every `every` until `cancel`, and swaps a changed pair into `served`
+    /// once it makes a valid configuration. A read that does not (a missing file, a key of
+    /// another certificate) on two looks in a row is logged and counted once; the previous
+    /// certificate stays served until the files change again.
+    pub async fn run(
+        mut self,
+        served: RustlsConfig,
+        metrics: Arc<Metrics>,
+        every: Duration,
+        cancel: CancellationToken,
+    ) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            match self.look(read_pem(&self.cert_file, &self.key_file)) {
+                Look::Nothing => {}
+                Look::Renewed(config) => {
+                    served.reload_from_config(Arc::new(*config));
+                    info!(cert_file = %self.cert_file.display(), "serving the renewed TLS certificate");
+                    metrics.tls_reload(TlsReload::Loaded);
+                }
+                Look::Refused(problem) => {
+                    warn!(error = %problem, "the TLS files changed but are not usable; serving the previous certificate");
+                    metrics.tls_reload(TlsReload::Refused);
+                }
+            }
+        }
+    }
 }
 
 /// The node's name for the self-signed certificate (the static pod runs on the host network).
@@ -460,6 +628,97 @@ mod tests {
         assert!(
             err.starts_with("cannot read tls.certFile /nonexistent/cert.pem:"),
             "{err}"
+        );
+    }
+
+    /// A self-signed certificate and its key, as PEM.
+    fn pair() -> (String, String) {
+        let generated = rcgen::generate_simple_self_signed(vec!["localhost".to_owned()]).unwrap();
+        (generated.cert.pem(), generated.signing_key.serialize_pem())
+    }
+
+    /// A `Reload` of `cert.pem`/`key.pem` in a fresh directory holding `first`, and a writer
+    /// of the next pair.
+    fn watched(first: &(String, String)) -> (tempfile::TempDir, Reload, impl Fn(&str, &str)) {
+        let dir = tempfile::tempdir().unwrap();
+        let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+        let write = {
+            let (cert, key) = (cert.clone(), key.clone());
+            move |c: &str, k: &str| {
+                std::fs::write(&cert, c).unwrap();
+                std::fs::write(&key, k).unwrap();
+            }
+        };
+        write(&first.0, &first.1);
+        let tls = server_config(&ServingCert::Files {
+            cert_file: cert,
+            key_file: key,
+        })
+        .unwrap();
+        (dir, tls.reload.unwrap(), write)
+    }
+
+    fn look(reload: &mut Reload) -> &'static str {
+        match reload.look(read_pem(&reload.cert_file, &reload.key_file)) {
+            Look::Nothing => "nothing",
+            Look::Renewed(_) => "renewed",
+            Look::Refused(_) => "refused",
+        }
+    }
+
+    #[test]
+    fn a_renewed_pair_is_taken_once() {
+        let (a, b) = (pair(), pair());
+        let (_dir, mut reload, write) = watched(&a);
+        assert_eq!(look(&mut reload), "nothing", "unchanged files");
+        write(&b.0, &b.1);
+        assert_eq!(look(&mut reload), "renewed");
+        assert_eq!(look(&mut reload), "nothing", "already served");
+        write(&a.0, &a.1);
+        assert_eq!(look(&mut reload), "renewed", "back to the first pair");
+    }
+
+    #[test]
+    fn an_unusable_pair_is_refused_on_the_second_look_and_reported_once() {
+        let (a, b) = (pair(), pair());
+        let (_dir, mut reload, write) = watched(&a);
+        // b's certificate with a's key: rustls refuses the mismatch.
+        write(&b.0, &a.1);
+        assert_eq!(look(&mut reload), "nothing", "may be a renewal half-way");
+        assert_eq!(look(&mut reload), "refused");
+        for _ in 0..3 {
+            assert_eq!(look(&mut reload), "nothing", "reported once");
+        }
+        write(&b.0, &b.1);
+        assert_eq!(look(&mut reload), "renewed");
+    }
+
+    #[test]
+    fn a_renewal_caught_half_way_is_never_refused() {
+        let (a, b) = (pair(), pair());
+        let (_dir, mut reload, write) = watched(&a);
+        write(&b.0, &a.1);
+        assert_eq!(look(&mut reload), "nothing");
+        write(&b.0, &b.1);
+        assert_eq!(look(&mut reload), "renewed");
+    }
+
+    #[test]
+    fn a_missing_file_is_refused_once_and_again_after_it_came_back() {
+        let a = pair();
+        let (dir, mut reload, write) = watched(&a);
+        std::fs::remove_file(dir.path().join("key.pem")).unwrap();
+        assert_eq!(look(&mut reload), "nothing");
+        assert_eq!(look(&mut reload), "refused");
+        assert_eq!(look(&mut reload), "nothing");
+        write(&a.0, &a.1);
+        assert_eq!(look(&mut reload), "nothing", "what is served is back");
+        std::fs::remove_file(dir.path().join("key.pem")).unwrap();
+        assert_eq!(look(&mut reload), "nothing");
+        assert_eq!(
+            look(&mut reload),
+            "refused",
+            "a new episode is reported again"
         );
     }
 }

@@ -31,14 +31,13 @@ pub async fn serve(listener: tokio::net::TcpListener, app: Router, cancel: Cance
     }
 }
 
-/// Serve HTTPS until `cancel` fires.
+/// Serve HTTPS until `cancel` fires, with whatever certificate `config` holds at each handshake.
 pub async fn serve_tls(
     listener: std::net::TcpListener,
-    tls: rustls::ServerConfig,
+    config: axum_server::tls_rustls::RustlsConfig,
     app: Router,
     cancel: CancellationToken,
 ) {
-    let config = axum_server::tls_rustls::RustlsConfig::from_config(Arc::new(tls));
     let server = match axum_server::tls_rustls::from_tcp_rustls(listener, config) {
         Ok(server) => server,
         Err(e) => {

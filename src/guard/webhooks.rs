@@ -19,6 +19,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::bypass::rfc3339_seconds;
 use crate::config::{BypassVia, Config, OwnerSpec, WebhookConfig, WebhookKind};
+use crate::discovery::Discovery;
 use crate::guard::fence::Fence;
 use crate::guard::write::{self, Refusal, Subject};
 use crate::metrics::Metrics;
@@ -64,6 +65,8 @@ struct Update {
 /// Everything the loop needs.
 pub struct WebhookGuard {
     pub client: kube::Client,
+    /// Which webhook configuration group versions are served (shared with the whole guard).
+    pub discovery: Discovery,
     pub config: Arc<Config>,
     pub owners: Owners,
     pub metrics: Arc<Metrics>,
@@ -109,7 +112,7 @@ impl WebhookGuard {
         if self.config.webhooks.is_empty() {
             return;
         }
-        let surface = match kube_common::ApiSurface::read(&self.client).await {
+        let surface = match self.discovery.surface().await {
             Ok(s) => s,
             Err(e) => {
                 error!(error = %e, "cannot read the served APIs; the webhook guard does nothing");
@@ -904,6 +907,7 @@ pub type Configurations = BTreeMap<Key, Option<Configuration>>;
 /// Read every configuration that a listed webhook matching `wanted` lives in.
 pub async fn read_configurations(
     client: &kube::Client,
+    discovery: &Discovery,
     config: &Config,
     wanted: impl Fn(&WebhookConfig) -> bool,
 ) -> Configurations {
@@ -911,7 +915,7 @@ pub async fn read_configurations(
     if !config.webhooks.iter().any(&wanted) {
         return read;
     }
-    let surface = match kube_common::ApiSurface::read(client).await {
+    let surface = match discovery.surface().await {
         Ok(s) => Some(s),
         Err(e) => {
             error!(error = %e, "cannot read the served APIs to read the webhook configurations");
@@ -980,7 +984,7 @@ async fn canary_namespaces(client: &kube::Client, config: &Config) -> Namespaces
 /// it, or cannot be fully checked ([`crate::webhook::canary_reach`]).
 pub async fn canary_findings(client: &kube::Client, config: &Config) -> Vec<String> {
     let canary = |w: &WebhookConfig| matches!(w.owner, Some(OwnerSpec::Apiserver(_)));
-    let read = read_configurations(client, config, canary).await;
+    let read = read_configurations(client, &Discovery::new(client.clone()), config, canary).await;
     let namespaces = canary_namespaces(client, config).await;
     let mut lines = Vec::new();
     for listed in config.webhooks.iter().filter(|w| canary(w)) {
@@ -1050,8 +1054,12 @@ pub fn service_owners(config: &Config, read: &Configurations) -> Vec<(usize, Own
 
 /// [`service_owners`] from one read of the configurations of the webhooks without an owner
 /// (no request at all when every webhook has one).
-pub async fn default_owners(client: &kube::Client, config: &Config) -> Vec<(usize, OwnerSpec)> {
-    let read = read_configurations(client, config, |w| w.owner.is_none()).await;
+pub async fn default_owners(
+    client: &kube::Client,
+    discovery: &Discovery,
+    config: &Config,
+) -> Vec<(usize, OwnerSpec)> {
+    let read = read_configurations(client, discovery, config, |w| w.owner.is_none()).await;
     service_owners(config, &read)
 }
 

@@ -30,6 +30,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::discovery::Discovery;
 use crate::metrics::Metrics;
 use crate::supervise::{Failures, Readiness};
 
@@ -47,6 +48,7 @@ impl Owners {
     /// runtime.
     pub fn spawn(
         client: kube::Client,
+        discovery: &Discovery,
         config: &Config,
         metrics: Arc<Metrics>,
         failures: &Failures,
@@ -61,6 +63,7 @@ impl Owners {
             };
             let task = Task {
                 handle,
+                discovery: discovery.clone(),
                 cancel: cancel.clone(),
             };
             watch::start(task, &client, &owners.inner.owners[index].spec, failures);

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::pin::pin;
 use std::time::{Duration, Instant};
 
+use crate::discovery::Discovery;
 use bytes::Bytes;
 use futures::StreamExt;
 use http::{Request, StatusCode, Uri, header};
@@ -285,16 +286,16 @@ const DISCOVERY_RETRY: Duration = Duration::from_secs(2);
 /// One owner's watcher or prober.
 pub(super) struct Task {
     pub(super) handle: Handle,
+    pub(super) discovery: Discovery,
     pub(super) cancel: CancellationToken,
 }
 
 impl Task {
-    /// Read discovery (retrying while the API server cannot answer) and return the most
+    /// Wait for the guard's discovery (retrying while the API server cannot answer) and return the most
     /// preferred group version of the owner's kind that is served (`pick`). Without any, log an
     /// error, list the problem for `/readyz` and return None: the owner stays unobserved.
     async fn served(
         &self,
-        client: &kube::Client,
         pick: fn(&ApiSurface) -> Option<ApiResource>,
         (api, versions): (&str, &str),
         resource: &str,
@@ -304,7 +305,7 @@ impl Task {
         let surface = loop {
             let attempt = tokio::select! {
                 () = self.cancel.cancelled() => return None,
-                a = ApiSurface::read(client) => a,
+                a = self.discovery.surface() => a.cloned(),
             };
             match attempt {
                 Ok(surface) => break surface,
@@ -342,7 +343,6 @@ impl Task {
         let versions = deployment_group_versions();
         let Some(resource) = self
             .served(
-                &client,
                 ApiSurface::deployments,
                 ("Deployment", &versions),
                 "deployments",
@@ -361,7 +361,6 @@ impl Task {
     async fn watch_service(self, client: kube::Client, r: ObjectRef) {
         let served = self
             .served(
-                &client,
                 ApiSurface::endpoint_slices,
                 ("EndpointSlice", ENDPOINT_SLICE_GROUP_VERSION),
                 "endpointslices",
@@ -382,7 +381,7 @@ impl Task {
     async fn watch_lease(self, client: kube::Client, r: ObjectRef) {
         let versions = lease_group_versions();
         let Some(resource) = self
-            .served(&client, ApiSurface::leases, ("Lease", &versions), "leases")
+            .served(ApiSurface::leases, ("Lease", &versions), "leases")
             .await
         else {
             return;

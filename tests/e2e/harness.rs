@@ -14,17 +14,17 @@ use kube_sim::{ChangeType, KubeVersion, Rbac, RequestRecord, Sim, SimOptions};
 use serde_json::{Value, json};
 
 /// The guard's user, bound by `deploy/rbac.yaml`.
-pub const GUARD_USER: &str = "system:initguard";
+pub(crate) const GUARD_USER: &str = "system:initguard";
 /// Unrestricted user for test setup.
-pub const ADMIN: &str = "system:admin";
+pub(crate) const ADMIN: &str = "system:admin";
 /// The opt-in label key used throughout.
-pub const OPT_IN: &str = "initguard.io/bypass";
+pub(crate) const OPT_IN: &str = "initguard.io/bypass";
 /// A listed initializer with a Deployment owner.
-pub const SIDECAR: &str = "sidecar.example.com";
+pub(crate) const SIDECAR: &str = "sidecar.example.com";
 /// A second listed initializer with a Deployment owner.
-pub const AUDIT: &str = "audit.example.com";
+pub(crate) const AUDIT: &str = "audit.example.com";
 /// An initializer the config does not list (`unlistedInitializers: ignore`).
-pub const UNLISTED: &str = "unlisted.example.com";
+pub(crate) const UNLISTED: &str = "unlisted.example.com";
 
 /// Both mechanisms, for scenarios that make sense on either: scheduling gates on a current
 /// server, legacy initializers on each legacy version profile (1.8, 1.11, 1.13), each with the
@@ -96,13 +96,13 @@ tokio::task_local! {
 /// Run `scenario` with every [`Cluster`] it starts serving the API surface of `version`
 /// (discovery, group versions, error codes, the `initialize` verb), so one scenario runs
 /// unchanged on several versions.
-pub async fn on_version<F: Future>(version: KubeVersion, scenario: F) -> F::Output {
+pub(crate) async fn on_version<F: Future>(version: KubeVersion, scenario: F) -> F::Output {
     KUBE_VERSION.scope(version, scenario).await
 }
 
 /// The status a failed JSON Patch `test` gets from the server being simulated: 422 Invalid,
 /// or 500 on the 1.8 profile, as servers before the 422 mapping answered.
-pub fn failed_test_status() -> u16 {
+pub(crate) fn failed_test_status() -> u16 {
     if kube_version().is_some_and(|v| v.patch_failure_is_500()) {
         500
     } else {
@@ -111,17 +111,17 @@ pub fn failed_test_status() -> u16 {
 }
 
 /// The version set by [`on_version`] (None outside: every group version the simulator knows).
-pub fn kube_version() -> Option<KubeVersion> {
+pub(crate) fn kube_version() -> Option<KubeVersion> {
     KUBE_VERSION.try_with(|v| *v).ok()
 }
 
-pub use crate::wait::{PATIENCE, eventually, eventually_async, until};
+pub(crate) use crate::wait::{PATIENCE, eventually, eventually_async, until};
 
-pub use initguard_test_support::http::get as http_get;
-pub use initguard_test_support::metrics::sum as metric_sum;
+pub(crate) use initguard_test_support::http::get as http_get;
+pub(crate) use initguard_test_support::metrics::sum as metric_sum;
 
 /// The text of `deploy/<file>`.
-pub fn deploy_file(file: &str) -> String {
+pub(crate) fn deploy_file(file: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("deploy")
         .join(file);
@@ -130,7 +130,7 @@ pub fn deploy_file(file: &str) -> String {
 
 /// The RBAC the guard's user gets from the shipped manifests: `deploy/rbac.yaml`, plus
 /// `deploy/rbac-legacy-initializers.yaml` on legacy clusters.
-pub fn shipped_rbac(mechanism: Mechanism) -> Rbac {
+pub(crate) fn shipped_rbac(mechanism: Mechanism) -> Rbac {
     let load = |file: &str| {
         let rbac = Rbac::from_yaml_str(&deploy_file(file), GUARD_USER)
             .unwrap_or_else(|e| panic!("deploy/{file}: {e}"));
@@ -150,7 +150,7 @@ pub fn shipped_rbac(mechanism: Mechanism) -> Rbac {
 
 /// A configuration for `mechanism`: listening on a free port, opt-in label [`OPT_IN`] and leader
 /// election off unless `rest` configures them, then `rest` (YAML top-level keys).
-pub fn config(mechanism: Mechanism, rest: &str) -> Arc<Config> {
+pub(crate) fn config(mechanism: Mechanism, rest: &str) -> Arc<Config> {
     let mut yaml = format!("mechanism: {}\nlisten: 127.0.0.1:0\n", mechanism.as_str());
     if !rest.contains("optIn") {
         yaml.push_str(&format!("optIn: {{ label: {OPT_IN} }}\n"));
@@ -165,7 +165,7 @@ pub fn config(mechanism: Mechanism, rest: &str) -> Arc<Config> {
 }
 
 /// A config entry for `name` with this deadline, owned by the Deployment a [`GateOwner`] keeps.
-pub fn owned(name: &str, deadline: &str) -> String {
+pub(crate) fn owned(name: &str, deadline: &str) -> String {
     format!(
         "  - {{ name: {name}, deadline: {deadline}, owner: {{ deployment: kube-system/{} }} }}\n",
         dns_name(name)
@@ -174,7 +174,7 @@ pub fn owned(name: &str, deadline: &str) -> String {
 
 /// One initializer removed from one pod, from the object history.
 #[derive(Debug, Clone)]
-pub struct Removal {
+pub(crate) struct Removal {
     /// `namespace/name`.
     pub pod: String,
     pub uid: String,
@@ -188,13 +188,13 @@ pub struct Removal {
 
 /// When a pod was created: its `creationTimestamp` (whole seconds) and the commit instant.
 #[derive(Debug, Clone, Copy)]
-pub struct Created {
+pub(crate) struct Created {
     pub timestamp: SystemTime,
     pub committed: SystemTime,
 }
 
 /// A simulated cluster: the API server enforcing the shipped RBAC for the guard's user.
-pub struct Cluster {
+pub(crate) struct Cluster {
     pub sim: Sim,
     pub mechanism: Mechanism,
     admin: kube::Client,
@@ -202,12 +202,15 @@ pub struct Cluster {
 
 impl Cluster {
     /// A cluster for `mechanism` with default server options.
-    pub async fn start(mechanism: Mechanism) -> Cluster {
+    pub(crate) async fn start(mechanism: Mechanism) -> Cluster {
         Cluster::start_with(mechanism, |_| {}).await
     }
 
     /// A cluster for `mechanism` with server options adjusted by `tweak`.
-    pub async fn start_with(mechanism: Mechanism, tweak: impl FnOnce(&mut SimOptions)) -> Cluster {
+    pub(crate) async fn start_with(
+        mechanism: Mechanism,
+        tweak: impl FnOnce(&mut SimOptions),
+    ) -> Cluster {
         let mut options = SimOptions {
             mechanism,
             kube_version: kube_version().filter(|v| v.mechanism() == mechanism),
@@ -226,13 +229,13 @@ impl Cluster {
     }
 
     /// Create a namespace.
-    pub async fn namespace(&self, name: &str) {
+    pub(crate) async fn namespace(&self, name: &str) {
         let body = json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": name } });
         self.post("/api/v1/namespaces", &body).await;
     }
 
     /// Create `body` at `path` as the admin; panics on an error answer.
-    pub async fn admin_post(&self, path: &str, body: &Value) -> Value {
+    pub(crate) async fn admin_post(&self, path: &str, body: &Value) -> Value {
         self.post(path, body).await
     }
 
@@ -250,7 +253,13 @@ impl Cluster {
     /// Create a pod waiting on `initializers` (scheduling gates or legacy pending
     /// initializers), labeled with the opt-in label when `opted_in`. Returns at once, also on
     /// legacy clusters (the CREATE says `includeUninitialized=true`).
-    pub async fn pod(&self, namespace: &str, name: &str, opted_in: bool, initializers: &[&str]) {
+    pub(crate) async fn pod(
+        &self,
+        namespace: &str,
+        name: &str,
+        opted_in: bool,
+        initializers: &[&str],
+    ) {
         let entries: Vec<Value> = initializers.iter().map(|n| json!({ "name": n })).collect();
         let mut pod = json!({
             "apiVersion": "v1",
@@ -277,7 +286,7 @@ impl Cluster {
     /// Start the owner of `initializer` as user `owner:<initializer>`, heartbeat 100 ms, then
     /// apply `tweak`. Returns once its Deployment shows whether it is alive, so a guard started
     /// afterwards observes it up (or down) from the start.
-    pub async fn owner(
+    pub(crate) async fn owner(
         &self,
         initializer: &str,
         tweak: impl FnOnce(&mut GateOwnerOptions),
@@ -306,13 +315,13 @@ impl Cluster {
     }
 
     /// A client of the guard's user, as `initguard run` builds it (with the server's clock).
-    pub fn guard_client(&self) -> initguard::client::Connection {
+    pub(crate) fn guard_client(&self) -> initguard::client::Connection {
         initguard::client::connect(self.sim.kube_config(GUARD_USER), self.mechanism).unwrap()
     }
 
     /// Start a guard as `user` (bound to the same shipped RBAC as [`GUARD_USER`]) with this
     /// leader-election identity, and wait until it is ready.
-    pub async fn guard_as(&self, config: &Arc<Config>, identity: &str, user: &str) -> Guard {
+    pub(crate) async fn guard_as(&self, config: &Arc<Config>, identity: &str, user: &str) -> Guard {
         self.sim
             .enforce_rbac_policy(user, shipped_rbac(self.mechanism));
         let client =
@@ -330,7 +339,12 @@ impl Cluster {
     }
 
     /// Send `method path` with a JSON body (if any) as the admin; panics on an error answer.
-    pub async fn admin_request(&self, method: http::Method, path: &str, body: Option<&Value>) {
+    pub(crate) async fn admin_request(
+        &self,
+        method: http::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) {
         let mut request = http::Request::builder().method(method.clone()).uri(path);
         if body.is_some() {
             request = request.header(http::header::CONTENT_TYPE, "application/merge-patch+json");
@@ -345,25 +359,25 @@ impl Cluster {
     }
 
     /// Merge-patch the pod `namespace/name` as the admin (also while uninitialized).
-    pub async fn merge_patch_pod(&self, namespace: &str, name: &str, patch: &Value) {
+    pub(crate) async fn merge_patch_pod(&self, namespace: &str, name: &str, patch: &Value) {
         let path = format!("/api/v1/namespaces/{namespace}/pods/{name}?includeUninitialized=true");
         self.admin_request(http::Method::PATCH, &path, Some(patch))
             .await;
     }
 
     /// Delete the pod `namespace/name` as the admin (also while uninitialized).
-    pub async fn delete_pod(&self, namespace: &str, name: &str) {
+    pub(crate) async fn delete_pod(&self, namespace: &str, name: &str) {
         let path = format!("/api/v1/namespaces/{namespace}/pods/{name}?includeUninitialized=true");
         self.admin_request(http::Method::DELETE, &path, None).await;
     }
 
     /// Start a guard (leader election as configured) and wait until it is ready.
-    pub async fn guard(&self, config: &Arc<Config>) -> Guard {
+    pub(crate) async fn guard(&self, config: &Arc<Config>) -> Guard {
         self.guard_named(config, "e2e-guard").await
     }
 
     /// [`Cluster::guard`] with an explicit leader-election identity.
-    pub async fn guard_named(&self, config: &Arc<Config>, identity: &str) -> Guard {
+    pub(crate) async fn guard_named(&self, config: &Arc<Config>, identity: &str) -> Guard {
         let guard = Guard::start_with(
             self.guard_client(),
             config.clone(),
@@ -379,7 +393,7 @@ impl Cluster {
     /// Check that no task of `guard` panicked, shut it down gracefully, then check that the
     /// shipped RBAC allowed every request a guard made (a denied watch or Event would
     /// otherwise go unnoticed).
-    pub async fn finish(&self, guard: Guard) {
+    pub(crate) async fn finish(&self, guard: Guard) {
         let panics = guard.shared.failures.list();
         assert!(panics.is_empty(), "guard tasks panicked: {panics:#?}");
         guard.shutdown().await;
@@ -397,7 +411,7 @@ impl Cluster {
     }
 
     /// Writes (anything but get, list and watch) by the guard's user.
-    pub fn guard_writes(&self) -> Vec<RequestRecord> {
+    pub(crate) fn guard_writes(&self) -> Vec<RequestRecord> {
         self.sim
             .requests()
             .into_iter()
@@ -408,7 +422,7 @@ impl Cluster {
     }
 
     /// PATCH requests by the guard's user on the pod `name`, whatever their answer.
-    pub fn guard_pod_patches(&self, name: &str) -> Vec<RequestRecord> {
+    pub(crate) fn guard_pod_patches(&self, name: &str) -> Vec<RequestRecord> {
         self.sim
             .requests()
             .into_iter()
@@ -422,7 +436,7 @@ impl Cluster {
     }
 
     /// Every initializer removed from any pod, in commit order.
-    pub fn removals(&self) -> Vec<Removal> {
+    pub(crate) fn removals(&self) -> Vec<Removal> {
         let mut out = Vec::new();
         for change in self.sim.object_history() {
             if change.resource != "pods" {
@@ -458,7 +472,7 @@ impl Cluster {
     }
 
     /// Removals of initializers from `namespace/name` by the guard's user.
-    pub fn bypasses_of(&self, pod: &str) -> Vec<Removal> {
+    pub(crate) fn bypasses_of(&self, pod: &str) -> Vec<Removal> {
         self.removals()
             .into_iter()
             .filter(|r| r.pod == pod && r.user == GUARD_USER)
@@ -466,7 +480,7 @@ impl Cluster {
     }
 
     /// `InitializerBypassed` Events about the pod `name` (stored in core/v1 form).
-    pub fn bypass_events(&self, name: &str) -> Vec<Value> {
+    pub(crate) fn bypass_events(&self, name: &str) -> Vec<Value> {
         self.sim
             .list_objects("events")
             .into_iter()
@@ -475,7 +489,7 @@ impl Cluster {
     }
 
     /// Initializers still pending on the stored pod (empty when it is gone or initialized).
-    pub fn pending(&self, namespace: &str, name: &str) -> Vec<String> {
+    pub(crate) fn pending(&self, namespace: &str, name: &str) -> Vec<String> {
         self.sim
             .get_object("pods", Some(namespace), name)
             .map(|pod| initguard::bypass::pending_names(self.mechanism, &pod))
@@ -483,7 +497,7 @@ impl Cluster {
     }
 
     /// When `namespace/name` was created.
-    pub fn created(&self, namespace: &str, name: &str) -> Created {
+    pub(crate) fn created(&self, namespace: &str, name: &str) -> Created {
         let change = self
             .sim
             .object_history()
@@ -508,12 +522,12 @@ impl Cluster {
 }
 
 /// The user a test owner of `initializer` acts as.
-pub fn owner_user(initializer: &str) -> String {
+pub(crate) fn owner_user(initializer: &str) -> String {
     format!("owner:{}", dns_name(initializer))
 }
 
 /// Wait until exactly one of the running `replicas` leads; its index.
-pub async fn sole_leader(replicas: &[Option<Guard>]) -> usize {
+pub(crate) async fn sole_leader(replicas: &[Option<Guard>]) -> usize {
     eventually("exactly one leader", || {
         let leading: Vec<usize> = replicas
             .iter()
@@ -527,7 +541,7 @@ pub async fn sole_leader(replicas: &[Option<Guard>]) -> usize {
 }
 
 /// Wait until the guard's initial lists are complete.
-pub async fn wait_ready(guard: &Guard) {
+pub(crate) async fn wait_ready(guard: &Guard) {
     let shared = guard.shared.clone();
     eventually("the guard to become ready", || {
         // Ready, and every owner read at least once (tests then expect known states).
@@ -539,7 +553,7 @@ pub async fn wait_ready(guard: &Guard) {
 }
 
 /// Wait until the guard sees the owner of `initializer` up (or down).
-pub async fn wait_owner(guard: &Guard, initializer: &str, up: bool) {
+pub(crate) async fn wait_owner(guard: &Guard, initializer: &str, up: bool) {
     let shared = guard.shared.clone();
     until(
         format!("the guard to see the owner of {initializer} up={up}"),
@@ -553,12 +567,12 @@ pub async fn wait_owner(guard: &Guard, initializer: &str, up: bool) {
 }
 
 /// `later - earlier` (zero when `later` is not later).
-pub fn since(earlier: SystemTime, later: SystemTime) -> Duration {
+pub(crate) fn since(earlier: SystemTime, later: SystemTime) -> Duration {
     later.duration_since(earlier).unwrap_or_default()
 }
 
 /// Assert `later - earlier` is at least `min`.
-pub fn assert_not_before(what: &str, earlier: SystemTime, later: SystemTime, min: Duration) {
+pub(crate) fn assert_not_before(what: &str, earlier: SystemTime, later: SystemTime, min: Duration) {
     // Only the lower bound is a guarantee ("never early"); how soon after it an action comes
     // depends on machine load and is measured by the benchmarks, not asserted here.
     let signed = match later.duration_since(earlier) {
@@ -576,7 +590,7 @@ pub fn assert_not_before(what: &str, earlier: SystemTime, later: SystemTime, min
 /// owner the Deployment kube-system/policy (no status: not available), and that fail-closed
 /// configuration with one entry `entry` carrying `conditions` as its own matchConditions.
 /// Returns the configuration as the server stored it.
-pub async fn webhook_world(
+pub(crate) async fn webhook_world(
     c: &Cluster,
     configuration: &str,
     entry: &str,

@@ -152,3 +152,59 @@ async fn a_write_without_answer_leaves_the_lease_to_expire() {
         .expect("the Lease");
     assert_eq!(lease["spec"]["holderIdentity"], IDENTITY, "{lease:#}");
 }
+
+/// Discovery is read once for the whole guard: the owners (two Deployments), the election (a
+/// Lease lock) and the webhook guard all wait on the same `/apis` read. Counted in the server's
+/// request log once every one of them has acted on it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn discovery_is_read_once_for_every_reader() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    webhook_world(&c, CONFIGURATION, ENTRY, Vec::new()).await;
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!(
+            "leaderElection: {{ enabled: true, namespace: kube-system, name: initguard, \
+             leaseDuration: 15s }}\n\
+             initializers:\n{}\
+             webhooks:\n\
+             \x20 - name: validating/{CONFIGURATION}/{ENTRY}\n\
+             \x20   owner: {{ deployment: kube-system/policy }}\n\
+             \x20   ownerDownGrace: 1h\n",
+            owned(SIDECAR, "1h")
+        ),
+    );
+    let guard = c.guard_named(&config, IDENTITY).await;
+    let by_guard = |verb: &str, resource: &str| {
+        c.sim
+            .requests()
+            .iter()
+            .any(|r| r.user == GUARD_USER && r.verb == verb && r.resource == resource)
+    };
+    // Each reader has used what discovery told it: the Lease lock is written, the
+    // configuration and both owners' Deployments are watched.
+    until(
+        "the election, the webhook guard and the owners to start",
+        || {
+            by_guard("create", "leases")
+                && by_guard("watch", "validatingwebhookconfigurations")
+                && c.sim
+                    .requests()
+                    .iter()
+                    .filter(|r| {
+                        r.user == GUARD_USER && r.verb == "watch" && r.resource == "deployments"
+                    })
+                    .count()
+                    >= 2
+        },
+    )
+    .await;
+    c.finish(guard).await;
+    let reads: Vec<String> = c
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.user == GUARD_USER && r.path == "/apis")
+        .map(|r| format!("{} {} {}", r.verb, r.path, r.status))
+        .collect();
+    assert_eq!(reads.len(), 1, "discovery reads by the guard: {reads:?}");
+}

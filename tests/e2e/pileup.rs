@@ -146,7 +146,7 @@ async fn gated_cron_job_pile_stays_bounded() {
     c.finish(guard).await;
 }
 
-/// Issue 12 item 1: a healthy owner's batch is never a pile. A parallel Job creates 10 opted-in
+/// A healthy owner's batch is never a pile. A parallel Job creates 10 opted-in
 /// gated pods at once while the gate's owner is up and needs 1.5 s per pod; with
 /// `pileup: {threshold: 3, action: bypass}` (minWait 10s by default) the guard writes nothing
 /// and the owner initializes every pod itself. Judged by the server's request log.
@@ -213,7 +213,7 @@ fn cron_job(c: &Cluster, name: &str, opted_in: bool) -> (CreatorHandle, String) 
     (creator, key)
 }
 
-/// Issue 12 item 6: a real CronJob creates a Job per run and the Job its pod, so grouping by
+/// A real CronJob creates a Job per run and the Job its pod, so grouping by
 /// a pod's own controller sees piles of one. With the gate's owner dead and
 /// `pileup.action: alert`, the CronJob's pods are one pileup of that CronJob: the guard's
 /// pileup gauges match the waiting pods counted in the server's store, and `/status` names
@@ -288,7 +288,7 @@ async fn cron_job_jobs_pods_are_one_pileup_of_the_cron_job() {
     c.finish(guard).await;
 }
 
-/// Issue 12 item 6 with `pileup.action: bypass`: the gate's owner is dead but its grace is an
+/// The CronJob pileup with `pileup.action: bypass`: the gate's owner is dead but its grace is an
 /// hour and the deadline ten minutes, so only the pileup rule can act. Grouped by Job, each
 /// pile has one pod and the CronJob's pile grows without bound; grouped by the CronJob, it
 /// stays bounded and every bypass is a `pileup`. Judged on the server's store and history.

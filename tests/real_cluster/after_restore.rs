@@ -71,7 +71,9 @@ fn deleting(pod: &Value) -> bool {
 /// restore every pod is annotated; only the pods of the first two are evicted, one at a time
 /// per controller, each after the previous replacement was Ready, and their replacements carry
 /// the webhook's annotation; the budget that forbids it is respected (429s, no eviction).
-pub async fn webhook_after_restore_evicts_one_at_a_time_what_can_be_spared(tb: Arc<Testbed>) {
+pub(crate) async fn webhook_after_restore_evicts_one_at_a_time_what_can_be_spared(
+    tb: Arc<Testbed>,
+) {
     let (apps, system) = (format!("{PREFIX}-apps"), format!("{PREFIX}-system"));
     let name = format!("{PREFIX}-inject");
     for ns in [&apps, &system] {

@@ -35,7 +35,7 @@ fn pod_names(tb: &Testbed, ns: &str, app: &str) -> Vec<String> {
 /// renewed the guard writes nothing; once the renewals stop, every pod is bypassed once
 /// (owner_down), no sooner than the lease's run-out plus `ownerDownGrace` after the last
 /// renewal the API server received, and the ReplicaSet keeps its 3 pods.
-pub async fn deployment_pods_bypassed_once_the_lease_owner_stops(tb: Arc<Testbed>) {
+pub(crate) async fn deployment_pods_bypassed_once_the_lease_owner_stops(tb: Arc<Testbed>) {
     let ns = "replicasets";
     tb.namespace(ns);
     let mut owner = OwnerLease::start(&tb, ns, "gate-controller");
@@ -114,7 +114,7 @@ pub async fn deployment_pods_bypassed_once_the_lease_owner_stops(tb: Arc<Testbed
 /// one pile — each Job alone has one pod, below the threshold — and the pile stays bounded:
 /// fewer than `threshold` of its pods keep waiting, after the first runs and after later ones.
 /// Each bypassed pod is bypassed once (reason pileup), never before it has waited minWait.
-pub async fn cron_job_pile_is_bypassed_as_one(tb: Arc<Testbed>) {
+pub(crate) async fn cron_job_pile_is_bypassed_as_one(tb: Arc<Testbed>) {
     let ns = "cron";
     tb.namespace(ns);
     ready_owner_pod(&tb, ns, "gate-owner").await;

@@ -92,7 +92,7 @@ fn server_dry_run(kubectl: &Path, admin: &str, rendered: &str) {
     );
 }
 
-pub async fn manifests_kustomize_and_chart_install_on_the_real_server(tb: Arc<Testbed>) {
+pub(crate) async fn manifests_kustomize_and_chart_install_on_the_real_server(tb: Arc<Testbed>) {
     let helm = tb.bin.join("helm");
     let crds = tb
         .bin
@@ -448,7 +448,7 @@ fn rule_set(list: &[(&str, &str, &[&str], &[&str])]) -> BTreeSet<(String, String
 /// configurations by name; EndpointSlices and Services for default owners only; the canary
 /// namespace by name and a dry-run create Role there for an `apiserver` owner; Namespace lists
 /// for `afterRestore: report | evict` and Evictions for `evict` only.
-pub async fn chart_webhook_rbac_is_exactly_what_the_webhooks_need(tb: Arc<Testbed>) {
+pub(crate) async fn chart_webhook_rbac_is_exactly_what_the_webhooks_need(tb: Arc<Testbed>) {
     let helm = tb.bin.join("helm");
     let chart_dir = chart();
     let chart_path = chart_dir.to_str().expect("UTF-8 path");

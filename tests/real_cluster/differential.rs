@@ -565,7 +565,7 @@ fn is_age(cell: &str) -> bool {
             && cell.starts_with(|c: char| c.is_ascii_digit()))
 }
 
-pub async fn sim_answers_as_the_real_server(tb: Arc<Testbed>) {
+pub(crate) async fn sim_answers_as_the_real_server(tb: Arc<Testbed>) {
     // A short change window, so that resourceVersion 1 is compacted away as on the real server.
     let sim = Sim::start(SimOptions {
         history_window: 8,

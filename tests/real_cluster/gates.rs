@@ -9,7 +9,7 @@ use std::time::Duration;
 use crate::testbed::*;
 
 /// Config for a guard without leader election, opt-in by [`OPT_IN`], then `rest`.
-pub fn config(rest: &str) -> String {
+pub(crate) fn config(rest: &str) -> String {
     format!(
         "mechanism: schedulingGates\noptIn: {{ label: {OPT_IN} }}\n\
          leaderElection: {{ enabled: false }}\nunlistedInitializers: ignore\n{rest}"
@@ -17,7 +17,7 @@ pub fn config(rest: &str) -> String {
 }
 
 /// Every guard write in the audit log was allowed: the shipped RBAC suffices.
-pub fn assert_no_denied(tb: &Testbed) {
+pub(crate) fn assert_no_denied(tb: &Testbed) {
     let denied: Vec<Audit> = tb
         .audit()
         .into_iter()
@@ -45,7 +45,7 @@ pub fn assert_no_denied(tb: &Testbed) {
 }
 
 /// Remove the namespace's pods, so that no later guard sees them.
-pub fn cleanup(tb: &Testbed, ns: &str) {
+pub(crate) fn cleanup(tb: &Testbed, ns: &str) {
     tb.kubectl(&[
         "delete",
         "pods",
@@ -59,7 +59,7 @@ pub fn cleanup(tb: &Testbed, ns: &str) {
 }
 
 /// Guard patches of each pod of `ns`: name → audit events.
-pub fn guard_patches(tb: &Testbed, user: &str, ns: &str) -> BTreeMap<String, Vec<Audit>> {
+pub(crate) fn guard_patches(tb: &Testbed, user: &str, ns: &str) -> BTreeMap<String, Vec<Audit>> {
     let mut out: BTreeMap<String, Vec<Audit>> = BTreeMap::new();
     for a in tb.pod_writes_by(user, ns) {
         out.entry(a.name.clone()).or_default().push(a);
@@ -68,7 +68,7 @@ pub fn guard_patches(tb: &Testbed, user: &str, ns: &str) -> BTreeMap<String, Vec
 }
 
 /// The `initguard.io/bypassed` annotation of a pod.
-pub fn bypass_annotation(tb: &Testbed, ns: &str, name: &str) -> String {
+pub(crate) fn bypass_annotation(tb: &Testbed, ns: &str, name: &str) -> String {
     tb.get("pod", ns, name)
         .and_then(|p| {
             p["metadata"]["annotations"]["initguard.io/bypassed"]
@@ -82,7 +82,7 @@ pub fn bypass_annotation(tb: &Testbed, ns: &str, name: &str) -> String {
 /// deadline exactly that gate goes, in one patch by the guard's user, never before the deadline;
 /// an unlabeled pod with the same gates is never written; `kubectl describe pod` shows the
 /// annotation and the `InitializerBypassed` Event.
-pub async fn deadline_bypass_removes_only_the_failed_gate(tb: Arc<Testbed>) {
+pub(crate) async fn deadline_bypass_removes_only_the_failed_gate(tb: Arc<Testbed>) {
     let ns = "gates-deadline";
     tb.namespace(ns);
     let _owner = OwnerDeployment::start(&tb, ns, "sidecar-injector").await;
@@ -174,7 +174,7 @@ pub async fn deadline_bypass_removes_only_the_failed_gate(tb: Arc<Testbed>) {
 /// gates loses them (reason owner_down), after the crash and never before, both gates of one
 /// pod in one PATCH; a gate of another owner between them stays. The scheduler then binds the
 /// pods whose gates are all gone.
-pub async fn killed_owner_is_bypassed_and_pods_get_bound(tb: Arc<Testbed>) {
+pub(crate) async fn killed_owner_is_bypassed_and_pods_get_bound(tb: Arc<Testbed>) {
     let ns = "gates-owner";
     tb.namespace(ns);
     let owner = OwnerDeployment::start(&tb, ns, "sidecar-injector").await;
@@ -277,7 +277,7 @@ pub async fn killed_owner_is_bypassed_and_pods_get_bound(tb: Arc<Testbed>) {
 
 /// `dryRun: true`: the guard decides (its own counter is only the sync point) but the server
 /// sees no write from it: no pod patch, no Event; the gates stay.
-pub async fn dry_run_writes_nothing(tb: Arc<Testbed>) {
+pub(crate) async fn dry_run_writes_nothing(tb: Arc<Testbed>) {
     let ns = "gates-dryrun";
     tb.namespace(ns);
     let gate = "deadline.example.com";
@@ -316,7 +316,7 @@ pub async fn dry_run_writes_nothing(tb: Arc<Testbed>) {
 /// `optIn.namespaces`: an unlabeled pod in a listed namespace is bypassed at its deadline, one
 /// in another namespace never; the guard is restarted (a new process) while the pod waits, and
 /// the bypass still comes exactly once and never before creation + deadline.
-pub async fn namespace_opt_in_survives_a_restart(tb: Arc<Testbed>) {
+pub(crate) async fn namespace_opt_in_survives_a_restart(tb: Arc<Testbed>) {
     let (listed, other) = ("gates-nsoptin", "gates-other");
     tb.namespace(listed);
     tb.namespace(other);

@@ -9,7 +9,7 @@ use serde_json::json;
 use crate::gates::{assert_no_denied, bypass_annotation, config, guard_patches};
 use crate::testbed::*;
 
-pub async fn parallel_job_healthy_then_owner_down(tb: Arc<Testbed>) {
+pub(crate) async fn parallel_job_healthy_then_owner_down(tb: Arc<Testbed>) {
     let ns = "jobs";
     tb.namespace(ns);
     let owner = OwnerDeployment::start(&tb, ns, "sidecar-injector").await;

@@ -18,7 +18,7 @@ use crate::gates;
 use crate::testbed::*;
 
 /// The policies' params ConfigMap in kube-system (deploy/admission-policies.yaml).
-pub const PARAMS: &str = "initguard-admission-policies";
+pub(crate) const PARAMS: &str = "initguard-admission-policies";
 /// Groups of deploy/admission-policies.yaml's params.
 const SHIPPED_GROUPS: &str = "system:masters";
 /// A group the opt-in scenario adds to the params for the length of the scenario.
@@ -27,11 +27,11 @@ const MARKER: &str = "initguard.io/opt-in-allowed";
 
 /// The namespace in which [`a_refused_bypass_is_backed_off_not_looped`] provokes refusals of
 /// the guard on purpose (`gates::assert_no_denied` leaves it out).
-pub const PROVOKED_REFUSALS: &str = "pol-refused";
+pub(crate) const PROVOKED_REFUSALS: &str = "pol-refused";
 /// Where [`self_fence_confines_the_guard_to_a_bypass`] tries what the fence refuses.
-pub const FENCE_PROBES: &str = "pol-fence";
+pub(crate) const FENCE_PROBES: &str = "pol-fence";
 /// The webhook configuration it tries them on.
-pub const FENCE_HOOK: &str = "pol-fence-hook";
+pub(crate) const FENCE_HOOK: &str = "pol-fence-hook";
 
 /// Sets a shipped binding's validationActions.
 fn enforce(tb: &Testbed, policy: &str, actions: &[&str]) {
@@ -48,7 +48,7 @@ fn enforce(tb: &Testbed, policy: &str, actions: &[&str]) {
 }
 
 /// Merge `data` into the params (a null value removes that key).
-pub fn set_params(tb: &Testbed, data: Value) {
+pub(crate) fn set_params(tb: &Testbed, data: Value) {
     let patch = json!({ "data": data }).to_string();
     tb.kubectl(&[
         "patch",
@@ -253,7 +253,7 @@ async fn until_enforced(
     .await;
 }
 
-pub async fn opt_in_label_is_an_administrators_decision(tb: Arc<Testbed>) {
+pub(crate) async fn opt_in_label_is_an_administrators_decision(tb: Arc<Testbed>) {
     let _restore = Restore(&tb);
     let (plain, marked) = ("pol-tenant", "pol-marked");
     tb.namespace(plain);
@@ -501,7 +501,7 @@ pub async fn opt_in_label_is_an_administrators_decision(tb: Arc<Testbed>) {
 /// The guard's real ServiceAccount identity inside the self-fence: a bypass's own writes
 /// pass; a label, image, toleration or other annotation on a pod, a webhook's clientConfig,
 /// rules or failurePolicy, and a create that is not a dry run are refused with a 403.
-pub async fn self_fence_confines_the_guard_to_a_bypass(tb: Arc<Testbed>) {
+pub(crate) async fn self_fence_confines_the_guard_to_a_bypass(tb: Arc<Testbed>) {
     let ns = FENCE_PROBES;
     let guard = "initguard-2"; // system:serviceaccount:kube-system:initguard
     tb.namespace(ns);
@@ -787,7 +787,7 @@ pub async fn self_fence_confines_the_guard_to_a_bypass(tb: Arc<Testbed>) {
 /// A policy's 403 on a bypass is counted and backed off: one PATCH per retry interval and
 /// one error count each, never a loop. A test policy refuses the guard's updates of one
 /// pod, as a site's own policy might.
-pub async fn a_refused_bypass_is_backed_off_not_looped(tb: Arc<Testbed>) {
+pub(crate) async fn a_refused_bypass_is_backed_off_not_looped(tb: Arc<Testbed>) {
     let ns = PROVOKED_REFUSALS;
     tb.namespace(ns);
     tb.apply(&json!({
@@ -874,7 +874,7 @@ pub async fn a_refused_bypass_is_backed_off_not_looped(tb: Arc<Testbed>) {
 /// The chart with the policies enforced and no opt-in group: its own Deployment, whose pods
 /// carry the label, still rolls out, because the release namespace counts as marked; the
 /// same change elsewhere is refused by the chart's policy.
-pub async fn chart_rolls_out_under_its_own_enforced_policies(tb: Arc<Testbed>) {
+pub(crate) async fn chart_rolls_out_under_its_own_enforced_policies(tb: Arc<Testbed>) {
     let (release, ns, elsewhere) = ("guarded", "pol-chart", "pol-chart-elsewhere");
     let helm = tb.bin.join("helm");
     let admin = tb.kubeconfig("admin");

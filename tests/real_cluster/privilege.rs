@@ -14,7 +14,7 @@ const IDENTITIES: [(&str, &str); 2] = [("initguard", GUARD_USER), ("initguard-2"
 /// tests/real_cluster/can-i/IDENTITY-NAMESPACE.txt. The ServiceAccount also gets the
 /// discovery rules every ServiceAccount gets (service-account-issuer-discovery). Set
 /// REAL_CLUSTER_BLESS=1 to rewrite the files after a deliberate RBAC change, then review the diff.
-pub async fn can_i_list_matches_expectation(tb: Arc<Testbed>) {
+pub(crate) async fn can_i_list_matches_expectation(tb: Arc<Testbed>) {
     let bless = std::env::var_os("REAL_CLUSTER_BLESS").is_some();
     for namespace in ["default", "kube-system"] {
         for (kubeconfig, user) in IDENTITIES {
@@ -63,7 +63,7 @@ fn normalize(text: &str) -> String {
 /// Forbidden under the real authorizer, both asked (`can-i`) and tried (a real request that the
 /// server answers 403, seen in its audit log): reading Secrets, deleting or creating pods,
 /// writing a Lease other than its own.
-pub async fn forbidden_secrets_and_pod_deletes(tb: Arc<Testbed>) {
+pub(crate) async fn forbidden_secrets_and_pod_deletes(tb: Arc<Testbed>) {
     let ns = "privilege";
     tb.namespace(ns);
     tb.gated_pod(ns, "victim", true, &["sidecar.example.com"]);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::gates::{assert_no_denied, cleanup};
 use crate::testbed::*;
 
-pub async fn leader_killed_every_gate_bypassed_once(tb: Arc<Testbed>) {
+pub(crate) async fn leader_killed_every_gate_bypassed_once(tb: Arc<Testbed>) {
     let ns = "replicas";
     tb.namespace(ns);
     let gate = "deadline.example.com";

@@ -32,7 +32,7 @@ fn curl_https(url: &str, token: Option<&str>, ca: Option<&std::path::Path>) -> (
     (code.trim().parse().unwrap_or(0), body.to_owned())
 }
 
-pub async fn secure_endpoints_authenticate_and_authorize(tb: Arc<Testbed>) {
+pub(crate) async fn secure_endpoints_authenticate_and_authorize(tb: Arc<Testbed>) {
     let ns = "secure-metrics";
     tb.namespace(ns);
     tb.kubectl(&["-n", ns, "create", "serviceaccount", "scraper"]);

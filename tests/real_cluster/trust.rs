@@ -1,4 +1,4 @@
-//! Who may opt in (README "Threat model", DESIGN "Trust"), against the real API server:
+//! Who may opt in (README "Threat model"), against the real API server:
 //! per-initializer `optIn: namespaces | none`, `bypassOn`, `optIn.namespaces` /
 //! `optIn.namespaceSelector`, and a webhook with `optIn: namespaces`. Judged by the objects the
 //! server stores and its audit log (who patched what, when), never by the guard's counters.
@@ -183,7 +183,7 @@ fn set_selector_keys(tb: &Testbed, keys: &Value) {
 /// in another namespace with that gate and an `optIn: any` sibling, both due at once, loses
 /// only the sibling: the pod's own label does not pass the gate. An unlabelled pod in the
 /// listed namespace, created later, loses both (so the kept gate was due, and bypassable).
-pub async fn namespaces_only_gate_kept_for_a_label_and_bypassed_in_a_listed_namespace(
+pub(crate) async fn namespaces_only_gate_kept_for_a_label_and_bypassed_in_a_listed_namespace(
     tb: Arc<Testbed>,
 ) {
     let (tenant_ns, listed) = ("trust-label", "trust-listed");
@@ -253,7 +253,7 @@ pub async fn namespaces_only_gate_kept_for_a_label_and_bypassed_in_a_listed_name
 /// labelled in a `team=web` namespace and one in an unlabelled namespace, are never written.
 /// Labelling the latter namespace `team=platform` afterwards gets its waiting pod bypassed,
 /// after the label and not before (the guard watches Namespaces).
-pub async fn namespaces_only_gate_bypassed_in_a_selected_namespace(tb: Arc<Testbed>) {
+pub(crate) async fn namespaces_only_gate_bypassed_in_a_selected_namespace(tb: Arc<Testbed>) {
     let (selected, other, relabelled) = ("trust-selected", "trust-unselected", "trust-relabelled");
     let (key, value) = TEAM;
     for ns in [selected, other, relabelled] {
@@ -336,7 +336,7 @@ pub async fn namespaces_only_gate_bypassed_in_a_selected_namespace(tb: Arc<Testb
 /// `optIn: none`: a pod that opted in both ways (labelled, in a listed namespace) keeps the
 /// gate past its deadline and with its owner down from the start, while its `optIn: any`
 /// sibling, due no earlier, is bypassed.
-pub async fn opt_in_none_gate_never_bypassed(tb: Arc<Testbed>) {
+pub(crate) async fn opt_in_none_gate_never_bypassed(tb: Arc<Testbed>) {
     let ns = "trust-none";
     tb.namespace(ns);
     // Down before the guard starts: down on first sight, so owner_down is due a grace after
@@ -385,7 +385,7 @@ pub async fn opt_in_none_gate_never_bypassed(tb: Arc<Testbed>) {
 /// `bypassOn: [owner_down]`: at the deadline the gate stays while its sibling (every trigger,
 /// same deadline) goes; once its owner Deployment has no available replica, it is bypassed
 /// for owner_down, by a patch the server received after the owner died.
-pub async fn bypass_on_owner_down_waits_past_the_deadline_for_the_owner(tb: Arc<Testbed>) {
+pub(crate) async fn bypass_on_owner_down_waits_past_the_deadline_for_the_owner(tb: Arc<Testbed>) {
     let ns = "trust-bypass-on";
     tb.namespace(ns);
     let owner = OwnerDeployment::start(&tb, ns, "quota-controller").await;
@@ -448,11 +448,11 @@ pub async fn bypass_on_owner_down_waits_past_the_deadline_for_the_owner(tb: Arc<
 const WEBHOOK_GRACE_S: u64 = 2;
 const WEBHOOK_RESTORE_GRACE_S: u64 = 3;
 
-pub async fn namespaces_only_webhook_bypassed_via_match_conditions(tb: Arc<Testbed>) {
+pub(crate) async fn namespaces_only_webhook_bypassed_via_match_conditions(tb: Arc<Testbed>) {
     namespaces_only_webhook(tb, "wtm", "auto").await;
 }
 
-pub async fn namespaces_only_webhook_bypassed_via_selectors(tb: Arc<Testbed>) {
+pub(crate) async fn namespaces_only_webhook_bypassed_via_selectors(tb: Arc<Testbed>) {
     namespaces_only_webhook(tb, "wts", "selectors").await;
 }
 

@@ -42,17 +42,17 @@ async fn start_guard(bed: &Bed, via: &str, dry_run: bool) -> GuardProcess {
         .await
 }
 
-pub async fn webhook_bypassed_via_match_conditions_and_restored(tb: Arc<Testbed>) {
+pub(crate) async fn webhook_bypassed_via_match_conditions_and_restored(tb: Arc<Testbed>) {
     bypass_and_restore(tb, "whm", "auto", "matchConditions").await;
 }
 
-pub async fn webhook_bypassed_via_selectors_and_restored(tb: Arc<Testbed>) {
+pub(crate) async fn webhook_bypassed_via_selectors_and_restored(tb: Arc<Testbed>) {
     bypass_and_restore(tb, "whs", "selectors", "selectors").await;
 }
 
 /// Bypass the listed entry `via` (config value) and expect the bypass to be written as
 /// `written` (`matchConditions` or `selectors`), then restore it.
-pub async fn bypass_and_restore(tb: Arc<Testbed>, prefix: &str, via: &str, written: &str) {
+pub(crate) async fn bypass_and_restore(tb: Arc<Testbed>, prefix: &str, via: &str, written: &str) {
     let mut bed = Bed::new(tb.clone(), prefix).await;
     let (apps, system, name) = (bed.apps.clone(), bed.system.clone(), bed.name.clone());
     let started = bed.started;
@@ -242,7 +242,7 @@ pub async fn bypass_and_restore(tb: Arc<Testbed>, prefix: &str, via: &str, writt
     bed.cleanup();
 }
 
-pub async fn webhook_dry_run_writes_nothing(tb: Arc<Testbed>) {
+pub(crate) async fn webhook_dry_run_writes_nothing(tb: Arc<Testbed>) {
     let mut bed = Bed::new(tb.clone(), "whd").await;
     let guard = start_guard(&bed, "auto", true).await;
     bed.kill_owner().await;
@@ -269,7 +269,7 @@ pub async fn webhook_dry_run_writes_nothing(tb: Arc<Testbed>) {
 /// while it is down its Deployment's ReplicaSet cannot create pods (the backend can never
 /// come back). With the guard exempting that namespace, the real ReplicaSet controller
 /// creates them; when the owner is back, the exemption is removed.
-pub async fn webhook_own_pods_created_through_the_exemption(tb: Arc<Testbed>) {
+pub(crate) async fn webhook_own_pods_created_through_the_exemption(tb: Arc<Testbed>) {
     let mut bed = Bed::new(tb.clone(), "whx").await;
     bed.kill_owner().await;
     tb.apply(&json!({
@@ -358,7 +358,7 @@ pub async fn webhook_own_pods_created_through_the_exemption(tb: Arc<Testbed>) {
 /// Others' edits win: a writer that keeps undoing the bypass makes it flapping (the guard
 /// stops re-applying it, Warning Event), and when the owner is back the entry as that writer
 /// left it is not overwritten (a conflict, Warning Event), the record is dropped.
-pub async fn webhook_edits_by_others_are_not_overwritten(tb: Arc<Testbed>) {
+pub(crate) async fn webhook_edits_by_others_are_not_overwritten(tb: Arc<Testbed>) {
     let mut bed = Bed::new(tb.clone(), "whe").await;
     let guard = start_guard(&bed, "auto", false).await;
     bed.kill_owner().await;
@@ -446,7 +446,7 @@ pub async fn webhook_edits_by_others_are_not_overwritten(tb: Arc<Testbed>) {
 /// endpoints: read from the configuration at start, watched through EndpointSlices (which the
 /// test writes, as the EndpointSlice controller would: the test bed runs no kubelet), up while
 /// one endpoint is ready and down, so bypassed, once none is.
-pub async fn webhook_default_owner_is_the_services_endpoints(tb: Arc<Testbed>) {
+pub(crate) async fn webhook_default_owner_is_the_services_endpoints(tb: Arc<Testbed>) {
     let started = jiff::Timestamp::now();
     let (prefix, system) = ("whv", "whv-system");
     let name = "whv-policy";
@@ -519,18 +519,38 @@ pub async fn webhook_default_owner_is_the_services_endpoints(tb: Arc<Testbed>) {
         format!("service {system}/policy-webhook"),
         "{record:#}"
     );
+    // Never early: every write of the configuration reached the server at least
+    // ownerDownGrace (1 s) after the write that made the last endpoint unready (the guard
+    // cannot have seen it before the server received it). Both times are the server's.
     let writes = configuration_writes(&tb, started);
-    let sliced = tb
+    assert!(!writes.is_empty(), "the bypass is in the audit log");
+    let at = |t: &str| -> jiff::Timestamp { t.parse().unwrap_or_else(|e| panic!("{t}: {e}")) };
+    let slices: Vec<_> = tb
         .audit()
         .into_iter()
-        .filter(|a| a.resource == "endpointslices" && a.user == "system:admin" && a.is_write())
-        .map(|a| a.received)
-        .max()
-        .unwrap_or_default();
+        .filter(|a| {
+            a.resource == "endpointslices"
+                && a.namespace == system
+                && a.name == "policy-webhook-1"
+                && a.is_write()
+                && at(&a.received) >= started
+        })
+        .collect();
+    let unready = slices.iter().rfind(|a| a.code < 300).unwrap_or_else(|| {
+        panic!("the unready EndpointSlice write is in the audit log: {slices:#?}")
+    });
     assert!(
-        writes.iter().all(|w| w.received > sliced),
-        "bypassed before the endpoint was unready: {writes:#?}"
+        slices.len() >= 2,
+        "the ready and the unready write: {slices:#?}"
     );
+    let grace = jiff::SignedDuration::from_secs(1);
+    for w in &writes {
+        assert!(
+            at(&w.received) >= at(&unready.received) + grace,
+            "written before ownerDownGrace had passed since the endpoint was unready at {}: {w:#?}",
+            unready.received
+        );
+    }
     guard.stop();
     cleanup(&tb, prefix, name);
     revoke_service_owner_reads(&tb, prefix);
@@ -634,7 +654,9 @@ fn revoke_service_owner_reads(tb: &Testbed, prefix: &str) {
 /// then puts the entry back exactly while the Service is still missing and leaves a tombstone:
 /// the running guard does not bypass again until the owner has been up (the tombstone goes)
 /// and down again.
-pub async fn webhook_whose_service_is_gone_is_bypassed_by_a_guard_started_after(tb: Arc<Testbed>) {
+pub(crate) async fn webhook_whose_service_is_gone_is_bypassed_by_a_guard_started_after(
+    tb: Arc<Testbed>,
+) {
     let started = jiff::Timestamp::now();
     let (prefix, system) = ("whg", "whg-system");
     let name = "whg-policy";
@@ -815,7 +837,7 @@ pub async fn webhook_whose_service_is_gone_is_bypassed_by_a_guard_started_after(
 /// with `exemptCriticalPath`: while its backend is dead, a kubelet's Node write, a DELETE and a
 /// kube-system write are admitted, while an admin's Node write and a ReplicaSet's pod that did
 /// not opt in are still rejected; the entry is restored exactly afterwards.
-pub async fn webhook_bypass_lets_the_critical_path_through(tb: Arc<Testbed>) {
+pub(crate) async fn webhook_bypass_lets_the_critical_path_through(tb: Arc<Testbed>) {
     let prefix = "whc";
     let mut bed = Bed::new(tb.clone(), prefix).await;
     let (apps, system, name) = (bed.apps.clone(), bed.system.clone(), bed.name.clone());
@@ -941,7 +963,7 @@ pub async fn webhook_bypass_lets_the_critical_path_through(tb: Arc<Testbed>) {
 /// runs the pod's own command line as a host process, with a TokenRequest token of the pod's
 /// ServiceAccount and the release's rendered config, then reports the pod Succeeded through
 /// `pods/status`; the real Job controller and helm do the rest.
-pub async fn webhook_bypass_is_restored_by_helm_uninstall(tb: Arc<Testbed>) {
+pub(crate) async fn webhook_bypass_is_restored_by_helm_uninstall(tb: Arc<Testbed>) {
     let (prefix, system, release_ns) = ("whu", "whu-system", "whu-release");
     let name = "whu-policy";
     let release = "whu";
@@ -1197,7 +1219,7 @@ fn cleanup_rbac_only(tb: &Testbed, prefix: &str) {
 /// it meets the restricted Pod Security Standard. Granted, it is up; frozen, the audit log shows failing dry-run canaries
 /// before the bypass PATCH; thawed, the entry is restored exactly. Canaries reach the webhook
 /// as dry runs and nothing is stored.
-pub async fn webhook_canary_sees_a_backend_that_is_up_but_does_not_answer(tb: Arc<Testbed>) {
+pub(crate) async fn webhook_canary_sees_a_backend_that_is_up_but_does_not_answer(tb: Arc<Testbed>) {
     let prefix = "whk";
     let bed = Bed::new(tb.clone(), prefix).await;
     let (apps, system, name) = (bed.apps.clone(), bed.system.clone(), bed.name.clone());
@@ -1414,7 +1436,7 @@ pub async fn webhook_canary_sees_a_backend_that_is_up_but_does_not_answer(tb: Ar
 /// risks, unguarded; a URL entry too. Its YAML passes `check-config` and exempts the backend's
 /// own namespace, with a canary owner for the URL entry. (A `false` matchCondition keeps both
 /// entries from ever being called: the audit judges rules and selectors.)
-pub async fn webhooks_audit_lists_risks_and_its_yaml_passes_check_config(tb: Arc<Testbed>) {
+pub(crate) async fn webhooks_audit_lists_risks_and_its_yaml_passes_check_config(tb: Arc<Testbed>) {
     let (system, name) = ("wha-system", "wha-policy");
     tb.namespace(system);
     let entry = |webhook: &str, client: Value| {

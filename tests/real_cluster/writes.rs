@@ -24,7 +24,7 @@ async fn refusal(api: &Api<Pod>, name: &str, patch: serde_json::Value) -> kube::
     }
 }
 
-pub async fn the_classifier_reads_the_real_servers_refusals(tb: Arc<Testbed>) {
+pub(crate) async fn the_classifier_reads_the_real_servers_refusals(tb: Arc<Testbed>) {
     let ns = "write-classes";
     tb.namespace(ns);
     tb.gated_pod(ns, "p", false, &["a.example.com", "b.example.com"]);

@@ -132,7 +132,7 @@ fn assert_one_patch_each(tb: &Testbed, names: &[String]) {
     assert!(failed.is_empty(), "{failed:#?}");
 }
 
-pub async fn metainit_compat_initializes_each_pod_with_one_patch(tb: Arc<Testbed>) {
+pub(crate) async fn metainit_compat_initializes_each_pod_with_one_patch(tb: Arc<Testbed>) {
     tb.namespace(NS);
     let config_object = InitializerConfiguration::create(&tb, "legacy-compat", &INITS).await;
     let shipped = shipped_config();

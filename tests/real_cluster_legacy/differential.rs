@@ -171,7 +171,7 @@ async fn script(client: &kube::Client) -> BTreeMap<&'static str, Value> {
     out
 }
 
-pub async fn sim_1_13_profile_answers_as_the_real_1_13_server(tb: Arc<Testbed>) {
+pub(crate) async fn sim_1_13_profile_answers_as_the_real_1_13_server(tb: Arc<Testbed>) {
     let sim = Sim::start(SimOptions {
         mechanism: Mechanism::Initializers,
         kube_version: Some(KubeVersion::V1_13),

@@ -12,7 +12,7 @@ use crate::testbed::*;
 
 /// `method path` as the admin, with an optional JSON-ish body of `content_type`: (status, body
 /// as JSON or Null).
-pub async fn raw(
+pub(crate) async fn raw(
     tb: &Testbed,
     method: Method,
     path: &str,
@@ -23,10 +23,10 @@ pub async fn raw(
 }
 
 /// [`raw`] with a given client.
-pub use initguard_test_support::differential::call as send;
+pub(crate) use initguard_test_support::differential::call as send;
 
 /// Names in `metadata.initializers.pending` of a pod object (empty when initialized).
-pub fn pending_names(pod: &Value) -> Vec<String> {
+pub(crate) fn pending_names(pod: &Value) -> Vec<String> {
     pod["metadata"]["initializers"]["pending"]
         .as_array()
         .map(|p| {
@@ -38,7 +38,7 @@ pub fn pending_names(pod: &Value) -> Vec<String> {
 }
 
 /// The pods of `namespace` matching `selector`, uninitialized ones included.
-pub async fn pods(tb: &Testbed, namespace: &str, selector: &str) -> Vec<Value> {
+pub(crate) async fn pods(tb: &Testbed, namespace: &str, selector: &str) -> Vec<Value> {
     let path = format!(
         "/api/v1/namespaces/{namespace}/pods?includeUninitialized=true&labelSelector={selector}"
     );
@@ -48,7 +48,7 @@ pub async fn pods(tb: &Testbed, namespace: &str, selector: &str) -> Vec<Value> {
 }
 
 /// The names of the pods a plain list shows (initialized ones only, on 1.13).
-pub async fn plain_pod_names(tb: &Testbed, namespace: &str, selector: &str) -> Vec<String> {
+pub(crate) async fn plain_pod_names(tb: &Testbed, namespace: &str, selector: &str) -> Vec<String> {
     let path = format!("/api/v1/namespaces/{namespace}/pods?labelSelector={selector}");
     let (status, list) = raw(tb, Method::GET, &path, None).await;
     assert_eq!(status, 200, "GET {path}: {list}");
@@ -62,13 +62,13 @@ pub async fn plain_pod_names(tb: &Testbed, namespace: &str, selector: &str) -> V
 
 /// An InitializerConfiguration `name` putting `initializers` (in order) on every pod created
 /// while it exists; deleted on drop (pods created by controllers block until initialized).
-pub struct InitializerConfiguration {
+pub(crate) struct InitializerConfiguration {
     tb: std::sync::Arc<Testbed>,
     name: String,
 }
 
 impl InitializerConfiguration {
-    pub async fn create(
+    pub(crate) async fn create(
         tb: &std::sync::Arc<Testbed>,
         name: &str,
         initializers: &[&str],
@@ -152,14 +152,14 @@ impl Drop for InitializerConfiguration {
 
 /// tests/real_cluster_legacy/initializer.py: a pod initializer on the seeds' own library,
 /// renewing the v1beta1 Lease the guard watches as its owner. Killed on drop.
-pub struct Initializer {
+pub(crate) struct Initializer {
     child: Child,
     pid_file: PathBuf,
 }
 
 impl Initializer {
     /// Start the initializer `name`, renewing Lease `namespace/lease`, as the admin.
-    pub fn start(tb: &Testbed, name: &str, namespace: &str, lease: &str) -> Initializer {
+    pub(crate) fn start(tb: &Testbed, name: &str, namespace: &str, lease: &str) -> Initializer {
         let python = tb
             .bin
             .parent()
@@ -198,7 +198,7 @@ impl Initializer {
     }
 
     /// SIGKILL: the initializer's controller died.
-    pub fn kill(self) {}
+    pub(crate) fn kill(self) {}
 }
 
 impl Drop for Initializer {
@@ -210,7 +210,7 @@ impl Drop for Initializer {
 }
 
 /// The guard's config for initializers: `rest` holds `initializers:` and anything else.
-pub fn config(rest: &str) -> String {
+pub(crate) fn config(rest: &str) -> String {
     format!(
         "mechanism: initializers\noptIn: {{ label: {OPT_IN} }}\n\
          unlistedInitializers: ignore\n{rest}"
@@ -218,7 +218,7 @@ pub fn config(rest: &str) -> String {
 }
 
 /// The guard's JSON Patches of pods in `namespace` (successful ones), oldest first.
-pub fn guard_patches(tb: &Testbed, user: &str, namespace: &str) -> Vec<Audit> {
+pub(crate) fn guard_patches(tb: &Testbed, user: &str, namespace: &str) -> Vec<Audit> {
     let mut patches: Vec<Audit> = tb
         .pod_writes_by(user, namespace)
         .into_iter()
@@ -229,6 +229,6 @@ pub fn guard_patches(tb: &Testbed, user: &str, namespace: &str) -> Vec<Audit> {
 }
 
 /// The operations of an audited JSON Patch.
-pub fn operations(patch: &Audit) -> Vec<Value> {
+pub(crate) fn operations(patch: &Audit) -> Vec<Value> {
     patch.request.as_array().cloned().unwrap_or_default()
 }

@@ -99,7 +99,9 @@ fn owner_state(guard: &GuardProcess, initializer: &str) -> Option<String> {
         .and_then(|o| o["state"].as_str().map(str::to_owned))
 }
 
-pub async fn real_initializer_down_then_back_only_the_failed_head_only_opted_in(tb: Arc<Testbed>) {
+pub(crate) async fn real_initializer_down_then_back_only_the_failed_head_only_opted_in(
+    tb: Arc<Testbed>,
+) {
     tb.namespace(NS);
     let head = Initializer::start(&tb, HEAD, NS, "podinit");
     let _second = Initializer::start(&tb, SECOND, NS, "second");

@@ -16,7 +16,7 @@ const NS: &str = "legacy-privilege";
 const INIT: &str = "deadline.example.com";
 const BINDING: &str = "initguard-legacy-initializers";
 
-pub async fn the_initialize_grant_is_what_lets_the_guard_initialize(tb: Arc<Testbed>) {
+pub(crate) async fn the_initialize_grant_is_what_lets_the_guard_initialize(tb: Arc<Testbed>) {
     tb.namespace(NS);
     let config_object = InitializerConfiguration::create(&tb, "legacy-privilege", &[INIT]).await;
     tb.kubectl(&["delete", "clusterrolebinding", BINDING]);

@@ -47,7 +47,7 @@ async fn all_initialized(tb: &Testbed, names: &[String]) {
     );
 }
 
-pub async fn two_replicas_on_a_v1beta1_lease_one_leader_failover(tb: Arc<Testbed>) {
+pub(crate) async fn two_replicas_on_a_v1beta1_lease_one_leader_failover(tb: Arc<Testbed>) {
     tb.namespace(NS);
     let config_object = InitializerConfiguration::create(&tb, "legacy-replicas", &[INIT]).await;
     let config = config(&format!(

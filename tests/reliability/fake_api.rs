@@ -23,7 +23,7 @@ use tokio::sync::broadcast;
 
 /// One PATCH the server answered.
 #[derive(Debug, Clone)]
-pub struct PatchSeen {
+pub(crate) struct PatchSeen {
     /// `namespace/name`.
     pub pod: String,
     pub status: u16,
@@ -72,7 +72,7 @@ impl Shared {
 }
 
 /// A running fake API server; stops on drop.
-pub struct FakeApi {
+pub(crate) struct FakeApi {
     pub addr: SocketAddr,
     shared: Shared,
     task: tokio::task::JoinHandle<()>,
@@ -83,7 +83,7 @@ impl FakeApi {
     /// `rejects` are keys (`namespace/name`): ghosts answer 404 to GET and PATCH, rejects 422 to
     /// PATCH. `garbage` lines open the first watch, each followed by a good event (so that the
     /// client's backoff resets as on a live cluster).
-    pub async fn start(
+    pub(crate) async fn start(
         pods: Vec<Value>,
         ghosts: &[&str],
         rejects: &[&str],
@@ -124,22 +124,22 @@ impl FakeApi {
     }
 
     /// Add a pod (an ADDED event on open watches).
-    pub fn add_pod(&self, pod: Value) {
+    pub(crate) fn add_pod(&self, pod: Value) {
         self.shared.store(pod, "ADDED");
     }
 
     /// Every PATCH answered so far.
-    pub fn patches(&self) -> Vec<PatchSeen> {
+    pub(crate) fn patches(&self) -> Vec<PatchSeen> {
         self.shared.lock().patches.clone()
     }
 
     /// The stored pod `namespace/name`.
-    pub fn pod(&self, key: &str) -> Option<Value> {
+    pub(crate) fn pod(&self, key: &str) -> Option<Value> {
         self.shared.lock().pods.get(key).cloned()
     }
 
     /// A kubeconfig reaching this server with bearer `token`.
-    pub fn kubeconfig(&self, token: &str) -> String {
+    pub(crate) fn kubeconfig(&self, token: &str) -> String {
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: http://{}\n\
              users:\n- name: guard\n  user:\n    token: {token}\ncontexts:\n- name: fake\n  context:\n    \

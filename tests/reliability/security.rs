@@ -222,7 +222,7 @@ fn kubeconfig(server: &str, token: &str, unused: &[String; 3]) -> String {
 mod base64_free {
     const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
-    pub fn encode(bytes: &[u8]) -> String {
+    pub(super) fn encode(bytes: &[u8]) -> String {
         let mut out = String::new();
         for chunk in bytes.chunks(3) {
             let b = [

@@ -12,17 +12,17 @@ use kube_sim::{Rbac, Sim};
 use serde_json::{Value, json};
 
 /// The released binary under test.
-pub const BIN: &str = env!("CARGO_BIN_EXE_initguard");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_initguard");
 /// The guard's user, bound by `deploy/rbac.yaml`.
-pub const GUARD_USER: &str = "system:initguard";
+pub(crate) const GUARD_USER: &str = "system:initguard";
 /// Unrestricted user for setup and the simulated cluster's housekeeping.
-pub const ADMIN: &str = "system:admin";
+pub(crate) const ADMIN: &str = "system:admin";
 /// The opt-in label key used throughout.
-pub const OPT_IN: &str = "initguard.io/bypass";
+pub(crate) const OPT_IN: &str = "initguard.io/bypass";
 
 /// The RBAC the guard's user gets from the shipped manifests: `deploy/rbac.yaml`, plus
 /// `deploy/rbac-legacy-initializers.yaml` on legacy clusters.
-pub fn shipped_rbac(mechanism: Mechanism) -> Rbac {
+pub(crate) fn shipped_rbac(mechanism: Mechanism) -> Rbac {
     let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
     let load = |file: &str| {
         let path = deploy.join(file);
@@ -41,13 +41,13 @@ pub fn shipped_rbac(mechanism: Mechanism) -> Rbac {
 }
 
 /// Create namespace `name` as [`ADMIN`].
-pub async fn create_namespace(sim: &Sim, name: &str) {
+pub(crate) async fn create_namespace(sim: &Sim, name: &str) {
     let body = json!({ "apiVersion": "v1", "kind": "Namespace", "metadata": { "name": name } });
     post(sim, "/api/v1/namespaces", &body).await;
 }
 
 /// POST `body` to `path` as [`ADMIN`]; panics on an error answer.
-pub async fn post(sim: &Sim, path: &str, body: &Value) -> Value {
+pub(crate) async fn post(sim: &Sim, path: &str, body: &Value) -> Value {
     let request = http::Request::post(path)
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(serde_json::to_vec(body).unwrap())
@@ -60,7 +60,7 @@ pub async fn post(sim: &Sim, path: &str, body: &Value) -> Value {
 
 /// A child process of the guard binary. Its stdout and stderr go to one log file; it is killed
 /// with SIGKILL and reaped on drop, so a failing test leaves nothing running.
-pub struct GuardProcess {
+pub(crate) struct GuardProcess {
     pub label: String,
     pub log: PathBuf,
     pub started: Instant,
@@ -70,7 +70,12 @@ pub struct GuardProcess {
 
 impl GuardProcess {
     /// Start `initguard ARGS` with `envs`, logging to `DIR/LABEL.log`.
-    pub fn spawn(dir: &Path, label: &str, args: &[&str], envs: &[(&str, &str)]) -> GuardProcess {
+    pub(crate) fn spawn(
+        dir: &Path,
+        label: &str,
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> GuardProcess {
         let log = dir.join(format!("{label}.log"));
         let out = File::create(&log).unwrap_or_else(|e| panic!("{}: {e}", log.display()));
         let err = out.try_clone().unwrap();
@@ -100,7 +105,7 @@ impl GuardProcess {
     }
 
     /// `initguard run --config CONFIG --kubeconfig KUBECONFIG EXTRA…`.
-    pub fn run(
+    pub(crate) fn run(
         dir: &Path,
         label: &str,
         config: &Path,
@@ -115,24 +120,24 @@ impl GuardProcess {
     }
 
     /// The process id.
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Everything logged so far.
-    pub fn log_text(&self) -> String {
+    pub(crate) fn log_text(&self) -> String {
         std::fs::read(&self.log)
             .map(|b| String::from_utf8_lossy(&b).into_owned())
             .unwrap_or_default()
     }
 
     /// The HTTP address from the "initguard started" log line (text or JSON), once logged.
-    pub fn logged_addr(&self) -> Option<SocketAddr> {
+    pub(crate) fn logged_addr(&self) -> Option<SocketAddr> {
         started_addr(&self.log_text())
     }
 
     /// Waits for [`GuardProcess::logged_addr`]; panics with the log after `timeout`.
-    pub async fn wait_addr(&mut self, timeout: Duration) -> SocketAddr {
+    pub(crate) async fn wait_addr(&mut self, timeout: Duration) -> SocketAddr {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(addr) = self.logged_addr() {
@@ -152,7 +157,7 @@ impl GuardProcess {
     }
 
     /// The exit status if the process has ended (without waiting).
-    pub fn exit_status(&mut self) -> Option<ExitStatus> {
+    pub(crate) fn exit_status(&mut self) -> Option<ExitStatus> {
         if self.exited.is_none() {
             self.exited = self.child.try_wait().ok().flatten();
         }
@@ -160,7 +165,7 @@ impl GuardProcess {
     }
 
     /// SIGKILL and reap.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         if self.exit_status().is_none() {
             let _ = self.child.kill();
             self.exited = self.child.wait().ok();
@@ -168,7 +173,7 @@ impl GuardProcess {
     }
 
     /// Waits up to `timeout` for the process to exit by itself.
-    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+    pub(crate) async fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if let Some(status) = self.exit_status() {
@@ -180,7 +185,7 @@ impl GuardProcess {
     }
 
     /// Resident set size in KiB, from `/proc/PID/status`.
-    pub fn rss_kib(&self) -> Option<u64> {
+    pub(crate) fn rss_kib(&self) -> Option<u64> {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
         status
             .lines()
@@ -200,7 +205,7 @@ impl Drop for GuardProcess {
 
 /// The address of the "initguard started" line: `addr=HOST:PORT` (text) or
 /// `"addr":"HOST:PORT"` (JSON).
-pub fn started_addr(log: &str) -> Option<SocketAddr> {
+pub(crate) fn started_addr(log: &str) -> Option<SocketAddr> {
     let line = log.lines().find(|l| l.contains("initguard started"))?;
     let (_, rest) = line.split_once("addr")?;
     let value: String = rest
@@ -211,11 +216,11 @@ pub fn started_addr(log: &str) -> Option<SocketAddr> {
     value.parse().ok()
 }
 
-pub use initguard_test_support::http::try_get as http_get;
-pub use initguard_test_support::metrics::sum as metric_sum;
+pub(crate) use initguard_test_support::http::try_get as http_get;
+pub(crate) use initguard_test_support::metrics::sum as metric_sum;
 
 /// `metadata.creationTimestamp` of a stored pod.
-pub fn creation_timestamp(pod: &Value) -> Option<SystemTime> {
+pub(crate) fn creation_timestamp(pod: &Value) -> Option<SystemTime> {
     pod["metadata"]["creationTimestamp"]
         .as_str()?
         .parse::<jiff::Timestamp>()
@@ -224,19 +229,19 @@ pub fn creation_timestamp(pod: &Value) -> Option<SystemTime> {
 }
 
 /// Whether a stored pod carries the opt-in label.
-pub fn has_opt_in(pod: &Value) -> bool {
+pub(crate) fn has_opt_in(pod: &Value) -> bool {
     pod["metadata"]["labels"].get(OPT_IN).is_some()
 }
 
 /// `later - earlier` in seconds, negative when `later` is earlier.
-pub fn secs_between(earlier: SystemTime, later: SystemTime) -> f64 {
+pub(crate) fn secs_between(earlier: SystemTime, later: SystemTime) -> f64 {
     match later.duration_since(earlier) {
         Ok(d) => d.as_secs_f64(),
         Err(e) => -e.duration().as_secs_f64(),
     }
 }
 
-pub use crate::wait::until;
+pub(crate) use crate::wait::until;
 
 #[test]
 fn started_addr_reads_text_and_json_lines() {

@@ -8,27 +8,27 @@ use kube::{Api, Client};
 use kube_sim::{Sim, SimOptions};
 
 /// The identity most tests act as.
-pub const ADMIN: &str = "system:admin";
+pub(crate) const ADMIN: &str = "system:admin";
 
 /// A server with fast scheduling.
-pub async fn sim() -> Sim {
+pub(crate) async fn sim() -> Sim {
     sim_with(SimOptions::default()).await
 }
 
 /// A server with these options (schedule delay 20 ms unless set otherwise).
-pub async fn sim_with(options: SimOptions) -> Sim {
+pub(crate) async fn sim_with(options: SimOptions) -> Sim {
     Sim::start(options).await.expect("simulator starts")
 }
 
 /// A client that does not retry 429/503/504, so tests see the server's answers raw.
-pub fn raw_client(sim: &Sim, user: &str) -> Client {
+pub(crate) fn raw_client(sim: &Sim, user: &str) -> Client {
     let mut config = sim.kube_config(user);
     config.default_retry = false;
     Client::try_from(config).expect("client")
 }
 
 /// A pod with one container, these labels and scheduling gates.
-pub fn pod(name: &str, labels: &[(&str, &str)], gates: &[&str]) -> Pod {
+pub(crate) fn pod(name: &str, labels: &[(&str, &str)], gates: &[&str]) -> Pod {
     Pod {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
@@ -61,7 +61,7 @@ pub fn pod(name: &str, labels: &[(&str, &str)], gates: &[&str]) -> Pod {
 }
 
 /// Create a namespace.
-pub async fn namespace(client: &Client, name: &str) {
+pub(crate) async fn namespace(client: &Client, name: &str) {
     let api: Api<Namespace> = Api::all(client.clone());
     let ns = Namespace {
         metadata: ObjectMeta {
@@ -76,11 +76,11 @@ pub async fn namespace(client: &Client, name: &str) {
 }
 
 /// The API error of a failed call.
-pub fn api_error<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> kube::core::Status {
+pub(crate) fn api_error<T: std::fmt::Debug>(r: Result<T, kube::Error>) -> kube::core::Status {
     match r {
         Err(kube::Error::Api(s)) => *s,
         other => panic!("expected an API error, got {other:?}"),
     }
 }
 
-pub use crate::wait::eventually_async;
+pub(crate) use crate::wait::eventually_async;

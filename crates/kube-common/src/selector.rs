@@ -36,7 +36,9 @@ pub enum SelectorOp {
 /// One comma-separated term of a selector.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Requirement {
+    /// The label key.
     pub key: String,
+    /// How the label's value is compared with `values`.
     pub op: SelectorOp,
     /// Sorted and deduplicated; one value for `=`, `!=`, `>` and `<`, none for `key`/`!key`.
     pub values: BTreeSet<String>,
@@ -71,7 +73,9 @@ pub struct LabelSelector {
 /// with 400) and the 0-based character offset of the offending token.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SelectorError {
+    /// 0-based character offset of the offending token.
     pub position: usize,
+    /// What is wrong, in apimachinery's words.
     pub message: String,
 }
 

@@ -12,7 +12,9 @@ use yaml_rust2::scanner::{Marker, TScalarStyle};
 /// A 1-based position in the text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pos {
+    /// 1-based line.
     pub line: usize,
+    /// 1-based column.
     pub column: usize,
 }
 
@@ -37,8 +39,11 @@ struct NodePos {
 /// A key that appears twice in one mapping.
 #[derive(Debug, Clone)]
 pub struct DuplicateKey {
+    /// The key's path from the root, as the config's error messages name it.
     pub path: String,
+    /// Where the key first appears.
     pub first: Pos,
+    /// Where it appears again.
     pub second: Pos,
 }
 
@@ -46,6 +51,7 @@ pub struct DuplicateKey {
 #[derive(Debug, Default)]
 pub struct Layout {
     nodes: HashMap<String, NodePos>,
+    /// Every key that appears twice in one mapping.
     pub duplicates: Vec<DuplicateKey>,
     /// Start of the second document, if the stream holds more than one.
     pub extra_document: Option<Pos>,
@@ -58,7 +64,9 @@ pub struct Layout {
 /// A syntax error found by the pass.
 #[derive(Debug, Clone)]
 pub struct SyntaxError {
+    /// Where the parser stopped.
     pub pos: Pos,
+    /// The parser's message.
     pub message: String,
 }
 

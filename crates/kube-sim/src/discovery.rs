@@ -12,7 +12,7 @@ use kube_common::Mechanism;
 
 /// `/version`: the profile's version; without one a 1.33 server for scheduling gates, a 1.13
 /// one (the last with initializers) for legacy initializers.
-pub fn version(mechanism: Mechanism, kube: Option<KubeVersion>) -> Value {
+pub(crate) fn version(mechanism: Mechanism, kube: Option<KubeVersion>) -> Value {
     let kube = kube.unwrap_or(match mechanism {
         Mechanism::SchedulingGates => KubeVersion::V1_33,
         Mechanism::Initializers => KubeVersion::V1_13,
@@ -32,7 +32,7 @@ pub fn version(mechanism: Mechanism, kube: Option<KubeVersion>) -> Value {
 }
 
 /// `/api`.
-pub fn core_versions(addr: SocketAddr) -> Value {
+pub(crate) fn core_versions(addr: SocketAddr) -> Value {
     json!({
         "kind": "APIVersions",
         "versions": ["v1"],
@@ -54,7 +54,7 @@ fn group_doc(group: &str, kube: Option<KubeVersion>) -> Value {
 }
 
 /// `/apis`.
-pub fn group_list(kube: Option<KubeVersion>) -> Value {
+pub(crate) fn group_list(kube: Option<KubeVersion>) -> Value {
     let mut groups: Vec<&str> = Vec::new();
     for (g, _) in group_versions(kube) {
         if !g.is_empty() && !groups.contains(&g) {
@@ -69,7 +69,7 @@ pub fn group_list(kube: Option<KubeVersion>) -> Value {
 }
 
 /// `/apis/GROUP`, if served.
-pub fn group(group: &str, kube: Option<KubeVersion>) -> Option<Value> {
+pub(crate) fn group(group: &str, kube: Option<KubeVersion>) -> Option<Value> {
     group_versions(kube)
         .iter()
         .any(|(g, _)| *g == group && !g.is_empty())
@@ -82,7 +82,11 @@ pub fn group(group: &str, kube: Option<KubeVersion>) -> Option<Value> {
 }
 
 /// `/api/v1` or `/apis/GROUP/VERSION`, if served.
-pub fn resource_list(group: &str, version: &str, kube: Option<KubeVersion>) -> Option<Value> {
+pub(crate) fn resource_list(
+    group: &str,
+    version: &str,
+    kube: Option<KubeVersion>,
+) -> Option<Value> {
     let served: Vec<_> = RESOURCES
         .iter()
         .filter(|r| r.group == group && r.version == version && served(kube, group, version))
@@ -139,7 +143,7 @@ fn openapi_path(group: &str, version: &str) -> String {
 }
 
 /// `/openapi/v3`: the index of per-group-version documents.
-pub fn openapi_v3_index(kube: Option<KubeVersion>) -> Value {
+pub(crate) fn openapi_v3_index(kube: Option<KubeVersion>) -> Value {
     let paths: serde_json::Map<String, Value> = group_versions(kube)
         .into_iter()
         .map(|(g, v)| {
@@ -158,7 +162,7 @@ const OPENAPI_HASH: &str = "initguard-sim-1";
 /// the write operations with their group-version-kind and `fieldValidation` parameter, which
 /// is what kubectl reads to decide that the server validates fields itself. Schemas are not
 /// included; `fieldValidation` is accepted and not enforced.
-pub fn openapi_v3_document(path: &str, kube: Option<KubeVersion>) -> Option<Value> {
+pub(crate) fn openapi_v3_document(path: &str, kube: Option<KubeVersion>) -> Option<Value> {
     let (group, version) = group_versions(kube)
         .into_iter()
         .find(|(g, v)| openapi_path(g, v) == path)?;

@@ -9,14 +9,14 @@ use super::status::{ApiError, FieldError};
 use kube_common::Mechanism;
 
 /// Reason of the PodScheduled condition of a gated pod.
-pub const SCHEDULING_GATED: &str = "SchedulingGated";
+pub(crate) const SCHEDULING_GATED: &str = "SchedulingGated";
 /// Message of the PodScheduled condition of a gated pod.
-pub const SCHEDULING_GATED_MESSAGE: &str =
+pub(crate) const SCHEDULING_GATED_MESSAGE: &str =
     "Scheduling is blocked due to non-empty scheduling gates";
 
 /// Server-side facts a write needs.
 #[derive(Debug, Clone, Copy)]
-pub struct WriteCtx<'a> {
+pub(crate) struct WriteCtx<'a> {
     pub mechanism: Mechanism,
     /// Names appended to `metadata.initializers.pending` of new pods (Initializers mode).
     pub legacy_initializers: &'a [String],
@@ -27,24 +27,24 @@ pub struct WriteCtx<'a> {
 /// Whether an object still has legacy initializers (pending or a failure result): such
 /// objects are hidden from lists and watches without `includeUninitialized=true` (a GET by
 /// name shows them).
-pub fn is_uninitialized(obj: &Value) -> bool {
+pub(crate) fn is_uninitialized(obj: &Value) -> bool {
     let init = &obj["metadata"]["initializers"];
     !init.is_null()
 }
 
 /// The failure `metadata.initializers.result`, if set.
-pub fn initialization_result(obj: &Value) -> Option<&Value> {
+pub(crate) fn initialization_result(obj: &Value) -> Option<&Value> {
     let r = &obj["metadata"]["initializers"]["result"];
     (!r.is_null()).then_some(r)
 }
 
 /// Names in `spec.schedulingGates`.
-pub fn gate_names(pod: &Value) -> Vec<String> {
+pub(crate) fn gate_names(pod: &Value) -> Vec<String> {
     names_in(&pod["spec"]["schedulingGates"])
 }
 
 /// Names in `metadata.initializers.pending`.
-pub fn pending_initializer_names(obj: &Value) -> Vec<String> {
+pub(crate) fn pending_initializer_names(obj: &Value) -> Vec<String> {
     names_in(&obj["metadata"]["initializers"]["pending"])
 }
 
@@ -59,14 +59,14 @@ fn names_in(list: &Value) -> Vec<String> {
 }
 
 /// Whether the simulated scheduler should place this pod: no gates, initialized, Pending.
-pub fn wants_scheduling(pod: &Value) -> bool {
+pub(crate) fn wants_scheduling(pod: &Value) -> bool {
     gate_names(pod).is_empty()
         && !is_uninitialized(pod)
         && pod["status"]["phase"].as_str().unwrap_or("Pending") == "Pending"
 }
 
 /// Kind-specific preparation of a new object (metadata already filled in).
-pub fn prepare_create(
+pub(crate) fn prepare_create(
     res: &ResourceInfo,
     obj: &mut Value,
     ctx: &WriteCtx<'_>,
@@ -99,7 +99,7 @@ pub fn prepare_create(
 
 /// Kind-specific preparation of an update (PUT or PATCH) of `old` into `new`, for the main
 /// resource (`subresource == None`) or `status`.
-pub fn prepare_update(
+pub(crate) fn prepare_update(
     res: &ResourceInfo,
     subresource: Option<&str>,
     old: &Value,
@@ -521,7 +521,7 @@ const EVENT_FIELDS: &[(&str, &str)] = &[
 ];
 
 /// Convert an object received for `res` into its stored form.
-pub fn to_storage(res: &ResourceInfo, mut obj: Value) -> Value {
+pub(crate) fn to_storage(res: &ResourceInfo, mut obj: Value) -> Value {
     if !res.is_canonical() && res.storage == Storage::Events {
         rename(&mut obj, |(core, v1)| (v1, core));
     }
@@ -534,7 +534,7 @@ pub fn to_storage(res: &ResourceInfo, mut obj: Value) -> Value {
 }
 
 /// The stored object as `res` presents it.
-pub fn from_storage(res: &ResourceInfo, obj: &Value) -> Value {
+pub(crate) fn from_storage(res: &ResourceInfo, obj: &Value) -> Value {
     let mut obj = obj.clone();
     if !res.is_canonical() && res.storage == Storage::Events {
         rename(&mut obj, |(core, v1)| (core, v1));

@@ -18,7 +18,7 @@ use super::store::{Change, Key, Store};
 
 /// What a write did.
 #[derive(Debug)]
-pub struct WriteOutcome {
+pub(crate) struct WriteOutcome {
     /// The stored form after the write (for a deletion: the last state before it).
     pub object: Arc<Value>,
     /// Committed changes, in order (empty for a no-op or a dry run).
@@ -27,7 +27,7 @@ pub struct WriteOutcome {
 
 /// Who writes, and whether for real.
 #[derive(Debug, Clone, Copy)]
-pub struct Writer<'a> {
+pub(crate) struct Writer<'a> {
     pub user: &'a str,
     pub dry_run: bool,
     pub ctx: WriteCtx<'a>,
@@ -133,7 +133,7 @@ fn name_suffix() -> String {
 }
 
 /// A random RFC 4122 version 4 UUID.
-pub fn new_uid() -> String {
+pub(crate) fn new_uid() -> String {
     use rand::Rng;
     let mut b: [u8; 16] = rand::rng().random();
     b[6] = (b[6] & 0x0f) | 0x40;
@@ -150,7 +150,7 @@ pub fn new_uid() -> String {
 }
 
 /// POST to a collection.
-pub fn create(
+pub(crate) fn create(
     store: &mut Store,
     res: &ResourceInfo,
     namespace: Option<&str>,
@@ -264,7 +264,7 @@ fn existing(
 }
 
 /// PUT of an object or its status.
-pub fn update(
+pub(crate) fn update(
     store: &mut Store,
     res: &ResourceInfo,
     subresource: Option<&str>,
@@ -281,7 +281,7 @@ pub fn update(
 
 /// PATCH of an object or its status.
 #[allow(clippy::too_many_arguments)]
-pub fn patch(
+pub(crate) fn patch(
     store: &mut Store,
     res: &ResourceInfo,
     subresource: Option<&str>,
@@ -360,7 +360,7 @@ fn finish_update(
 const UNDELETABLE: &[&str] = &["default", "kube-system", "kube-public"];
 
 /// DELETE of one object, honouring `DeleteOptions.preconditions`.
-pub fn delete(
+pub(crate) fn delete(
     store: &mut Store,
     res: &ResourceInfo,
     namespace: Option<&str>,
@@ -433,7 +433,7 @@ pub fn delete(
 
 /// What a list or watch selects.
 #[derive(Debug, Clone, Default)]
-pub struct Filter {
+pub(crate) struct Filter {
     pub labels: LabelSelector,
     pub fields: FieldSelector,
     /// Show objects with pending legacy initializers.
@@ -442,7 +442,7 @@ pub struct Filter {
 
 impl Filter {
     /// Whether `obj` (stored form) is selected.
-    pub fn matches(&self, obj: &Value) -> bool {
+    pub(crate) fn matches(&self, obj: &Value) -> bool {
         (self.include_uninitialized || !kinds::is_uninitialized(obj))
             && labels_match(&self.labels, obj)
             && (self.fields.is_empty() || self.fields.matches_object(obj))
@@ -451,7 +451,7 @@ impl Filter {
 
 /// One page of a list.
 #[derive(Debug)]
-pub struct Page {
+pub(crate) struct Page {
     pub items: Vec<Arc<Value>>,
     /// Key of the last item when more remain.
     pub next: Option<Key>,
@@ -460,7 +460,7 @@ pub struct Page {
 }
 
 /// Objects of `res` in key order, after `after`, at most `limit`.
-pub fn list(
+pub(crate) fn list(
     store: &Store,
     res: &ResourceInfo,
     namespace: Option<&str>,
@@ -522,7 +522,7 @@ pub fn list(
 
 /// Apply a pod's schedulable transition: the first commit binds it to the node (scheduler),
 /// the second marks it running and ready (kubelet). Returns the changes made.
-pub fn schedule_pod(
+pub(crate) fn schedule_pod(
     store: &mut Store,
     namespace: &str,
     name: &str,

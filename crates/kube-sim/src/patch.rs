@@ -8,7 +8,7 @@ use super::status::ApiError;
 
 /// The patch formats served.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PatchType {
+pub(crate) enum PatchType {
     Json,
     Merge,
     Strategic,
@@ -23,7 +23,7 @@ const ACCEPTED: &[&str] = &[
 impl PatchType {
     /// The patch type for a `Content-Type` header; 415 for anything else, including
     /// server-side apply (`application/apply-patch+yaml`), which is not simulated.
-    pub fn from_content_type(content_type: Option<&str>) -> Result<PatchType, ApiError> {
+    pub(crate) fn from_content_type(content_type: Option<&str>) -> Result<PatchType, ApiError> {
         let media = content_type
             .and_then(|c| c.split(';').next())
             .map(|m| m.trim().to_ascii_lowercase());
@@ -41,7 +41,7 @@ const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
 
 /// Apply `body` to `doc`. Malformed bodies are 400; a JSON patch that cannot be applied
 /// (failed `test`, missing path) is 422.
-pub fn apply(patch_type: PatchType, doc: &mut Value, body: &[u8]) -> Result<(), ApiError> {
+pub(crate) fn apply(patch_type: PatchType, doc: &mut Value, body: &[u8]) -> Result<(), ApiError> {
     match patch_type {
         PatchType::Json => {
             let ops: json_patch::Patch = serde_json::from_slice(body)
@@ -112,7 +112,7 @@ fn describe_patch_error(ops: &json_patch::Patch, e: &json_patch::PatchError) -> 
 /// The answer of a 1.7-1.13 server to a JSON Patch that could not be applied: 500 with the
 /// words of the evanphx/json-patch version it vendored (kubernetes/kubernetes#68202) instead
 /// of 422. Other errors pass unchanged.
-pub fn legacy_error(e: ApiError) -> ApiError {
+pub(crate) fn legacy_error(e: ApiError) -> ApiError {
     const PREFIX: &str = "the server rejected our request due to an error in our request: ";
     let Some(modern) = e.message.strip_prefix(PREFIX).filter(|_| e.code == 422) else {
         return e;
@@ -183,7 +183,7 @@ fn list_merge(field: &str) -> ListMerge {
 }
 
 /// Apply a strategic merge patch object to `target`.
-pub fn strategic_merge(target: &mut Value, patch: &Value) {
+pub(crate) fn strategic_merge(target: &mut Value, patch: &Value) {
     let Value::Object(p) = patch else {
         *target = patch.clone();
         return;

@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 use super::status::ApiError;
 
 /// The protobuf media type of the Kubernetes API.
-pub const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
+pub(crate) const MEDIA_TYPE: &str = "application/vnd.kubernetes.protobuf";
 
 const MAGIC: &[u8] = b"k8s\0";
 
@@ -108,7 +108,7 @@ fn object_meta(data: &[u8]) -> Result<Value, String> {
 
 /// Decode a protobuf request body into the object's JSON; 415 for kinds not decoded here, 400
 /// for a malformed body.
-pub fn decode(body: &[u8]) -> Result<Value, ApiError> {
+pub(crate) fn decode(body: &[u8]) -> Result<Value, ApiError> {
     let bad = |why: String| ApiError::bad_request(format!("error decoding request body: {why}"));
     let message = body
         .strip_prefix(MAGIC)

@@ -6,7 +6,7 @@ use super::version::KubeVersion;
 /// `events` (core/v1) and `events.events.k8s.io` (events.k8s.io/v1) are two views of the
 /// same objects, as on a real server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Storage {
+pub(crate) enum Storage {
     Namespaces,
     Pods,
     Events,
@@ -21,7 +21,7 @@ pub enum Storage {
 
 impl Storage {
     /// Every storage, in a fixed order (used to index arrays).
-    pub const ALL: [Storage; 10] = [
+    pub(crate) const ALL: [Storage; 10] = [
         Storage::Namespaces,
         Storage::Pods,
         Storage::Events,
@@ -35,12 +35,12 @@ impl Storage {
     ];
 
     /// Position in [`Storage::ALL`].
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         self as usize
     }
 
     /// The resource whose representation is the stored one.
-    pub fn canonical(self) -> &'static ResourceInfo {
+    pub(crate) fn canonical(self) -> &'static ResourceInfo {
         match self {
             Storage::Namespaces => &RESOURCES[0],
             Storage::Pods => &RESOURCES[1],
@@ -58,7 +58,7 @@ impl Storage {
 
 /// Discovery facts and behaviour switches for one API resource.
 #[derive(Debug, PartialEq, Eq)]
-pub struct ResourceInfo {
+pub(crate) struct ResourceInfo {
     /// API group, "" for core.
     pub group: &'static str,
     pub version: &'static str,
@@ -78,7 +78,7 @@ pub struct ResourceInfo {
 
 impl ResourceInfo {
     /// `v1` or `group/version`.
-    pub fn api_version(&self) -> String {
+    pub(crate) fn api_version(&self) -> String {
         if self.group.is_empty() {
             self.version.to_string()
         } else {
@@ -87,7 +87,7 @@ impl ResourceInfo {
     }
 
     /// `pods`, `deployments.apps`: the form used in error messages.
-    pub fn qualified(&self) -> String {
+    pub(crate) fn qualified(&self) -> String {
         if self.group.is_empty() {
             self.plural.to_string()
         } else {
@@ -96,18 +96,18 @@ impl ResourceInfo {
     }
 
     /// Whether this resource is the stored representation of its storage.
-    pub fn is_canonical(&self) -> bool {
+    pub(crate) fn is_canonical(&self) -> bool {
         std::ptr::eq(self, self.storage.canonical())
     }
 
     /// Whether `status` is a subresource (then the main resource ignores status changes).
-    pub fn has_status(&self) -> bool {
+    pub(crate) fn has_status(&self) -> bool {
         self.subresources.contains(&"status")
     }
 }
 
 /// Verbs advertised in discovery for every resource and subresource.
-pub const RESOURCE_VERBS: &[&str] = &[
+pub(crate) const RESOURCE_VERBS: &[&str] = &[
     "create",
     "delete",
     "deletecollection",
@@ -119,7 +119,7 @@ pub const RESOURCE_VERBS: &[&str] = &[
 ];
 
 /// Verbs advertised for a `status` subresource.
-pub const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
+pub(crate) const STATUS_VERBS: &[&str] = &["get", "patch", "update"];
 
 const EVENT_FIELDS: &[&str] = &[
     "involvedObject.kind",
@@ -138,7 +138,7 @@ const EVENT_FIELDS: &[&str] = &[
 /// Every served resource. The first ten are the canonical ones, in [`Storage`] order; the
 /// others are views of the same objects in other group versions. Which of them a server
 /// serves depends on its Kubernetes version ([`super::version::KubeVersion::serves`]).
-pub static RESOURCES: [ResourceInfo; 15] = [
+pub(crate) static RESOURCES: [ResourceInfo; 15] = [
     ResourceInfo {
         group: "",
         version: "v1",
@@ -360,7 +360,7 @@ pub static RESOURCES: [ResourceInfo; 15] = [
 ];
 
 /// The resource served at `/api/v1/PLURAL` (group "") or `/apis/GROUP/VERSION/PLURAL`.
-pub fn lookup(group: &str, version: &str, plural: &str) -> Option<&'static ResourceInfo> {
+pub(crate) fn lookup(group: &str, version: &str, plural: &str) -> Option<&'static ResourceInfo> {
     RESOURCES
         .iter()
         .find(|r| r.group == group && r.version == version && r.plural == plural)
@@ -368,7 +368,7 @@ pub fn lookup(group: &str, version: &str, plural: &str) -> Option<&'static Resou
 
 /// The canonical resource for a plural name as used by the public `Sim` accessors
 /// (`pods`, `deployments`, `leases`, `events`, `namespaces`).
-pub fn by_plural(plural: &str) -> Option<&'static ResourceInfo> {
+pub(crate) fn by_plural(plural: &str) -> Option<&'static ResourceInfo> {
     Storage::ALL
         .iter()
         .map(|s| s.canonical())
@@ -377,13 +377,13 @@ pub fn by_plural(plural: &str) -> Option<&'static ResourceInfo> {
 
 /// Whether a server of version `kube` serves `group/version` (without a version: every group
 /// version the simulator knows).
-pub fn served(kube: Option<KubeVersion>, group: &str, version: &str) -> bool {
+pub(crate) fn served(kube: Option<KubeVersion>, group: &str, version: &str) -> bool {
     kube.is_none_or(|k| k.serves(group, version))
 }
 
 /// The group versions served by a server of version `kube`, in discovery order: ("", "v1")
 /// first, then each group's preferred version before its others.
-pub fn group_versions(kube: Option<KubeVersion>) -> Vec<(&'static str, &'static str)> {
+pub(crate) fn group_versions(kube: Option<KubeVersion>) -> Vec<(&'static str, &'static str)> {
     let mut out: Vec<(&str, &str)> = Vec::new();
     for r in &RESOURCES {
         if served(kube, r.group, r.version) && !out.contains(&(r.group, r.version)) {

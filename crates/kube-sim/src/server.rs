@@ -39,27 +39,27 @@ const MAX_BODY: usize = 3 * 1024 * 1024;
 const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
 
 /// A running accept loop.
-pub struct Listener {
+pub(crate) struct Listener {
     token: CancellationToken,
     task: JoinHandle<()>,
 }
 
 impl Listener {
     /// Accept connections on `listener` until stopped.
-    pub fn spawn(listener: TcpListener, shared: Arc<ServerState>) -> Listener {
+    pub(crate) fn spawn(listener: TcpListener, shared: Arc<ServerState>) -> Listener {
         let token = CancellationToken::new();
         let task = tokio::spawn(accept_loop(listener, shared, token.clone()));
         Listener { token, task }
     }
 
     /// Close the listening socket and cut every connection, watches included.
-    pub async fn stop(self) {
+    pub(crate) async fn stop(self) {
         self.token.cancel();
         let _ = self.task.await;
     }
 
     /// Signal [`Listener::stop`] without waiting (for `Drop`).
-    pub fn cancel(&self) {
+    pub(crate) fn cancel(&self) {
         self.token.cancel();
     }
 }

@@ -25,14 +25,14 @@ use super::store::{Change, Store};
 use super::table::{self, IncludeObject};
 
 /// Response body type of every handler.
-pub type RespBody = UnsyncBoxBody<Bytes, Infallible>;
+pub(crate) type RespBody = UnsyncBoxBody<Bytes, Infallible>;
 
 /// Node every pod is scheduled to.
-pub const SIM_NODE: &str = "sim-node-1";
+pub(crate) const SIM_NODE: &str = "sim-node-1";
 
 /// How a response presents objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Repr {
+pub(crate) enum Repr {
     Json,
     /// `meta.k8s.io` Table of this version (`v1`, `v1beta1`).
     Table(&'static str),
@@ -42,7 +42,7 @@ pub enum Repr {
 
 impl Repr {
     /// `obj` (stored form) as a response or watch event presents it.
-    pub fn render(self, res: &ResourceInfo, obj: &Value, include: IncludeObject) -> Value {
+    pub(crate) fn render(self, res: &ResourceInfo, obj: &Value, include: IncludeObject) -> Value {
         let shown = kinds::from_storage(res, obj);
         match self {
             Repr::Json => shown,
@@ -64,7 +64,7 @@ impl Repr {
 }
 
 /// State shared by all connections, kept across restarts.
-pub struct ServerState {
+pub(crate) struct ServerState {
     pub options: SimOptions,
     pub addr: SocketAddr,
     store: Mutex<Store>,
@@ -89,7 +89,7 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Now as RFC 3339 UTC with seconds, as `metav1.Time` serializes, on a clock `offset` from
 /// this process's (see `SimOptions::clock_offset`).
-pub fn now_rfc3339_skewed(offset: jiff::SignedDuration) -> String {
+pub(crate) fn now_rfc3339_skewed(offset: jiff::SignedDuration) -> String {
     let now = jiff::Timestamp::now();
     now.checked_add(offset)
         .unwrap_or(now)
@@ -107,7 +107,7 @@ pub(crate) fn http_date(offset: jiff::SignedDuration) -> Option<header::HeaderVa
 }
 
 /// Go's `time.Duration` formatting for the durations used in messages.
-pub fn go_duration(d: Duration) -> String {
+pub(crate) fn go_duration(d: Duration) -> String {
     if d < Duration::from_secs(1) {
         return format!("{}ms", d.as_millis());
     }
@@ -128,12 +128,12 @@ pub fn go_duration(d: Duration) -> String {
 
 impl ServerState {
     /// Now on the server's clock, as `metav1.Time` serializes.
-    pub fn now_rfc3339(&self) -> String {
+    pub(crate) fn now_rfc3339(&self) -> String {
         now_rfc3339_skewed(self.options.clock_offset)
     }
 
     /// Fresh state with the default namespaces.
-    pub fn new(options: SimOptions, addr: SocketAddr) -> ServerState {
+    pub(crate) fn new(options: SimOptions, addr: SocketAddr) -> ServerState {
         let mut store = Store::new(options.history_window, options.change_log_limit);
         let now = now_rfc3339_skewed(options.clock_offset);
         let ns = Storage::Namespaces.canonical();
@@ -165,12 +165,12 @@ impl ServerState {
     }
 
     /// The store, locked.
-    pub fn store(&self) -> MutexGuard<'_, Store> {
+    pub(crate) fn store(&self) -> MutexGuard<'_, Store> {
         lock(&self.store)
     }
 
     /// Names appended to new pods' pending initializers.
-    pub fn legacy_initializers(&self) -> Vec<String> {
+    pub(crate) fn legacy_initializers(&self) -> Vec<String> {
         self.legacy_initializers
             .read()
             .unwrap_or_else(PoisonError::into_inner)
@@ -178,7 +178,7 @@ impl ServerState {
     }
 
     /// Replace the names appended to new pods' pending initializers.
-    pub fn set_legacy_initializers(&self, names: Vec<String>) {
+    pub(crate) fn set_legacy_initializers(&self, names: Vec<String>) {
         *self
             .legacy_initializers
             .write()
@@ -186,7 +186,7 @@ impl ServerState {
     }
 
     /// Enforce `rules` for `user` (None: stop enforcing).
-    pub fn set_rbac(&self, user: &str, rules: Option<Rbac>) {
+    pub(crate) fn set_rbac(&self, user: &str, rules: Option<Rbac>) {
         let mut map = self.rbac.write().unwrap_or_else(PoisonError::into_inner);
         match rules {
             Some(r) => {
@@ -199,25 +199,25 @@ impl ServerState {
     }
 
     /// Logged requests, oldest first.
-    pub fn requests(&self) -> Vec<RequestRecord> {
+    pub(crate) fn requests(&self) -> Vec<RequestRecord> {
         lock(&self.log).records.iter().cloned().collect()
     }
 
     /// Requests logged so far, removed from the log in the same step (none is lost between
     /// reading and clearing); counts are kept.
-    pub fn take_requests(&self) -> Vec<RequestRecord> {
+    pub(crate) fn take_requests(&self) -> Vec<RequestRecord> {
         lock(&self.log).records.drain(..).collect()
     }
 
     /// Forget logged requests and counts.
-    pub fn clear_requests(&self) {
+    pub(crate) fn clear_requests(&self) {
         let mut log = lock(&self.log);
         log.records.clear();
         log.counts.clear();
     }
 
     /// Requests by (verb, resource).
-    pub fn counts(&self) -> BTreeMap<(String, String), u64> {
+    pub(crate) fn counts(&self) -> BTreeMap<(String, String), u64> {
         lock(&self.log).counts.clone()
     }
 
@@ -235,7 +235,7 @@ impl ServerState {
     }
 
     /// Wake watchers and start the scheduler for pods that became schedulable.
-    pub fn after_commit(self: &Arc<Self>, changes: &[Arc<Change>]) {
+    pub(crate) fn after_commit(self: &Arc<Self>, changes: &[Arc<Change>]) {
         let Some(last) = changes.last() else {
             return;
         };

@@ -7,7 +7,7 @@ use super::resources::ResourceInfo;
 
 /// An error answered to a client as a `Status` object.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     pub code: u16,
     /// `StatusReason` (`NotFound`, `Conflict`, …); empty for none.
     pub reason: &'static str,
@@ -19,7 +19,7 @@ pub struct ApiError {
 
 /// One field validation failure, as `field.Error` renders it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct FieldError {
+pub(crate) struct FieldError {
     /// Dotted path, e.g. `spec.schedulingGates[1].name`.
     pub field: String,
     pub kind: FieldErrorKind,
@@ -28,7 +28,7 @@ pub struct FieldError {
 
 /// `field.ErrorType`.
 #[derive(Debug, Clone, PartialEq)]
-pub enum FieldErrorKind {
+pub(crate) enum FieldErrorKind {
     Required,
     Forbidden,
     /// `Invalid value: <json of the value>`.
@@ -43,7 +43,7 @@ pub enum FieldErrorKind {
 }
 
 impl FieldError {
-    pub fn forbidden(field: impl Into<String>, detail: impl Into<String>) -> Self {
+    pub(crate) fn forbidden(field: impl Into<String>, detail: impl Into<String>) -> Self {
         FieldError {
             field: field.into(),
             kind: FieldErrorKind::Forbidden,
@@ -51,7 +51,7 @@ impl FieldError {
         }
     }
 
-    pub fn required(field: impl Into<String>, detail: impl Into<String>) -> Self {
+    pub(crate) fn required(field: impl Into<String>, detail: impl Into<String>) -> Self {
         FieldError {
             field: field.into(),
             kind: FieldErrorKind::Required,
@@ -59,7 +59,7 @@ impl FieldError {
         }
     }
 
-    pub fn duplicate(field: impl Into<String>, value: Value) -> Self {
+    pub(crate) fn duplicate(field: impl Into<String>, value: Value) -> Self {
         FieldError {
             field: field.into(),
             kind: FieldErrorKind::Duplicate(value),
@@ -67,7 +67,7 @@ impl FieldError {
         }
     }
 
-    pub fn too_many(field: impl Into<String>, count: usize, max: usize) -> Self {
+    pub(crate) fn too_many(field: impl Into<String>, count: usize, max: usize) -> Self {
         FieldError {
             field: field.into(),
             kind: FieldErrorKind::TooMany { count, max },
@@ -75,7 +75,11 @@ impl FieldError {
         }
     }
 
-    pub fn invalid(field: impl Into<String>, value: Value, detail: impl Into<String>) -> Self {
+    pub(crate) fn invalid(
+        field: impl Into<String>,
+        value: Value,
+        detail: impl Into<String>,
+    ) -> Self {
         FieldError {
             field: field.into(),
             kind: FieldErrorKind::Invalid(value),
@@ -144,7 +148,7 @@ impl ApiError {
     }
 
     /// 404 `pods "x" not found`.
-    pub fn not_found(res: &ResourceInfo, name: &str) -> Self {
+    pub(crate) fn not_found(res: &ResourceInfo, name: &str) -> Self {
         Self::new(
             404,
             "NotFound",
@@ -154,7 +158,7 @@ impl ApiError {
     }
 
     /// 404 for a path that names no resource.
-    pub fn no_route() -> Self {
+    pub(crate) fn no_route() -> Self {
         Self::new(
             404,
             "NotFound",
@@ -164,7 +168,7 @@ impl ApiError {
     }
 
     /// 409 `pods "x" already exists`.
-    pub fn already_exists(res: &ResourceInfo, name: &str) -> Self {
+    pub(crate) fn already_exists(res: &ResourceInfo, name: &str) -> Self {
         Self::new(
             409,
             "AlreadyExists",
@@ -174,7 +178,7 @@ impl ApiError {
     }
 
     /// 409 Conflict: `Operation cannot be fulfilled on pods "x": <why>`.
-    pub fn conflict(res: &ResourceInfo, name: &str, why: &str) -> Self {
+    pub(crate) fn conflict(res: &ResourceInfo, name: &str, why: &str) -> Self {
         Self::new(
             409,
             "Conflict",
@@ -187,7 +191,7 @@ impl ApiError {
     }
 
     /// The stale-resourceVersion conflict.
-    pub fn stale(res: &ResourceInfo, name: &str) -> Self {
+    pub(crate) fn stale(res: &ResourceInfo, name: &str) -> Self {
         Self::conflict(
             res,
             name,
@@ -196,7 +200,7 @@ impl ApiError {
     }
 
     /// 422 Invalid: `Pod "x" is invalid: <field errors>`.
-    pub fn invalid(res: &ResourceInfo, name: &str, errors: &[FieldError]) -> Self {
+    pub(crate) fn invalid(res: &ResourceInfo, name: &str, errors: &[FieldError]) -> Self {
         let listed = if errors.len() == 1 {
             errors[0].to_string()
         } else {
@@ -229,7 +233,7 @@ impl ApiError {
     /// `NewGenericServerResponse(422, …)` renders it (no causes). Real servers (1.11 on) say
     /// only the sentence; the simulator appends the patch error ("Testing value … failed") so
     /// that logs can tell why, and clients must accept both.
-    pub fn patch_unprocessable(patch_error: &str) -> Self {
+    pub(crate) fn patch_unprocessable(patch_error: &str) -> Self {
         Self::new(
             422,
             "Invalid",
@@ -241,22 +245,22 @@ impl ApiError {
     }
 
     /// 500 without a reason, as servers answered errors they passed through unwrapped.
-    pub fn internal_unwrapped(message: impl Into<String>) -> Self {
+    pub(crate) fn internal_unwrapped(message: impl Into<String>) -> Self {
         Self::new(500, "", message)
     }
 
     /// 400 BadRequest.
-    pub fn bad_request(message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(message: impl Into<String>) -> Self {
         Self::new(400, "BadRequest", message)
     }
 
     /// 401 Unauthorized.
-    pub fn unauthorized() -> Self {
+    pub(crate) fn unauthorized() -> Self {
         Self::new(401, "Unauthorized", "Unauthorized")
     }
 
     /// 403 Forbidden with the authorizer's wording.
-    pub fn forbidden(res_label: &str, group: &str, name: Option<&str>, why: &str) -> Self {
+    pub(crate) fn forbidden(res_label: &str, group: &str, name: Option<&str>, why: &str) -> Self {
         let subject = match name {
             Some(n) => format!("{res_label} \"{n}\""),
             None => res_label.to_string(),
@@ -272,7 +276,7 @@ impl ApiError {
     }
 
     /// 405 MethodNotAllowed.
-    pub fn method_not_allowed(method: &str) -> Self {
+    pub(crate) fn method_not_allowed(method: &str) -> Self {
         Self::new(
             405,
             "MethodNotAllowed",
@@ -282,7 +286,7 @@ impl ApiError {
     }
 
     /// 406 NotAcceptable.
-    pub fn not_acceptable(accept: &str) -> Self {
+    pub(crate) fn not_acceptable(accept: &str) -> Self {
         Self::new(
             406,
             "NotAcceptable",
@@ -293,7 +297,7 @@ impl ApiError {
     }
 
     /// 415 UnsupportedMediaType listing what is accepted.
-    pub fn unsupported_media_type(accepted: &[&str]) -> Self {
+    pub(crate) fn unsupported_media_type(accepted: &[&str]) -> Self {
         Self::new(
             415,
             "UnsupportedMediaType",
@@ -306,17 +310,17 @@ impl ApiError {
     }
 
     /// 410 Gone with reason Expired (watch from a compacted resourceVersion).
-    pub fn expired(message: impl Into<String>) -> Self {
+    pub(crate) fn expired(message: impl Into<String>) -> Self {
         Self::new(410, "Expired", message)
     }
 
     /// 413 RequestEntityTooLarge.
-    pub fn too_large(message: impl Into<String>) -> Self {
+    pub(crate) fn too_large(message: impl Into<String>) -> Self {
         Self::new(413, "RequestEntityTooLarge", message)
     }
 
     /// 500 InternalError.
-    pub fn internal(message: impl std::fmt::Display) -> Self {
+    pub(crate) fn internal(message: impl std::fmt::Display) -> Self {
         Self::new(
             500,
             "InternalError",
@@ -326,12 +330,12 @@ impl ApiError {
     }
 
     /// 503 ServiceUnavailable.
-    pub fn unavailable(message: impl Into<String>) -> Self {
+    pub(crate) fn unavailable(message: impl Into<String>) -> Self {
         Self::new(503, "ServiceUnavailable", message)
     }
 
     /// 429 TooManyRequests with a Retry-After.
-    pub fn too_many_requests(retry_after: u64) -> Self {
+    pub(crate) fn too_many_requests(retry_after: u64) -> Self {
         let mut e = Self::new(
             429,
             "TooManyRequests",
@@ -343,12 +347,12 @@ impl ApiError {
     }
 
     /// 504 Timeout, as `NewTimeoutError` renders it.
-    pub fn timeout(message: impl std::fmt::Display) -> Self {
+    pub(crate) fn timeout(message: impl std::fmt::Display) -> Self {
         Self::new(504, "Timeout", format!("Timeout: {message}")).with_details(json!({}))
     }
 
     /// A status for an arbitrary injected code.
-    pub fn injected(code: u16) -> Self {
+    pub(crate) fn injected(code: u16) -> Self {
         match code {
             409 => Self::new(
                 409,
@@ -369,7 +373,7 @@ impl ApiError {
     }
 
     /// A failure status taken from an object (e.g. `metadata.initializers.result`).
-    pub fn from_status_value(v: &Value) -> Self {
+    pub(crate) fn from_status_value(v: &Value) -> Self {
         let code = v["code"]
             .as_u64()
             .and_then(|c| u16::try_from(c).ok())
@@ -395,7 +399,7 @@ impl ApiError {
     }
 
     /// The `Status` object.
-    pub fn to_status(&self) -> Value {
+    pub(crate) fn to_status(&self) -> Value {
         let mut s = json!({
             "kind": "Status",
             "apiVersion": "v1",
@@ -415,7 +419,7 @@ impl ApiError {
 }
 
 /// A `Status` with `status: Success` (answered by DELETE on most resources).
-pub fn success_status(res: &ResourceInfo, name: &str, uid: &str) -> Value {
+pub(crate) fn success_status(res: &ResourceInfo, name: &str, uid: &str) -> Value {
     let mut details = resource_details(res, name);
     details["uid"] = json!(uid);
     json!({

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 use super::resources::Storage;
 
 /// `(namespace, name)`; the namespace is "" for cluster-scoped objects.
-pub type Key = (String, String);
+pub(crate) type Key = (String, String);
 
 /// The kind of a committed change, as watch events name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,7 +40,7 @@ impl ChangeType {
 
 /// One committed change.
 #[derive(Debug)]
-pub struct Change {
+pub(crate) struct Change {
     pub rv: u64,
     pub change_type: ChangeType,
     pub storage: Storage,
@@ -59,7 +59,7 @@ pub struct Change {
 
 impl Change {
     /// `object` serialized once and shared by every watcher that sends it unchanged.
-    pub fn object_json(&self) -> &Bytes {
+    pub(crate) fn object_json(&self) -> &Bytes {
         self.json
             .get_or_init(|| Bytes::from(serde_json::to_vec(&*self.object).unwrap_or_default()))
     }
@@ -67,7 +67,7 @@ impl Change {
 
 /// The in-memory store. Not synchronized: the server wraps it in a mutex.
 #[derive(Debug)]
-pub struct Store {
+pub(crate) struct Store {
     rv: u64,
     objects: Vec<BTreeMap<Key, Arc<Value>>>,
     window: VecDeque<Arc<Change>>,
@@ -82,7 +82,7 @@ pub struct Store {
 impl Store {
     /// An empty store keeping `window_limit` changes for watches and `log_limit` for
     /// [`Store::changes`].
-    pub fn new(window_limit: usize, log_limit: usize) -> Store {
+    pub(crate) fn new(window_limit: usize, log_limit: usize) -> Store {
         Store {
             rv: 0,
             objects: Storage::ALL.iter().map(|_| BTreeMap::new()).collect(),
@@ -95,18 +95,18 @@ impl Store {
     }
 
     /// The latest resourceVersion.
-    pub fn rv(&self) -> u64 {
+    pub(crate) fn rv(&self) -> u64 {
         self.rv
     }
 
     /// The object stored under `key`.
-    pub fn get(&self, storage: Storage, namespace: &str, name: &str) -> Option<&Arc<Value>> {
+    pub(crate) fn get(&self, storage: Storage, namespace: &str, name: &str) -> Option<&Arc<Value>> {
         self.objects[storage.index()].get(&(namespace.to_string(), name.to_string()))
     }
 
     /// Objects of a storage in key order, starting after `after` (exclusive), restricted to
     /// one namespace when given.
-    pub fn scan<'a>(
+    pub(crate) fn scan<'a>(
         &'a self,
         storage: Storage,
         namespace: Option<&'a str>,
@@ -124,7 +124,7 @@ impl Store {
 
     /// Store `obj` (ADDED if the key is new, else MODIFIED), assigning the next
     /// resourceVersion to `metadata.resourceVersion`.
-    pub fn put(&mut self, storage: Storage, mut obj: Value, user: &str) -> Arc<Change> {
+    pub(crate) fn put(&mut self, storage: Storage, mut obj: Value, user: &str) -> Arc<Change> {
         self.rv += 1;
         let rv = self.rv;
         obj["metadata"]["resourceVersion"] = json!(rv.to_string());
@@ -159,7 +159,7 @@ impl Store {
     }
 
     /// Delete the object under `key`, if any.
-    pub fn remove(
+    pub(crate) fn remove(
         &mut self,
         storage: Storage,
         namespace: &str,
@@ -203,7 +203,7 @@ impl Store {
 
     /// Up to `max` changes after resourceVersion `after`, oldest first; `Err(oldest)` when
     /// changes after `after` have already left the window (the watcher must relist).
-    pub fn changes_after(&self, after: u64, max: usize) -> Result<Vec<Arc<Change>>, u64> {
+    pub(crate) fn changes_after(&self, after: u64, max: usize) -> Result<Vec<Arc<Change>>, u64> {
         let Some(first) = self.window.front().map(|c| c.rv) else {
             return Ok(Vec::new());
         };
@@ -215,17 +215,17 @@ impl Store {
     }
 
     /// Oldest resourceVersion a watch may resume from (`None` before any change).
-    pub fn oldest_resumable(&self) -> Option<u64> {
+    pub(crate) fn oldest_resumable(&self) -> Option<u64> {
         self.window.front().map(|c| c.rv.saturating_sub(1))
     }
 
     /// The change log, oldest first.
-    pub fn changes(&self) -> Vec<Arc<Change>> {
+    pub(crate) fn changes(&self) -> Vec<Arc<Change>> {
         self.log.iter().cloned().collect()
     }
 
     /// Remember why initialization of the pod with `uid` failed.
-    pub fn note_failed_initialization(&mut self, uid: &str, result: Value) {
+    pub(crate) fn note_failed_initialization(&mut self, uid: &str, result: Value) {
         if self.failed_initializations.len() >= 10_000 {
             self.failed_initializations.clear();
         }
@@ -233,7 +233,7 @@ impl Store {
     }
 
     /// Why initialization of the pod with `uid` failed, if it did.
-    pub fn failed_initialization(&self, uid: &str) -> Option<&Value> {
+    pub(crate) fn failed_initialization(&self, uid: &str) -> Option<&Value> {
         self.failed_initializations.get(uid)
     }
 }

@@ -9,7 +9,7 @@ use super::resources::{ResourceInfo, Storage};
 
 /// What each row carries besides its cells (`includeObject`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IncludeObject {
+pub(crate) enum IncludeObject {
     None,
     Metadata,
     Object,
@@ -17,7 +17,7 @@ pub enum IncludeObject {
 
 impl IncludeObject {
     /// Parse the `includeObject` parameter (default `Metadata`).
-    pub fn parse(v: Option<&str>) -> IncludeObject {
+    pub(crate) fn parse(v: Option<&str>) -> IncludeObject {
         match v {
             Some("None") => IncludeObject::None,
             Some("Object") => IncludeObject::Object,
@@ -51,7 +51,7 @@ fn age_column(title: &str) -> Value {
 }
 
 /// Column definitions for a resource.
-pub fn columns(res: &ResourceInfo) -> Vec<Value> {
+pub(crate) fn columns(res: &ResourceInfo) -> Vec<Value> {
     match res.storage {
         Storage::Pods => vec![
             name_column(),
@@ -235,7 +235,7 @@ pub fn columns(res: &ResourceInfo) -> Vec<Value> {
 }
 
 /// The cells of one object's row (`obj` in `res`'s representation).
-pub fn cells(res: &ResourceInfo, obj: &Value, now: jiff::Timestamp) -> Vec<Value> {
+pub(crate) fn cells(res: &ResourceInfo, obj: &Value, now: jiff::Timestamp) -> Vec<Value> {
     let name = obj["metadata"]["name"].clone();
     let age = age(obj, now);
     match res.storage {
@@ -387,7 +387,7 @@ fn age(obj: &Value, now: jiff::Timestamp) -> String {
 }
 
 /// `duration.HumanDuration` of apimachinery, over whole seconds.
-pub fn human_duration(seconds: i64) -> String {
+pub(crate) fn human_duration(seconds: i64) -> String {
     if seconds < -1 {
         return "<invalid>".to_string();
     }
@@ -444,7 +444,12 @@ pub fn human_duration(seconds: i64) -> String {
 }
 
 /// One table row.
-pub fn row(res: &ResourceInfo, obj: &Value, include: IncludeObject, now: jiff::Timestamp) -> Value {
+pub(crate) fn row(
+    res: &ResourceInfo,
+    obj: &Value,
+    include: IncludeObject,
+    now: jiff::Timestamp,
+) -> Value {
     let mut row = json!({ "cells": cells(res, obj, now) });
     match include {
         IncludeObject::None => {}
@@ -466,7 +471,7 @@ pub fn row(res: &ResourceInfo, obj: &Value, include: IncludeObject, now: jiff::T
 }
 
 /// A Table for `objects`; `table_version` is `v1` or `v1beta1` as requested.
-pub fn table(
+pub(crate) fn table(
     res: &ResourceInfo,
     objects: &[Value],
     list_meta: Value,

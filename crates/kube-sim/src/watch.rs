@@ -27,7 +27,7 @@ use super::table;
 
 /// A parsed watch request.
 #[derive(Debug, Clone)]
-pub struct WatchRequest {
+pub(crate) struct WatchRequest {
     pub res: &'static ResourceInfo,
     /// None: all namespaces (or a cluster-scoped resource).
     pub namespace: Option<String>,
@@ -47,7 +47,7 @@ const BUFFER: usize = 256;
 const FIRST_BOOKMARK: Duration = Duration::from_millis(100);
 
 /// A body streaming `frames`, ended when the sender is dropped.
-pub fn stream_body(rx: mpsc::Receiver<Bytes>) -> RespBody {
+pub(crate) fn stream_body(rx: mpsc::Receiver<Bytes>) -> RespBody {
     let stream = futures::stream::unfold(rx, |mut rx| async move {
         rx.recv()
             .await
@@ -57,7 +57,7 @@ pub fn stream_body(rx: mpsc::Receiver<Bytes>) -> RespBody {
 }
 
 /// `{"type":"ERROR","object":<Status>}` as one frame.
-pub fn error_frame(err: &ApiError) -> Bytes {
+pub(crate) fn error_frame(err: &ApiError) -> Bytes {
     let mut v = serde_json::to_vec(&json!({ "type": "ERROR", "object": err.to_status() }))
         .unwrap_or_default();
     v.push(b'\n');
@@ -65,7 +65,7 @@ pub fn error_frame(err: &ApiError) -> Bytes {
 }
 
 /// The 410 for a version that left the window.
-pub fn too_old(requested: u64, oldest: u64) -> ApiError {
+pub(crate) fn too_old(requested: u64, oldest: u64) -> ApiError {
     ApiError::expired(format!("too old resource version: {requested} ({oldest})"))
 }
 
@@ -120,7 +120,7 @@ impl WatchRequest {
     }
 
     /// An event for `obj` (stored form) in the requested representation.
-    pub fn encode(&self, kind: &str, obj: &Value) -> Bytes {
+    pub(crate) fn encode(&self, kind: &str, obj: &Value) -> Bytes {
         let object = self.repr.render(self.res, obj, self.include_object);
         let mut out =
             serde_json::to_vec(&json!({ "type": kind, "object": object })).unwrap_or_default();
@@ -146,7 +146,7 @@ impl WatchRequest {
 }
 
 /// Start streaming: `initial` objects as ADDED, then changes after `start_rv`.
-pub fn spawn(
+pub(crate) fn spawn(
     shared: Arc<ServerState>,
     req: WatchRequest,
     initial: Vec<Arc<Value>>,

@@ -1,11 +1,13 @@
 //! Helpers shared by initguard's test targets: one place, a dev-dependency of the guard crate,
 //! so no test target carries its own copy.
 
+pub mod alloc;
 pub mod cpu;
 pub mod differential;
 pub mod harness_args;
 pub mod http;
 pub mod metrics;
+pub mod pki;
 pub mod promql;
 pub mod runner;
 pub mod testbed;
