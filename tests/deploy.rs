@@ -90,6 +90,17 @@ fn object(file: &str, kind: &str, name: &str) -> Value {
     found.into_iter().next().unwrap()
 }
 
+/// The pod volume a container's `mount` names.
+fn volume_of<'a>(spec: &'a Value, mount: &Value) -> &'a Value {
+    let name = str_of(&mount["name"], "volumeMount name");
+    spec["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"].as_str() == Some(name))
+        .unwrap_or_else(|| panic!("no volume {name}"))
+}
+
 fn str_of<'a>(v: &'a Value, what: &str) -> &'a str {
     v.as_str()
         .unwrap_or_else(|| panic!("{what}: expected a string, got {v:?}"))
@@ -398,13 +409,7 @@ fn static_pod_mounts_the_files_its_arguments_name() {
             Some(true),
             "{arg} must be read-only"
         );
-        let volume_name = str_of(&mount["name"], "volumeMount name");
-        let volume = spec["volumes"]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .find(|v| v["name"].as_str() == Some(volume_name))
-            .unwrap_or_else(|| panic!("no volume {volume_name}"));
+        let volume = volume_of(spec, mount);
         assert_eq!(
             volume["hostPath"]["path"].as_str(),
             Some(host_path),
@@ -440,13 +445,7 @@ fn static_pod_mounts_the_files_its_arguments_name() {
                     .is_some_and(|rest| rest.starts_with('/'))
             })
             .unwrap_or_else(|| panic!("{file}: no directory mounted above it"));
-        let volume_name = str_of(&mount["name"], "volumeMount name");
-        let volume = spec["volumes"]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .find(|v| v["name"].as_str() == Some(volume_name))
-            .unwrap_or_else(|| panic!("no volume {volume_name}"));
+        let volume = volume_of(spec, mount);
         let kind = volume["hostPath"]["type"].as_str();
         assert!(
             matches!(kind, Some("Directory" | "DirectoryOrCreate")),

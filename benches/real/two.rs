@@ -257,6 +257,30 @@ fn pending(pod: &Value, mechanism: Mechanism) -> Vec<String> {
 
 /// The pods path of `ns`; on legacy servers it includes uninitialized pods, and a create
 /// answers 202 at once instead of waiting for the initializers.
+/// Waits until the server lists `pods` pods in `ns` (beside any gone owner) and none waits.
+/// A list of every pod is not free: call it only after a measured window.
+async fn all_initialized(
+    admin: &kube::Client,
+    ns: &str,
+    pods: usize,
+    mechanism: Mechanism,
+) -> Result<()> {
+    wait_for(
+        &format!("every pod of {ns} initialized"),
+        Duration::from_secs(120),
+        async || {
+            let list = raw(admin, http::Method::GET, &pods_path(ns, mechanism), None).await?;
+            let items = list["items"].as_array().cloned().unwrap_or_default();
+            let waiting = items
+                .iter()
+                .filter(|p| !pending(p, mechanism).is_empty())
+                .count();
+            Ok((items.len() >= pods && waiting == 0).then_some(()))
+        },
+    )
+    .await
+}
+
 fn pods_path(ns: &str, mechanism: Mechanism) -> String {
     match mechanism {
         Mechanism::Initializers => {
@@ -476,21 +500,7 @@ pub(crate) async fn burst_two(
     let client_cpu = process_cpu_time(client_pid).saturating_sub(client_cpu0);
     // Every pod initialized, by the server's own list (after the window: a list of every pod
     // is not free).
-    wait_for(
-        &format!("every pod of {ns} initialized"),
-        Duration::from_secs(120),
-        async || {
-            let list = raw(&admin, http::Method::GET, &pods_path(&ns, mechanism), None).await?;
-            let items = list["items"].as_array().cloned().unwrap_or_default();
-            let waiting = items
-                .iter()
-                .filter(|p| !pending(p, mechanism).is_empty())
-                .count();
-            // The owner pod is gone; every burst pod is listed and none waits.
-            Ok((items.len() >= pods && waiting == 0).then_some(()))
-        },
-    )
-    .await?;
+    all_initialized(&admin, &ns, pods, mechanism).await?;
     if let Some(child) = guard.take() {
         // Stopping drains: an Event it still held is written before it exits.
         child.stop()?;
@@ -1082,20 +1092,7 @@ pub(crate) async fn steady(
     }
     let server_cpu = server.server_cpu().saturating_sub(server_cpu0);
     // By the server's own list, after the window (a list of every pod is not free).
-    wait_for(
-        &format!("every pod of {ns} initialized"),
-        Duration::from_secs(600),
-        async || {
-            let list = raw(&admin, http::Method::GET, &path, None).await?;
-            let items = list["items"].as_array().cloned().unwrap_or_default();
-            let waiting = items
-                .iter()
-                .filter(|p| !pending(p, mechanism).is_empty())
-                .count();
-            Ok((items.len() >= pods && waiting == 0).then_some(()))
-        },
-    )
-    .await?;
+    all_initialized(&admin, &ns, pods, mechanism).await?;
     if let Some(child) = guard.take() {
         child.stop()?;
     }
