@@ -95,6 +95,8 @@ fn parse_args() -> Result<Args, String> {
         gates_only: false,
     };
     let mut it = std::env::args().skip(1);
+    // Applied after parsing, so that a later --sizes or --quick cannot bring bursts back.
+    let mut no_burst = false;
     let number = |name: &str, v: Option<String>| -> Result<usize, String> {
         v.and_then(|v| v.parse::<usize>().ok())
             .filter(|n| *n > 0)
@@ -126,10 +128,7 @@ fn parse_args() -> Result<Args, String> {
             "--legacy-only" => args.legacy_only = true,
             "--steady-pods" => args.steady_pods = number("--steady-pods", it.next())?,
             "--no-steady" => args.steady_pods = 0,
-            "--no-burst" => {
-                args.sizes = Vec::new();
-                args.runs = vec![1];
-            }
+            "--no-burst" => no_burst = true,
             "--real-only" => args.real_only = true,
             "--gates-only" => args.gates_only = true,
             "--scale-pods" => args.scale_pods = number("--scale-pods", it.next())?,
@@ -139,6 +138,15 @@ fn parse_args() -> Result<Args, String> {
             "-h" | "--help" => return Err(USAGE.to_owned()),
             other => return Err(format!("unknown argument {other}\n{USAGE}")),
         }
+    }
+    if no_burst {
+        if !args.two {
+            return Err(format!(
+                "--no-burst is for --two (steady arrivals)\n{USAGE}"
+            ));
+        }
+        args.sizes = Vec::new();
+        args.runs = vec![1];
     }
     if args.runs.len() != 1 && args.runs.len() != args.sizes.len() {
         return Err(format!(

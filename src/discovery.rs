@@ -1,17 +1,31 @@
 //! Which group versions the API server serves, read once for a whole run ([`Discovery`]), and
 //! which leader lock that allows. Only what a configured owner, webhook or the leader lock
-//! needs is required, and each user reports what it misses itself
-//! ([`crate::supervise::Readiness`]).
+//! needs is required; the owners, the election and the webhook guard each report in
+//! [`crate::supervise::Readiness`] what they cannot do without it.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube_common::ApiSurface;
 use tokio::sync::OnceCell;
 
+/// Longest one read of `/apis` may take: a read that hangs (a half-open connection) would
+/// otherwise hold every reader waiting on it. It then fails, is not kept, and the next caller
+/// reads again.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a reader that needs discovery waits before asking again after a failed read.
+pub const RETRY_EVERY: Duration = Duration::from_secs(2);
+
+/// A read of `/apis` that got no answer within [`READ_TIMEOUT`].
+#[derive(Debug, thiserror::Error)]
+#[error("the API server did not answer GET /apis within {0:?}")]
+pub struct Unanswered(Duration);
+
 /// The API server's discovery (`/apis`), read once and shared: the owners, the election and
 /// the webhook guard all await the same read. A failed read is not kept, so the next caller
-/// tries again. What is served is not expected to change while the guard runs (an upgrade
-/// restarts the control plane, and the static pod or Deployment with it).
+/// tries again. What is served is read once at start, as each reader did before it was
+/// shared: a server that starts serving a new API version is seen after a restart.
 #[derive(Clone)]
 pub struct Discovery {
     client: kube::Client,
@@ -35,7 +49,12 @@ impl Discovery {
     /// What the server serves: the first call reads it, concurrent ones wait for that read.
     pub async fn surface(&self) -> Result<&ApiSurface, kube::Error> {
         self.surface
-            .get_or_try_init(|| ApiSurface::read(&self.client))
+            .get_or_try_init(|| async {
+                match tokio::time::timeout(READ_TIMEOUT, ApiSurface::read(&self.client)).await {
+                    Ok(read) => read,
+                    Err(_) => Err(kube::Error::Service(Box::new(Unanswered(READ_TIMEOUT)))),
+                }
+            })
             .await
     }
 }

@@ -255,8 +255,6 @@ fn pending(pod: &Value, mechanism: Mechanism) -> Vec<String> {
     initguard::bypass::pending_names(mechanism, pod)
 }
 
-/// The pods path of `ns`; on legacy servers it includes uninitialized pods, and a create
-/// answers 202 at once instead of waiting for the initializers.
 /// Waits until the server lists `pods` pods in `ns` (beside any gone owner) and none waits.
 /// A list of every pod is not free: call it only after a measured window.
 async fn all_initialized(
@@ -281,6 +279,8 @@ async fn all_initialized(
     .await
 }
 
+/// The pods path of `ns`; on legacy servers it includes uninitialized pods, and a create
+/// answers 202 at once instead of waiting for the initializers.
 fn pods_path(ns: &str, mechanism: Mechanism) -> String {
     match mechanism {
         Mechanism::Initializers => {
@@ -832,7 +832,9 @@ pub(crate) async fn run_two(plan: &Plan) -> Result<()> {
     }
     // One real test bed at a time: the 1.13 one goes down before the current one starts.
     drop(beds);
-    if plan.gates {
+    // Steady arrivals run on the legacy beds only: without bursts the current ones have
+    // nothing to do.
+    if plan.gates && !plan.sizes.is_empty() {
         let mut beds = Vec::new();
         if plan.simulator {
             beds.push(start_gates_sim().await?);

@@ -104,6 +104,9 @@ struct Memory {
     unreached: Option<String>,
 }
 
+/// What `/readyz` names while the webhook guard cannot read discovery.
+const DISCOVERY_READINESS: &str = "webhook guard";
+
 impl WebhookGuard {
     /// Watch every listed configuration and act until `cancel` fires. Watches are supervised
     /// tasks registered in `failures`.
@@ -112,11 +115,28 @@ impl WebhookGuard {
         if self.config.webhooks.is_empty() {
             return;
         }
-        let surface = match self.discovery.surface().await {
-            Ok(s) => s,
-            Err(e) => {
-                error!(error = %e, "cannot read the served APIs; the webhook guard does nothing");
-                return;
+        // Without discovery nothing can be watched: retry, and say so in /readyz meanwhile.
+        let surface = loop {
+            let read = tokio::select! {
+                () = cancel.cancelled() => return,
+                read = self.discovery.surface() => read,
+            };
+            match read {
+                Ok(surface) => {
+                    self.shared.readiness.set(DISCOVERY_READINESS, None);
+                    break surface.clone();
+                }
+                Err(e) => {
+                    warn!(error = %e, "cannot read the served APIs; the webhook guard retries");
+                    self.shared.readiness.set(
+                        DISCOVERY_READINESS,
+                        Some(format!("cannot read the served APIs: {e}")),
+                    );
+                    tokio::select! {
+                        () = cancel.cancelled() => return,
+                        () = tokio::time::sleep(crate::discovery::RETRY_EVERY) => {}
+                    }
+                }
             }
         };
         let (tx, mut rx) = mpsc::channel::<Update>(64);

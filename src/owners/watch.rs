@@ -280,9 +280,6 @@ impl ProbeTls {
     }
 }
 
-/// How long to wait before reading discovery again after it failed.
-const DISCOVERY_RETRY: Duration = Duration::from_secs(2);
-
 /// One owner's watcher or prober.
 pub(super) struct Task {
     pub(super) handle: Handle,
@@ -316,7 +313,7 @@ impl Task {
                         "cannot read API discovery for the owner; retrying");
                     tokio::select! {
                         () = self.cancel.cancelled() => return None,
-                        () = tokio::time::sleep(DISCOVERY_RETRY) => {}
+                        () = tokio::time::sleep(crate::discovery::RETRY_EVERY) => {}
                     }
                 }
             }

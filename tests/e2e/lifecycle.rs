@@ -208,3 +208,46 @@ async fn discovery_is_read_once_for_every_reader() {
         .collect();
     assert_eq!(reads.len(), 1, "discovery reads by the guard: {reads:?}");
 }
+
+/// The webhook guard keeps asking for discovery while the API server cannot answer it (as a
+/// static pod started before kube-apiserver), says so in `/readyz` meanwhile, and guards the
+/// configuration once it can: judged by its watch of the configuration in the server's log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_guard_waits_for_discovery_instead_of_giving_up() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    webhook_world(&c, CONFIGURATION, ENTRY, Vec::new()).await;
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!(
+            "webhooks:\n\
+             \x20 - name: validating/{CONFIGURATION}/{ENTRY}\n\
+             \x20   owner: {{ deployment: kube-system/policy }}\n\
+             \x20   ownerDownGrace: 1h\n"
+        ),
+    );
+    c.sim.faults().partition_user(GUARD_USER);
+    let guard = initguard::guard::Guard::start_with(
+        c.guard_client(),
+        config.clone(),
+        IDENTITY.to_owned(),
+        initguard::guard::STALL_AFTER,
+    )
+    .await
+    .expect("the guard starts");
+    eventually_async("/readyz to name the webhook guard", || async {
+        let (status, body) = http_get(guard.addr, "/readyz").await;
+        (status == 503 && body.contains("webhook guard")).then_some(())
+    })
+    .await;
+    c.sim.faults().heal_user(GUARD_USER);
+    until("the guard to watch the configuration", || {
+        c.sim.requests().iter().any(|r| {
+            r.user == GUARD_USER
+                && r.verb == "watch"
+                && r.resource == "validatingwebhookconfigurations"
+        })
+    })
+    .await;
+    wait_ready(&guard).await;
+    c.finish(guard).await;
+}
