@@ -585,6 +585,26 @@ pub(crate) fn assert_not_before(what: &str, earlier: SystemTime, later: SystemTi
     );
 }
 
+/// The `webhooks:` section listing the entry of [`webhook_world`], owned by its Deployment,
+/// with these `ownerDownGrace` and optional `restoreGrace`.
+pub(crate) fn policy_webhook(
+    configuration: &str,
+    entry: &str,
+    owner_down_grace: &str,
+    restore_grace: Option<&str>,
+) -> String {
+    let mut yaml = format!(
+        "webhooks:\n\
+         \x20 - name: validating/{configuration}/{entry}\n\
+         \x20   owner: {{ deployment: kube-system/policy }}\n\
+         \x20   ownerDownGrace: {owner_down_grace}\n"
+    );
+    if let Some(grace) = restore_grace {
+        yaml.push_str(&format!("    restoreGrace: {grace}\n"));
+    }
+    yaml
+}
+
 /// A listed webhook's world on `c`: the shipped RBAC plus get, list, watch and patch on exactly
 /// the ValidatingWebhookConfiguration `configuration` (by name, as the chart grants it), its
 /// owner the Deployment kube-system/policy (no status: not available), and that fail-closed

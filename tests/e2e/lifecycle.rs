@@ -26,11 +26,8 @@ async fn bed(delay: Duration) -> (Cluster, initguard::guard::Guard) {
         Mechanism::SchedulingGates,
         &format!(
             "leaderElection: {{ enabled: true, namespace: kube-system, name: initguard, \
-             leaseDuration: 15s }}\n\
-             webhooks:\n\
-             \x20 - name: validating/{CONFIGURATION}/{ENTRY}\n\
-             \x20   owner: {{ deployment: kube-system/policy }}\n\
-             \x20   ownerDownGrace: 1s\n"
+             leaseDuration: 15s }}\n{}",
+            policy_webhook(CONFIGURATION, ENTRY, "1s", None)
         ),
     );
     let guard = c.guard_named(&config, IDENTITY).await;
@@ -165,12 +162,9 @@ async fn discovery_is_read_once_for_every_reader() {
         &format!(
             "leaderElection: {{ enabled: true, namespace: kube-system, name: initguard, \
              leaseDuration: 15s }}\n\
-             initializers:\n{}\
-             webhooks:\n\
-             \x20 - name: validating/{CONFIGURATION}/{ENTRY}\n\
-             \x20   owner: {{ deployment: kube-system/policy }}\n\
-             \x20   ownerDownGrace: 1h\n",
-            owned(SIDECAR, "1h")
+             initializers:\n{}{}",
+            owned(SIDECAR, "1h"),
+            policy_webhook(CONFIGURATION, ENTRY, "1h", None)
         ),
     );
     let guard = c.guard_named(&config, IDENTITY).await;
@@ -218,12 +212,7 @@ async fn the_webhook_guard_waits_for_discovery_instead_of_giving_up() {
     webhook_world(&c, CONFIGURATION, ENTRY, Vec::new()).await;
     let config = config(
         Mechanism::SchedulingGates,
-        &format!(
-            "webhooks:\n\
-             \x20 - name: validating/{CONFIGURATION}/{ENTRY}\n\
-             \x20   owner: {{ deployment: kube-system/policy }}\n\
-             \x20   ownerDownGrace: 1h\n"
-        ),
+        &policy_webhook(CONFIGURATION, ENTRY, "1h", None),
     );
     c.sim.faults().partition_user(GUARD_USER);
     let guard = initguard::guard::Guard::start_with(

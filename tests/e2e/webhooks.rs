@@ -25,13 +25,7 @@ async fn bed(own: usize, available: i64) -> (Cluster, initguard::guard::Guard, V
     set_available(&c, available).await;
     let config = config(
         Mechanism::SchedulingGates,
-        &format!(
-            "webhooks:\n\
-             \x20 - name: validating/{CONFIGURATION}/{ENTRY}\n\
-             \x20   owner: {{ deployment: kube-system/policy }}\n\
-             \x20   ownerDownGrace: 0s\n\
-             \x20   restoreGrace: 0s\n"
-        ),
+        &policy_webhook(CONFIGURATION, ENTRY, "0s", Some("0s")),
     );
     let guard = c.guard(&config).await;
     (c, guard, created)
