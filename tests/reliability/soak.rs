@@ -1007,21 +1007,48 @@ impl<'a> Judge<'a> {
                 })
                 .collect()
         };
-        if removed.len() != 1 || was.len() != now.len() + 1 {
+        // One patch removes every initializer due at once (legacy: a prefix of the list); each
+        // gets one record, appended in pending order, and each is judged on its own.
+        let in_order = {
+            let mut rest = was.iter();
+            now.iter().all(|n| rest.any(|w| w == n))
+        };
+        if removed.is_empty() || was.len() != now.len() + removed.len() || !in_order {
             violations.push(format!(
                 "guard patch removed {removed:?} (pending {was:?} -> {now:?}): {what}"
             ));
             return;
         }
-        let removed = removed[0].as_str();
-        let (old, new) = (records(before), records(after));
-        if new.len() != old.len() + 1 || new[..old.len()] != old[..] {
+        if self.s.mechanism == Mechanism::Initializers
+            && !removed.iter().zip(&was).all(|(r, w)| *r == w)
+        {
             violations.push(format!(
-                "guard patch did not append exactly one record ({old:?} -> {new:?}): {what}"
+                "guard patch removed {removed:?}, not a prefix of {was:?}: {what}"
             ));
             return;
         }
-        let record = &new[old.len()];
+        let (old, new) = (records(before), records(after));
+        if new.len() != old.len() + removed.len() || new[..old.len()] != old[..] {
+            violations.push(format!(
+                "guard patch did not append one record per removal ({old:?} -> {new:?}): {what}"
+            ));
+            return;
+        }
+        for (removed, record) in removed.iter().zip(&new[old.len()..]) {
+            self.guard_removal(pod, removed, record, c, what, violations);
+        }
+    }
+
+    /// One initializer a guard patch removed, with the record it appended for it.
+    fn guard_removal(
+        &self,
+        pod: &PodInfo,
+        removed: &str,
+        record: &Record,
+        c: &ObjectChange,
+        what: &str,
+        violations: &mut Vec<String>,
+    ) {
         if record.initializer != removed {
             violations.push(format!(
                 "guard removed {removed} but recorded {record:?}: {what}"
