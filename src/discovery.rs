@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use kube_common::ApiSurface;
 use tokio::sync::OnceCell;
+use tokio_util::sync::CancellationToken;
 
 /// Longest one read of `/apis` may take: a read that hangs (a half-open connection) would
 /// otherwise hold every reader waiting on it. It then fails, is not kept, and the next caller
@@ -56,6 +57,29 @@ impl Discovery {
                 }
             })
             .await
+    }
+
+    /// [`Discovery::surface`], asked again every [`RETRY_EVERY`] after `failed` has seen the
+    /// error, until it is read or `cancel` fires (None).
+    pub async fn surface_until(
+        &self,
+        cancel: &CancellationToken,
+        mut failed: impl FnMut(&kube::Error),
+    ) -> Option<&ApiSurface> {
+        loop {
+            let read = tokio::select! {
+                () = cancel.cancelled() => return None,
+                read = self.surface() => read,
+            };
+            match read {
+                Ok(surface) => return Some(surface),
+                Err(e) => failed(&e),
+            }
+            tokio::select! {
+                () = cancel.cancelled() => return None,
+                () = tokio::time::sleep(RETRY_EVERY) => {}
+            }
+        }
     }
 }
 

@@ -70,7 +70,6 @@ pub struct ServingTls {
 }
 
 /// The PEM files' contents as read: a renewal is a change of either.
-#[derive(Clone)]
 struct Pem {
     cert: Vec<u8>,
     key: Vec<u8>,
@@ -167,7 +166,7 @@ enum Look {
     Refused(String),
 }
 
-fn seen(read: &Result<Pem, TlsError>) -> Seen {
+fn seen(read: Result<&Pem, &TlsError>) -> Seen {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     match read {
         Ok(pem) => {
@@ -191,7 +190,7 @@ impl Reload {
         Reload {
             cert_file: cert_file.to_path_buf(),
             key_file: key_file.to_path_buf(),
-            loaded: seen(&Ok(pem.clone())),
+            loaded: seen(Ok(pem)),
             suspect: None,
             refused: None,
         }
@@ -219,7 +218,7 @@ impl Reload {
 
     /// Decide on one read of the files.
     fn look(&mut self, read: Result<Pem, TlsError>) -> Look {
-        let digest = seen(&read);
+        let digest = seen(read.as_ref());
         if digest == self.loaded {
             (self.suspect, self.refused) = (None, None);
             return Look::Nothing;

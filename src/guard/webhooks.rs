@@ -116,29 +116,17 @@ impl WebhookGuard {
             return;
         }
         // Without discovery nothing can be watched: retry, and say so in /readyz meanwhile.
-        let surface = loop {
-            let read = tokio::select! {
-                () = cancel.cancelled() => return,
-                read = self.discovery.surface() => read,
-            };
-            match read {
-                Ok(surface) => {
-                    self.shared.readiness.set(DISCOVERY_READINESS, None);
-                    break surface.clone();
-                }
-                Err(e) => {
-                    warn!(error = %e, "cannot read the served APIs; the webhook guard retries");
-                    self.shared.readiness.set(
-                        DISCOVERY_READINESS,
-                        Some(format!("cannot read the served APIs: {e}")),
-                    );
-                    tokio::select! {
-                        () = cancel.cancelled() => return,
-                        () = tokio::time::sleep(crate::discovery::RETRY_EVERY) => {}
-                    }
-                }
-            }
+        let read = self.discovery.surface_until(&cancel, |e| {
+            warn!(error = %e, "cannot read the served APIs; the webhook guard retries");
+            self.shared.readiness.set(
+                DISCOVERY_READINESS,
+                Some(format!("cannot read the served APIs: {e}")),
+            );
+        });
+        let Some(surface) = read.await.cloned() else {
+            return;
         };
+        self.shared.readiness.set(DISCOVERY_READINESS, None);
         let (tx, mut rx) = mpsc::channel::<Update>(64);
         let mut resources: HashMap<Key, (ApiResource, FailurePolicy)> = HashMap::new();
         let keys: HashSet<Key> = self

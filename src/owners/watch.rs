@@ -299,26 +299,16 @@ impl Task {
     ) -> Option<ApiResource> {
         let owner = self.handle.owner();
         let kind = owner.spec.kind();
-        let surface = loop {
-            let attempt = tokio::select! {
-                () = self.cancel.cancelled() => return None,
-                a = self.discovery.surface() => a.cloned(),
-            };
-            match attempt {
-                Ok(surface) => break surface,
-                Err(e) => {
-                    // The watch cannot start without it: counted like a failed watch.
-                    self.handle.inner.metrics.watch_restarted(resource);
-                    warn!(owner = %owner.target, owner_kind = kind, error = %error_chain(&e),
-                        "cannot read API discovery for the owner; retrying");
-                    tokio::select! {
-                        () = self.cancel.cancelled() => return None,
-                        () = tokio::time::sleep(crate::discovery::RETRY_EVERY) => {}
-                    }
-                }
-            }
-        };
-        let Some(resource) = pick(&surface) else {
+        let surface = self
+            .discovery
+            .surface_until(&self.cancel, |e| {
+                // The watch cannot start without it: counted like a failed watch.
+                self.handle.inner.metrics.watch_restarted(resource);
+                warn!(owner = %owner.target, owner_kind = kind, error = %error_chain(e),
+                    "cannot read API discovery for the owner; retrying");
+            })
+            .await?;
+        let Some(resource) = pick(surface) else {
             let problem = format!(
                 "the API server serves no {api} API ({versions}), so this owner cannot be watched"
             );
