@@ -1643,3 +1643,48 @@ fn admission_policies_refuse_with_403_and_ship_in_audit() {
         "the kustomize base leaves out admission-policies.yaml"
     );
 }
+
+/// The chart carries copies of its files, not links out of the chart (a packaged chart and
+/// Flux's git sources do not follow them), and each copy is its source as it is now
+/// (`charts/initguard/sync-files` makes them).
+#[test]
+fn chart_files_are_current_copies_of_their_sources() {
+    let chart = repo().join("charts/initguard");
+    let mut stack = vec![chart.clone()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
+            let path = entry.expect("directory entry").path();
+            let meta = std::fs::symlink_metadata(&path).expect("metadata");
+            assert!(
+                !meta.file_type().is_symlink(),
+                "{} is a symlink; run charts/initguard/sync-files",
+                path.display()
+            );
+            if meta.is_dir() {
+                stack.push(path);
+            }
+        }
+    }
+    let script = read(&chart.join("sync-files"));
+    let mut copies = Vec::new();
+    for line in script.lines().filter(|l| l.starts_with("cp ")) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(words.len(), 3, "sync-files: {line}");
+        let (source, copy) = (chart.join(words[1]), chart.join(words[2]));
+        assert_eq!(
+            read(&copy),
+            read(&source),
+            "{} differs from {}: run charts/initguard/sync-files",
+            copy.display(),
+            source.display()
+        );
+        copies.push(words[2].to_owned());
+    }
+    let mut files: Vec<String> = std::fs::read_dir(chart.join("files"))
+        .expect("charts/initguard/files")
+        .map(|e| format!("files/{}", e.expect("entry").file_name().to_string_lossy()))
+        .collect();
+    files.sort();
+    copies.sort();
+    assert_eq!(files, copies, "every file in files/ is made by sync-files");
+}

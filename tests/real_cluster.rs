@@ -19,6 +19,8 @@ use initguard_test_support::{testbed, wait};
 mod after_restore;
 #[path = "real_cluster/cel.rs"]
 mod cel;
+#[path = "real_cluster/chart.rs"]
+mod chart;
 #[path = "real_cluster/controllers.rs"]
 mod controllers;
 #[path = "real_cluster/deploy.rs"]
@@ -108,6 +110,9 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ),
     ("controllers::cron_job_pile_is_bypassed_as_one", |tb| {
         Box::pin(controllers::cron_job_pile_is_bypassed_as_one(tb))
+    }),
+    ("chart::chart_values_render_as_documented", |tb| {
+        Box::pin(chart::chart_values_render_as_documented(tb))
     }),
     (
         "deploy::chart_webhook_rbac_is_exactly_what_the_webhooks_need",

@@ -15,6 +15,8 @@ use crate::testbed::*;
 
 const RELEASE: &str = "chart-test";
 const NAMESPACE: &str = "initguard-chart";
+/// An image repository that is not the chart's placeholder (which fails rendering).
+pub(crate) const IMAGE: [&str; 2] = ["--set", "image.repository=registry.test/initguard"];
 
 pub(crate) fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -92,30 +94,25 @@ fn server_dry_run(kubectl: &Path, admin: &str, rendered: &str) {
     );
 }
 
-pub(crate) async fn manifests_kustomize_and_chart_install_on_the_real_server(tb: Arc<Testbed>) {
-    let helm = tb.bin.join("helm");
+/// The Prometheus Operator's CRDs that the chart's objects use, established (idempotent).
+pub(crate) fn install_crds(tb: &Testbed) {
     let crds = tb
         .bin
         .parent()
         .map(|cache| cache.join("crds"))
         .unwrap_or_default();
     assert!(
-        helm.exists() && crds.is_dir(),
-        "tests/testbed/build did not provide helm and the CRDs in {}",
-        tb.bin.display()
+        crds.is_dir(),
+        "tests/testbed/build did not provide the CRDs in {}",
+        crds.display()
     );
-    let admin = tb.kubeconfig("admin");
-    let admin = admin.to_str().expect("UTF-8 path");
-    let kubectl = tb.kubectl_path();
-
-    // The CRDs, established before anything uses them.
     tb.kubectl(&[
         "apply",
         "--server-side",
         "-f",
         crds.to_str().expect("UTF-8 path"),
     ]);
-    for crd in ["podmonitors", "prometheusrules"] {
+    for crd in ["podmonitors", "prometheusrules", "servicemonitors"] {
         tb.kubectl(&[
             "wait",
             "--for",
@@ -124,6 +121,20 @@ pub(crate) async fn manifests_kustomize_and_chart_install_on_the_real_server(tb:
             &format!("crd/{crd}.monitoring.coreos.com"),
         ]);
     }
+}
+
+pub(crate) async fn manifests_kustomize_and_chart_install_on_the_real_server(tb: Arc<Testbed>) {
+    let helm = tb.bin.join("helm");
+    assert!(
+        helm.exists(),
+        "tests/testbed/build did not provide helm in {}",
+        tb.bin.display()
+    );
+    let admin = tb.kubeconfig("admin");
+    let admin = admin.to_str().expect("UTF-8 path");
+    let kubectl = tb.kubectl_path();
+
+    install_crds(&tb);
 
     // Every Kubernetes manifest in deploy/, as the server would take it.
     let mut checked = Vec::new();
@@ -206,7 +217,7 @@ pub(crate) async fn manifests_kustomize_and_chart_install_on_the_real_server(tb:
     let chart_path = chart_dir.to_str().unwrap();
     let values = all_on_values();
     let values = values.to_str().unwrap();
-    for extra in [&[][..], &["-f", values][..]] {
+    for extra in [&IMAGE[..], &["-f", values][..]] {
         run(
             "helm lint",
             &helm,
@@ -226,7 +237,7 @@ pub(crate) async fn manifests_kustomize_and_chart_install_on_the_real_server(tb:
         // The config the chart renders is one the guard accepts. (With tlsSecretName set it
         // names PEM files that exist only in the pod, which check-config reads: so the
         // default values only.)
-        if !extra.is_empty() {
+        if extra != IMAGE {
             server_dry_run(&kubectl, admin, &rendered);
             continue;
         }
@@ -255,7 +266,7 @@ pub(crate) async fn manifests_kustomize_and_chart_install_on_the_real_server(tb:
     }
 
     // helm install: every rendered object exists afterwards, as the server lists it.
-    run(
+    let notes = run(
         "helm install",
         &helm,
         &[
@@ -272,6 +283,18 @@ pub(crate) async fn manifests_kustomize_and_chart_install_on_the_real_server(tb:
         ],
         None,
     );
+    // NOTES.txt says what is configured and how to look, from these values.
+    for said in [
+        "DRY RUN is ON",
+        "webhook validating/pod-policy/pods.policy.example.com",
+        "label its pod template initguard.io/bypass=true",
+        "a namespace whose labels match initguard.io/opt-in-allowed=true",
+        &format!("kubectl -n {NAMESPACE} exec deploy/{RELEASE}-initguard -- /initguard status"),
+        "The alerts select job=\"initguard\"",
+        "(https://docs.example.com/initguard/README.md)",
+    ] {
+        assert!(notes.contains(said), "NOTES lack {said:?}:\n{notes}");
+    }
     let manifest = run(
         "helm get manifest",
         &helm,
@@ -456,6 +479,7 @@ pub(crate) async fn chart_webhook_rbac_is_exactly_what_the_webhooks_need(tb: Arc
     let render_with = |key: &str, value: serde_json::Value| {
         let set = format!("config.{key}={value}");
         let mut args = vec!["template", RELEASE, chart_path, "--namespace", NAMESPACE];
+        args.extend(IMAGE);
         if !value.is_null() {
             args.extend(["--set-json", set.as_str()]);
         }

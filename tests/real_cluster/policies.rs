@@ -899,6 +899,8 @@ pub(crate) async fn chart_rolls_out_under_its_own_enforced_policies(tb: Arc<Test
             "admissionPolicies.optInGroups=[]",
             "--set",
             "replicaCount=2",
+            crate::deploy::IMAGE[0],
+            crate::deploy::IMAGE[1],
         ],
         None,
     );

@@ -1043,6 +1043,8 @@ pub(crate) async fn webhook_bypass_is_restored_by_helm_uninstall(tb: Arc<Testbed
             "replicaCount=1",
             "--set",
             "admissionPolicies.enabled=false",
+            crate::deploy::IMAGE[0],
+            crate::deploy::IMAGE[1],
         ],
         None,
     );

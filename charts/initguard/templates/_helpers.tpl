@@ -1,25 +1,58 @@
+{{/* The app name: the app.kubernetes.io/name label and the Prometheus job. */}}
+{{- define "initguard.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{/* The release's name for every object (fits the 63-character label limit). */}}
 {{- define "initguard.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := include "initguard.name" . -}}
+{{- if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "initguard.labels" -}}
-app.kubernetes.io/name: initguard
+app.kubernetes.io/name: {{ include "initguard.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{/* The pods' selector: the same name label the static pods carry (job="initguard"). */}}
 {{- define "initguard.selector" -}}
-app.kubernetes.io/name: initguard
+app.kubernetes.io/name: {{ include "initguard.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/component: controller
+{{- end -}}
+
+{{/* The job label the alerts select: the chart's monitor's (the name), or prometheusRule.job. */}}
+{{- define "initguard.job" -}}
+{{- if .Values.prometheusRule.job -}}
+{{- .Values.prometheusRule.job -}}
+{{- else if or .Values.metrics.podMonitor.enabled .Values.metrics.serviceMonitor.enabled -}}
+{{- include "initguard.name" . -}}
+{{- else -}}
+{{- fail "prometheusRule.job: no chart monitor is enabled (metrics.podMonitor or metrics.serviceMonitor), so set the job label your own scrape config gives initguard; otherwise InitguardAbsent fires forever" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* priorityClassName: system-cluster-critical in kube-system unless set; none elsewhere. */}}
+{{- define "initguard.priorityClassName" -}}
+{{- if .Values.priorityClassName -}}
+{{- .Values.priorityClassName -}}
+{{- else if eq .Release.Namespace "kube-system" -}}
+system-cluster-critical
+{{- end -}}
 {{- end -}}
 
 {{- define "initguard.serviceAccountName" -}}
@@ -31,6 +64,9 @@ app.kubernetes.io/component: controller
 {{- end -}}
 
 {{- define "initguard.image" -}}
+{{- if and (eq .Values.image.repository "registry.example.com/initguard") (not .Values.image.allowPlaceholder) -}}
+{{- fail "image.repository is the placeholder registry.example.com/initguard: build and push deploy/Dockerfile (README \"Install\"), then --set image.repository=REGISTRY/initguard (or image.allowPlaceholder=true to render anyway)" -}}
+{{- end -}}
 {{- if .Values.image.digest -}}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
 {{- else -}}

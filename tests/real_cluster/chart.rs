@@ -1,0 +1,479 @@
+//! The chart's values do what values.yaml says, judged from what `helm template` renders (the
+//! chart's unit tests): the placeholder image, anti-affinity modes, the PodDisruptionBudget,
+//! the priority class, both scrape paths and their auth, the alerts' job, disabled alerts and
+//! extra labels, the pod's extra settings, commonLabels and the NetworkPolicy. Each assertion
+//! reads the rendered object, so a broken template fails it. The renders that create objects
+//! pass `kubectl apply --dry-run=server` with the real CRDs.
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use serde_yaml::Value as Yaml;
+
+use crate::deploy::{IMAGE, chart, run};
+use crate::testbed::*;
+
+const RELEASE: &str = "unit";
+const NAMESPACE: &str = "initguard-chart-unit";
+
+/// `helm template` with `args` after the chart: every rendered document, or the error text.
+fn template(helm: &Path, namespace: &str, args: &[&str]) -> Result<Vec<Yaml>, String> {
+    let chart = chart();
+    let out = Command::new(helm)
+        .args(["template", RELEASE])
+        .arg(&chart)
+        .args(["--namespace", namespace])
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", helm.display()));
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    Ok(serde_yaml::Deserializer::from_str(&text)
+        .map(|de| serde::Deserialize::deserialize(de).expect("rendered YAML parses"))
+        .filter(|doc: &Yaml| doc["kind"].is_string())
+        .collect())
+}
+
+/// The render with the test image and `args`, which must succeed.
+fn render(helm: &Path, args: &[&str]) -> Vec<Yaml> {
+    let args = [&IMAGE[..], args].concat();
+    template(helm, NAMESPACE, &args)
+        .unwrap_or_else(|e| panic!("helm template {args:?} failed: {e}"))
+}
+
+/// The render with `args` must fail, naming `why`.
+fn refused(helm: &Path, args: &[&str], why: &str) {
+    match template(helm, NAMESPACE, args) {
+        Ok(docs) => panic!(
+            "helm template {args:?} rendered {} objects; expected it to fail with {why:?}",
+            docs.len()
+        ),
+        Err(e) => assert!(e.contains(why), "helm template {args:?}: {e}"),
+    }
+}
+
+fn kinds(docs: &[Yaml], kind: &str) -> Vec<Yaml> {
+    docs.iter()
+        .filter(|d| d["kind"].as_str() == Some(kind))
+        .cloned()
+        .collect()
+}
+
+fn one(docs: &[Yaml], kind: &str) -> Yaml {
+    let found = kinds(docs, kind);
+    assert_eq!(found.len(), 1, "one {kind} rendered: {found:?}");
+    found.into_iter().next().expect("one")
+}
+
+fn pod_spec(docs: &[Yaml]) -> Yaml {
+    one(docs, "Deployment")["spec"]["template"]["spec"].clone()
+}
+
+/// Every `job="..."` matcher value in the PrometheusRule's expressions, and its alert names.
+fn rule_jobs_and_alerts(rule: &Yaml) -> (Vec<String>, Vec<String>) {
+    let mut jobs = Vec::new();
+    let mut alerts = Vec::new();
+    for group in rule["spec"]["groups"].as_sequence().into_iter().flatten() {
+        for r in group["rules"].as_sequence().into_iter().flatten() {
+            if let Some(alert) = r["alert"].as_str() {
+                alerts.push(alert.to_owned());
+            }
+            let expr = r["expr"].as_str().unwrap_or_default();
+            for part in expr.split("job=\"").skip(1) {
+                jobs.push(part.split('"').next().unwrap_or_default().to_owned());
+            }
+        }
+    }
+    (jobs, alerts)
+}
+
+fn server_dry_run(tb: &Testbed, docs: &[Yaml]) {
+    let text = docs
+        .iter()
+        .map(|d| serde_yaml::to_string(d).expect("YAML"))
+        .collect::<Vec<_>>()
+        .join("---\n");
+    let admin = tb.kubeconfig("admin");
+    run(
+        "kubectl apply --dry-run=server (chart unit render)",
+        &tb.kubectl_path(),
+        &[
+            "--kubeconfig",
+            admin.to_str().expect("UTF-8 path"),
+            "apply",
+            "--dry-run=server",
+            "--namespace",
+            NAMESPACE,
+            "-f",
+            "-",
+        ],
+        Some(&text),
+    );
+}
+
+pub(crate) async fn chart_values_render_as_documented(tb: Arc<Testbed>) {
+    let helm = tb.bin.join("helm");
+    assert!(helm.exists(), "tests/testbed/build did not provide helm");
+    let helm = helm.as_path();
+
+    // The placeholder image fails rendering unless acknowledged.
+    refused(helm, &[], "image.repository is the placeholder");
+    let docs = template(helm, NAMESPACE, &["--set", "image.allowPlaceholder=true"])
+        .expect("the placeholder renders when acknowledged");
+    assert_eq!(
+        pod_spec(&docs)["containers"][0]["image"].as_str(),
+        Some("registry.example.com/initguard:0.1.0")
+    );
+
+    // Anti-affinity: soft by default, hard, none; `affinity` replaces it; anything else fails.
+    let anti = |args: &[&str]| pod_spec(&render(helm, args))["affinity"].clone();
+    let soft = anti(&[]);
+    let term = &soft["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0];
+    assert_eq!(
+        term["podAffinityTerm"]["topologyKey"].as_str(),
+        Some("kubernetes.io/hostname")
+    );
+    assert_eq!(
+        term["podAffinityTerm"]["labelSelector"]["matchLabels"]["app.kubernetes.io/instance"]
+            .as_str(),
+        Some(RELEASE)
+    );
+    assert!(soft["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"].is_null());
+    let hard = anti(&["--set", "antiAffinity=hard"]);
+    assert_eq!(
+        hard["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]["topologyKey"]
+            .as_str(),
+        Some("kubernetes.io/hostname"),
+        "{hard:?}"
+    );
+    assert!(hard["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"].is_null());
+    assert!(anti(&["--set", "antiAffinity=none"]).is_null());
+    let own = anti(&[
+        "--set",
+        "antiAffinity=hard",
+        "--set-json",
+        r#"affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"zone","operator":"In","values":["a"]}]}]}}}"#,
+    ]);
+    assert!(
+        own["podAntiAffinity"].is_null() && own["nodeAffinity"].is_mapping(),
+        "{own:?}"
+    );
+    refused(
+        helm,
+        &[&IMAGE[..], &["--set", "antiAffinity=sometimes"]].concat(),
+        "antiAffinity: \"sometimes\" is not one of soft, hard, none",
+    );
+    let spread = pod_spec(&render(
+        helm,
+        &[
+            "--set-json",
+            r#"topologySpreadConstraints=[{"maxSkew":1,"topologyKey":"topology.kubernetes.io/zone","whenUnsatisfiable":"ScheduleAnyway","labelSelector":{"matchLabels":{"app.kubernetes.io/name":"initguard"}}}]"#,
+        ],
+    ));
+    assert_eq!(
+        spread["topologySpreadConstraints"][0]["topologyKey"].as_str(),
+        Some("topology.kubernetes.io/zone")
+    );
+
+    // A PodDisruptionBudget only where a replica can be spared.
+    assert_eq!(kinds(&render(helm, &[]), "PodDisruptionBudget").len(), 1);
+    assert!(
+        kinds(
+            &render(helm, &["--set", "replicaCount=1"]),
+            "PodDisruptionBudget"
+        )
+        .is_empty()
+    );
+
+    // system-cluster-critical only in kube-system, unless set.
+    let priority = |namespace: &str, args: &[&str]| {
+        let docs = template(helm, namespace, &[&IMAGE[..], args].concat()).expect("renders");
+        pod_spec(&docs)["priorityClassName"]
+            .as_str()
+            .map(str::to_owned)
+    };
+    assert_eq!(
+        priority("kube-system", &[]).as_deref(),
+        Some("system-cluster-critical")
+    );
+    assert_eq!(priority(NAMESPACE, &[]), None);
+    assert_eq!(
+        priority(NAMESPACE, &["--set", "priorityClassName=platform"]).as_deref(),
+        Some("platform")
+    );
+
+    // Scraping: the PodMonitor authenticates with a Secret key through `authorization`; the
+    // ServiceMonitor with Prometheus' own token file, and only with a reader named; not both.
+    let docs = render(helm, &["--set", "metrics.podMonitor.enabled=true"]);
+    let endpoint = &one(&docs, "PodMonitor")["spec"]["podMetricsEndpoints"][0];
+    assert_eq!(endpoint["authorization"]["type"].as_str(), Some("Bearer"));
+    let secret = endpoint["authorization"]["credentials"]["name"].as_str();
+    assert!(endpoint["bearerTokenSecret"].is_null(), "{endpoint:?}");
+    let token = one(&docs, "Secret");
+    assert_eq!(token["metadata"]["name"].as_str(), secret);
+    assert_eq!(
+        token["type"].as_str(),
+        Some("kubernetes.io/service-account-token")
+    );
+    assert!(kinds(&docs, "ServiceMonitor").is_empty() && kinds(&docs, "Service").is_empty());
+    refused(
+        helm,
+        &[
+            &IMAGE[..],
+            &["--set", "metrics.serviceMonitor.enabled=true"],
+        ]
+        .concat(),
+        "list that ServiceAccount in metrics.readers",
+    );
+    let reader = r#"metrics.readers=[{"namespace":"monitoring","name":"prometheus-k8s"}]"#;
+    refused(
+        helm,
+        &[
+            &IMAGE[..],
+            &[
+                "--set",
+                "metrics.serviceMonitor.enabled=true",
+                "--set",
+                "metrics.podMonitor.enabled=true",
+                "--set-json",
+                reader,
+            ],
+        ]
+        .concat(),
+        "are both enabled",
+    );
+    let docs = render(
+        helm,
+        &[
+            "--set",
+            "metrics.serviceMonitor.enabled=true",
+            "--set-json",
+            reader,
+            "--set",
+            "prometheusRule.enabled=true",
+            "--set-json",
+            r#"metrics.serviceMonitor.labels={"release":"kube-prometheus-stack"}"#,
+        ],
+    );
+    let monitor = one(&docs, "ServiceMonitor");
+    let service = one(&docs, "Service");
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(
+        endpoint["bearerTokenFile"].as_str(),
+        Some("/var/run/secrets/kubernetes.io/serviceaccount/token")
+    );
+    assert_eq!(endpoint["port"], service["spec"]["ports"][0]["name"]);
+    for (key, value) in monitor["spec"]["selector"]["matchLabels"]
+        .as_mapping()
+        .expect("the ServiceMonitor selects by labels")
+    {
+        assert_eq!(
+            &service["metadata"]["labels"][key], value,
+            "the ServiceMonitor selects the Service: {key:?}"
+        );
+    }
+    assert_eq!(service["spec"]["selector"], pod_spec_labels_selector(&docs));
+    let monitor_job = service["metadata"]["labels"]
+        [monitor["spec"]["jobLabel"].as_str().expect("jobLabel")]
+    .as_str()
+    .expect("the job label's value")
+    .to_owned();
+    let (jobs, _) = rule_jobs_and_alerts(&one(&docs, "PrometheusRule"));
+    assert!(
+        !jobs.is_empty() && jobs.iter().all(|j| *j == monitor_job),
+        "{jobs:?}"
+    );
+    let readers = kinds(&docs, "ClusterRoleBinding")
+        .into_iter()
+        .find(|b| b["roleRef"]["name"].as_str() == Some("unit-initguard-metrics-reader"))
+        .expect("Prometheus' ServiceAccount is bound to the metrics reader");
+    assert_eq!(
+        readers["subjects"][0]["name"].as_str(),
+        Some("prometheus-k8s")
+    );
+    tb.namespace(NAMESPACE);
+    crate::deploy::install_crds(&tb);
+    server_dry_run(&tb, &docs);
+
+    // The alerts' job follows nameOverride through the PodMonitor's job label; without a chart
+    // monitor it must be named; alerts can be disabled and labelled.
+    let docs = render(
+        helm,
+        &[
+            "--set",
+            "nameOverride=guard",
+            "--set",
+            "metrics.podMonitor.enabled=true",
+            "--set",
+            "prometheusRule.enabled=true",
+        ],
+    );
+    let pod_labels = &one(&docs, "Deployment")["spec"]["template"]["metadata"]["labels"];
+    let job_label = one(&docs, "PodMonitor")["spec"]["jobLabel"]
+        .as_str()
+        .expect("jobLabel")
+        .to_owned();
+    assert_eq!(pod_labels[job_label.as_str()].as_str(), Some("guard"));
+    let (jobs, all_alerts) = rule_jobs_and_alerts(&one(&docs, "PrometheusRule"));
+    assert!(
+        !jobs.is_empty() && jobs.iter().all(|j| j == "guard"),
+        "{jobs:?}"
+    );
+    refused(
+        helm,
+        &[&IMAGE[..], &["--set", "prometheusRule.enabled=true"]].concat(),
+        "prometheusRule.job: no chart monitor is enabled",
+    );
+    let docs = render(
+        helm,
+        &[
+            "--set",
+            "prometheusRule.enabled=true",
+            "--set",
+            "prometheusRule.job=kubernetes-pods",
+            "--set",
+            "prometheusRule.disabled.InitguardPileup=true",
+            "--set",
+            "prometheusRule.additionalRuleLabels.team=platform",
+            "--set",
+            "prometheusRule.additionalRuleAnnotations.dashboard=https://grafana.example.com/d/initguard",
+        ],
+    );
+    let rule = one(&docs, "PrometheusRule");
+    let (jobs, alerts) = rule_jobs_and_alerts(&rule);
+    assert!(
+        !jobs.is_empty() && jobs.iter().all(|j| j == "kubernetes-pods"),
+        "{jobs:?}"
+    );
+    assert!(all_alerts.iter().any(|a| a == "InitguardPileup"));
+    assert_eq!(
+        alerts,
+        all_alerts
+            .iter()
+            .filter(|a| *a != "InitguardPileup")
+            .cloned()
+            .collect::<Vec<_>>()
+    );
+    for group in rule["spec"]["groups"].as_sequence().into_iter().flatten() {
+        for r in group["rules"].as_sequence().into_iter().flatten() {
+            if r["alert"].is_string() {
+                assert_eq!(r["labels"]["team"].as_str(), Some("platform"), "{r:?}");
+                assert!(
+                    r["labels"]["severity"].is_string(),
+                    "own labels kept: {r:?}"
+                );
+                assert!(r["annotations"]["dashboard"].is_string(), "{r:?}");
+                assert!(
+                    r["annotations"]["summary"].is_string(),
+                    "own annotations kept: {r:?}"
+                );
+            }
+        }
+    }
+
+    // The pod's extra settings, as written; a securityContext key removed with null.
+    let docs = render(
+        helm,
+        &[
+            "--set-json",
+            r#"extraEnv=[{"name":"RUST_LOG","value":"initguard=debug"}]"#,
+            "--set-json",
+            r#"extraArgs=["--dry-run"]"#,
+            "--set-json",
+            r#"extraVolumes=[{"name":"owner-ca","configMap":{"name":"owner-ca"}}]"#,
+            "--set-json",
+            r#"extraVolumeMounts=[{"name":"owner-ca","mountPath":"/etc/initguard/owner-ca","readOnly":true}]"#,
+            "--set",
+            "podSecurityContext.runAsUser=null",
+            "--set",
+            "securityContext.runAsUser=null",
+            "--set-json",
+            r#"commonLabels={"cost-center":"platform"}"#,
+            "--set-json",
+            r#"podLabels={"team":"platform"}"#,
+            "--set",
+            "networkPolicy.enabled=true",
+            "--set-json",
+            r#"networkPolicy.from=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]"#,
+        ],
+    );
+    let spec = pod_spec(&docs);
+    let container = &spec["containers"][0];
+    let env: Vec<&str> = container["env"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["name"].as_str())
+        .collect();
+    assert_eq!(env, ["POD_NAME", "RUST_LOG"]);
+    assert_eq!(
+        container["args"]
+            .as_sequence()
+            .and_then(|a| a.last())
+            .and_then(Yaml::as_str),
+        Some("--dry-run")
+    );
+    let mounted = container["volumeMounts"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .any(|m| m["name"].as_str() == Some("owner-ca"));
+    let volume = spec["volumes"]
+        .as_sequence()
+        .into_iter()
+        .flatten()
+        .any(|v| v["name"].as_str() == Some("owner-ca"));
+    assert!(mounted && volume, "{spec:?}");
+    assert!(spec["securityContext"]["runAsUser"].is_null(), "{spec:?}");
+    assert_eq!(
+        spec["securityContext"]["runAsNonRoot"].as_bool(),
+        Some(true)
+    );
+    assert!(container["securityContext"]["runAsUser"].is_null());
+    assert_eq!(
+        container["securityContext"]["readOnlyRootFilesystem"].as_bool(),
+        Some(true)
+    );
+    assert_eq!(
+        one(&docs, "Deployment")["spec"]["template"]["metadata"]["labels"]["team"].as_str(),
+        Some("platform")
+    );
+    for doc in &docs {
+        assert_eq!(
+            doc["metadata"]["labels"]["cost-center"].as_str(),
+            Some("platform"),
+            "commonLabels on every object: {} {}",
+            doc["kind"].as_str().unwrap_or_default(),
+            doc["metadata"]["name"].as_str().unwrap_or_default()
+        );
+    }
+    let policy = one(&docs, "NetworkPolicy");
+    assert_eq!(
+        policy["spec"]["policyTypes"],
+        serde_yaml::from_str::<Yaml>("[Ingress]").unwrap()
+    );
+    assert_eq!(
+        policy["spec"]["ingress"][0]["ports"][0]["port"].as_str(),
+        container["ports"][0]["name"].as_str()
+    );
+    assert_eq!(
+        policy["spec"]["ingress"][0]["from"][0]["namespaceSelector"]["matchLabels"]
+            ["kubernetes.io/metadata.name"]
+            .as_str(),
+        Some("monitoring")
+    );
+    assert_eq!(
+        policy["spec"]["podSelector"]["matchLabels"],
+        pod_spec_labels_selector(&docs)
+    );
+    server_dry_run(&tb, &docs);
+    tb.kubectl(&["delete", "namespace", NAMESPACE, "--wait=false"]);
+}
+
+/// The Deployment's selector (matchLabels).
+fn pod_spec_labels_selector(docs: &[Yaml]) -> Yaml {
+    one(docs, "Deployment")["spec"]["selector"]["matchLabels"].clone()
+}
