@@ -136,6 +136,15 @@ fn serde_problem(
     ConfigError::single(file, line, column, message)
 }
 
+/// The JSON Schema (draft 2020-12) of the configuration file, generated from the types it is
+/// parsed into: every key, its type and its enumerated values; unknown keys are refused.
+/// The schema cannot say everything `Config::from_yaml_str` checks (names, selectors, ranges,
+/// files), so passing it is necessary, not sufficient. The chart's values.schema.json and
+/// config/initguard.schema.json are made from it (tests/deploy.rs checks they are current).
+pub fn json_schema() -> serde_json::Value {
+    schemars::schema_for!(raw::RawConfig).to_value()
+}
+
 impl Config {
     /// Read and validate the file at `path`. Files over [`MAX_CONFIG_BYTES`] are refused before
     /// they are read in full; the text must be UTF-8.

@@ -1688,3 +1688,129 @@ fn chart_files_are_current_copies_of_their_sources() {
     copies.sort();
     assert_eq!(files, copies, "every file in files/ is made by sync-files");
 }
+
+/// Maps under these keys are Kubernetes objects or free label sets: any keys.
+const FREE_VALUES: &[&str] = &[
+    "resources",
+    "nodeSelector",
+    "affinity",
+    "podSecurityContext",
+    "securityContext",
+    "tlsConfig",
+    "labels",
+    "annotations",
+];
+
+/// The chart's config keys that the chart sets itself (`initguard.config` in _helpers.tpl): a
+/// value under `config` would be overwritten, so the schema refuses it.
+const CHART_OWNED_CONFIG: &[&str] = &["listen", "secureListen", "tls", "leaderElection"];
+
+/// The schema of one value of values.yaml, from its default: maps of the chart's own are closed
+/// (a typo fails), lists and free maps take anything of their kind.
+fn value_schema(path: &str, key: &str, value: &serde_json::Value) -> serde_json::Value {
+    use serde_json::{Value as J, json};
+    let fixed = match path {
+        "antiAffinity" => Some(json!({ "enum": ["soft", "hard", "none"] })),
+        "admissionPolicies.mode" => Some(json!({ "enum": ["audit", "warn", "deny"] })),
+        "image.pullPolicy" => Some(json!({ "enum": ["Always", "IfNotPresent", "Never"] })),
+        "replicaCount" => Some(json!({ "type": "integer", "minimum": 0 })),
+        "securePort" => Some(json!({ "type": "integer", "minimum": 1, "maximum": 65535 })),
+        _ => None,
+    };
+    if let Some(schema) = fixed {
+        return schema;
+    }
+    match value {
+        J::Bool(_) => json!({ "type": "boolean" }),
+        J::Number(n) if n.is_i64() || n.is_u64() => json!({ "type": "integer" }),
+        J::Number(_) => json!({ "type": "number" }),
+        J::String(_) => json!({ "type": "string" }),
+        J::Array(items) => match items.first() {
+            Some(J::String(_)) => json!({ "type": "array", "items": { "type": "string" } }),
+            _ => json!({ "type": "array" }),
+        },
+        J::Object(map) if map.is_empty() || FREE_VALUES.contains(&key) => {
+            json!({ "type": "object" })
+        }
+        J::Object(map) => {
+            let properties: serde_json::Map<String, J> = map
+                .iter()
+                .map(|(k, v)| {
+                    let sub = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    (k.clone(), value_schema(&sub, k, v))
+                })
+                .collect();
+            json!({ "type": "object", "properties": properties, "additionalProperties": false })
+        }
+        J::Null => json!({}),
+    }
+}
+
+/// charts/initguard/values.schema.json: `config` is the guard's own schema, generated from its
+/// types (less the keys the chart sets), and every other value is typed from its default in
+/// values.yaml.
+fn generated_values_schema() -> serde_json::Value {
+    let values: serde_json::Value =
+        serde_yaml::from_str(&read(&repo().join("charts/initguard/values.yaml")))
+            .expect("values.yaml parses");
+    let mut schema = value_schema("", "", &values);
+    let mut config = initguard::config::json_schema();
+    let defs = config
+        .as_object_mut()
+        .and_then(|c| c.remove("$defs"))
+        .expect("the config schema has $defs");
+    if let Some(c) = config.as_object_mut() {
+        c.remove("$schema");
+        c.remove("title");
+    }
+    let config_properties = config["properties"]
+        .as_object_mut()
+        .expect("the config schema has properties");
+    for key in CHART_OWNED_CONFIG {
+        assert!(
+            config_properties.remove(*key).is_some(),
+            "the config has no key {key}"
+        );
+    }
+    let root = schema.as_object_mut().expect("values.yaml is a mapping");
+    root["properties"]["config"] = config;
+    // Helm passes `global` to every chart.
+    root["properties"]["global"] = serde_json::json!({ "type": "object" });
+    root.insert("$defs".to_owned(), defs);
+    root.insert(
+        "$schema".to_owned(),
+        "https://json-schema.org/draft/2020-12/schema".into(),
+    );
+    schema
+}
+
+/// The generated schemas are the committed ones; `INITGUARD_BLESS=1` writes them.
+#[test]
+fn schemas_are_generated_from_the_config_types_and_values_yaml() {
+    let bless = std::env::var_os("INITGUARD_BLESS").is_some();
+    for (file, schema) in [
+        (
+            "config/initguard.schema.json",
+            initguard::config::json_schema(),
+        ),
+        (
+            "charts/initguard/values.schema.json",
+            generated_values_schema(),
+        ),
+    ] {
+        let text = serde_json::to_string_pretty(&schema).expect("JSON") + "\n";
+        let path = repo().join(file);
+        if bless {
+            std::fs::write(&path, &text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        }
+        assert!(
+            std::fs::read_to_string(&path).ok().as_deref() == Some(text.as_str()),
+            "{file} is not what the config types and values.yaml give: regenerate it with \
+             INITGUARD_BLESS=1 cargo test --release --test deploy schemas_are_generated"
+        );
+    }
+}

@@ -115,6 +115,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
         Box::pin(chart::chart_values_render_as_documented(tb))
     }),
     (
+        "chart::chart_schema_refuses_typos_before_anything_is_created",
+        |tb| Box::pin(chart::chart_schema_refuses_typos_before_anything_is_created(tb)),
+    ),
+    (
         "deploy::chart_webhook_rbac_is_exactly_what_the_webhooks_need",
         |tb| Box::pin(deploy::chart_webhook_rbac_is_exactly_what_the_webhooks_need(tb)),
     ),

@@ -4,6 +4,9 @@
 use std::fmt;
 use std::time::Duration;
 
+use std::borrow::Cow;
+
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::Deserialize;
 use serde::de::{self, Deserializer, Visitor};
 
@@ -14,12 +17,13 @@ use super::types::{
     Trigger, UnlistedPolicy,
 };
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(
     deny_unknown_fields,
     rename_all = "camelCase",
     expecting = "a mapping of initguard settings (mechanism, optIn, defaults, initializers, ...)"
 )]
+#[schemars(rename = "Config")]
 pub(super) struct RawConfig {
     pub mechanism: Option<Mechanism>,
     pub opt_in: Option<RawOptIn>,
@@ -37,7 +41,7 @@ pub(super) struct RawConfig {
     pub webhooks: Option<Vec<RawWebhook>>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(
     deny_unknown_fields,
     rename_all = "camelCase",
@@ -46,6 +50,7 @@ pub(super) struct RawConfig {
                  bypassVia, optIn, afterRestore, maxWait, evictSingletons and \
                  maxEvictionsPerHour"
 )]
+#[schemars(rename = "Webhook")]
 pub(super) struct RawWebhook {
     pub name: Option<String>,
     pub owner: Option<RawOwner>,
@@ -63,37 +68,40 @@ pub(super) struct RawWebhook {
     pub max_evictions_per_hour: Option<Count>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(
     deny_unknown_fields,
     rename_all = "camelCase",
     expecting = "a mapping with keys label, namespaces and namespaceSelector"
 )]
+#[schemars(rename = "OptIn")]
 pub(super) struct RawOptIn {
     pub label: Option<String>,
     pub namespaces: Option<Vec<String>>,
     pub namespace_selector: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(
     deny_unknown_fields,
     rename_all = "camelCase",
     expecting = "a mapping with keys deadline, ownerDownGrace and probeInterval"
 )]
+#[schemars(rename = "Defaults")]
 pub(super) struct RawDefaults {
     pub deadline: Option<HumanDuration>,
     pub owner_down_grace: Option<HumanDuration>,
     pub probe_interval: Option<HumanDuration>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(
     deny_unknown_fields,
     rename_all = "camelCase",
     expecting = "an initializer entry: a mapping with keys name, deadline, ownerDownGrace, \
                  probeInterval, owner, optIn and bypassOn"
 )]
+#[schemars(rename = "Initializer")]
 pub(super) struct RawInitializer {
     pub name: Option<String>,
     pub deadline: Option<HumanDuration>,
@@ -105,11 +113,16 @@ pub(super) struct RawInitializer {
 }
 
 /// A one-key map; parsed as a struct so that zero or several kinds get a clear error.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(
     deny_unknown_fields,
     rename_all = "camelCase",
     expecting = "an owner: a mapping with one of deployment, lease, service, pods or http"
+)]
+#[schemars(
+    rename = "Owner",
+    description = "Who removes the initializer or serves the webhook: exactly one kind.",
+    extend("minProperties" = 1, "maxProperties" = 1)
 )]
 pub(super) struct RawOwner {
     pub deployment: Option<String>,
@@ -120,12 +133,13 @@ pub(super) struct RawOwner {
     pub apiserver: Option<RawCanary>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(
     deny_unknown_fields,
     rename_all = "camelCase",
     expecting = "a mapping with keys namespace, resource, labels and interval"
 )]
+#[schemars(rename = "ApiserverOwner")]
 pub(super) struct RawCanary {
     pub namespace: Option<String>,
     pub resource: Option<CanaryResource>,
@@ -134,12 +148,13 @@ pub(super) struct RawCanary {
 }
 
 /// `tls: { certFile, keyFile }` of the HTTPS listener; both empty or absent: self-signed.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(
     deny_unknown_fields,
     rename_all = "camelCase",
     expecting = "a mapping with keys certFile and keyFile"
 )]
+#[schemars(rename = "Tls")]
 pub(super) struct RawTls {
     pub cert_file: Option<String>,
     pub key_file: Option<String>,
@@ -153,12 +168,13 @@ pub(super) enum RawHttp {
     Full(RawHttpOwner),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(
     deny_unknown_fields,
     rename_all = "camelCase",
     expecting = "a mapping with keys url, caFile, certFile and keyFile"
 )]
+#[schemars(rename = "HttpOwner")]
 pub(super) struct RawHttpOwner {
     pub url: Option<String>,
     pub ca_file: Option<String>,
@@ -194,35 +210,38 @@ impl<'de> Deserialize<'de> for RawHttp {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(
     deny_unknown_fields,
     rename_all = "camelCase",
     expecting = "a mapping with keys namespace and selector"
 )]
+#[schemars(rename = "PodsOwner")]
 pub(super) struct RawPods {
     pub namespace: Option<String>,
     pub selector: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(
     deny_unknown_fields,
     rename_all = "camelCase",
     expecting = "a mapping with keys threshold, action and minWait"
 )]
+#[schemars(rename = "Pileup")]
 pub(super) struct RawPileup {
     pub threshold: Option<Count>,
     pub action: Option<PileupAction>,
     pub min_wait: Option<HumanDuration>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(
     deny_unknown_fields,
     rename_all = "camelCase",
     expecting = "a mapping with keys enabled, namespace, name and leaseDuration"
 )]
+#[schemars(rename = "LeaderElection")]
 pub(super) struct RawLeaderElection {
     pub enabled: Option<bool>,
     pub namespace: Option<String>,
@@ -342,5 +361,70 @@ impl<'de> Deserialize<'de> for RawEvents {
         }
 
         deserializer.deserialize_any(EventsVisitor)
+    }
+}
+
+// The JSON Schema of what the hand-written visitors above accept (the config's schema is
+// generated from these types: `config::json_schema`).
+
+impl JsonSchema for RawHttp {
+    fn schema_name() -> Cow<'static, str> {
+        "HttpOwnerOrUrl".into()
+    }
+
+    fn json_schema(generator: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "A URL such as http://10.0.0.5:8080/healthz, or url, caFile, certFile and keyFile.",
+            "anyOf": [{ "type": "string" }, generator.subschema_for::<RawHttpOwner>()]
+        })
+    }
+}
+
+impl JsonSchema for HumanDuration {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "Duration".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        // Digits then a unit, repeated: "20s", "1m30s", "1h 5m"; a bare number has no unit.
+        json_schema!({
+            "type": "string",
+            "pattern": "^\\s*([0-9]+\\s*[a-zA-Z\u{b5}]+\\s*)+$"
+        })
+    }
+}
+
+impl JsonSchema for Count {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "Count".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({ "type": "integer", "minimum": 0 })
+    }
+}
+
+impl JsonSchema for RawEvents {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "Events".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "perPatch or off (false, as YAML 1.1 reads a bare off, is off too).",
+            "anyOf": [{ "enum": ["perPatch", "off"] }, { "type": "boolean" }]
+        })
     }
 }

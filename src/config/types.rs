@@ -83,7 +83,9 @@ pub struct WebhookConfig {
 }
 
 /// `afterRestore` of a mutating webhook.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum AfterRestore {
     /// Nothing.
@@ -179,7 +181,7 @@ pub struct Canary {
 }
 
 /// What a canary creates (in dry run only).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CanaryResource {
     Pods,
@@ -284,7 +286,7 @@ impl Serialize for Requester {
 }
 
 /// An admission operation (`exemptOperations`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Operation {
     Create,
@@ -306,7 +308,7 @@ impl Operation {
 }
 
 /// How a bypass keeps opted-in objects away from a webhook.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum BypassVia {
     /// A `matchConditions` CEL expression where the server keeps it, else selectors.
@@ -378,7 +380,9 @@ pub struct InitializerConfig {
 }
 
 /// Who may opt an object in, per initializer or webhook (README "Trust").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "camelCase")]
 pub enum OptInMode {
     /// The object's own opt-in label, or an opted-in namespace.
@@ -402,7 +406,19 @@ impl OptInMode {
 }
 
 /// What may trigger a bypass: the reasons of the decision rule.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Trigger {
     Deadline,
@@ -483,7 +499,7 @@ pub struct ObjectRef {
 }
 
 /// Events about bypassed pods (`events`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum EventsMode {
     /// One Warning Event per bypass patch, naming every initializer it removed (the default).
@@ -493,7 +509,7 @@ pub enum EventsMode {
 }
 
 /// What to do with initializers not listed in the config.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum UnlistedPolicy {
     Ignore,
@@ -511,7 +527,7 @@ pub struct Pileup {
     pub min_wait: Duration,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum PileupAction {
     Alert,

@@ -164,6 +164,20 @@ pub(crate) async fn chart_values_render_as_documented(tb: Arc<Testbed>) {
     refused(
         helm,
         &[&IMAGE[..], &["--set", "antiAffinity=sometimes"]].concat(),
+        "at '/antiAffinity': value must be one of 'soft', 'hard', 'none'",
+    );
+    // The template refuses it too where the schema is skipped.
+    refused(
+        helm,
+        &[
+            &IMAGE[..],
+            &[
+                "--set",
+                "antiAffinity=sometimes",
+                "--skip-schema-validation",
+            ],
+        ]
+        .concat(),
         "antiAffinity: \"sometimes\" is not one of soft, hard, none",
     );
     let spread = pod_spec(&render(
@@ -471,6 +485,112 @@ pub(crate) async fn chart_values_render_as_documented(tb: Arc<Testbed>) {
     );
     server_dry_run(&tb, &docs);
     tb.kubectl(&["delete", "namespace", NAMESPACE, "--wait=false"]);
+}
+
+/// values.schema.json refuses a typo before anything is created: a misspelt value, every
+/// corpus file that the guard refuses for an unknown key (as `config`), and a key the chart
+/// sets itself; it accepts every shipped configuration.
+pub(crate) async fn chart_schema_refuses_typos_before_anything_is_created(tb: Arc<Testbed>) {
+    let helm = tb.bin.join("helm");
+    let helm = helm.as_path();
+    let with_config = |name: &str, config: Yaml| {
+        let mut values = serde_yaml::Mapping::new();
+        values.insert("config".into(), config);
+        let path = tb.dir.join(format!("schema-{name}.yaml"));
+        std::fs::write(&path, serde_yaml::to_string(&values).expect("YAML"))
+            .expect("write the values file");
+        path
+    };
+
+    // Every corpus file refused for an unknown key is refused by the schema too.
+    let corpus = crate::deploy::repo().join("tests/config_corpus");
+    let mut files: Vec<_> = std::fs::read_dir(&corpus)
+        .expect("tests/config_corpus")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    files.sort();
+    let mut unknown = Vec::new();
+    for file in files {
+        let Ok(text) = std::fs::read_to_string(&file) else {
+            continue; // not UTF-8: refused before any key is read
+        };
+        let Err(error) = initguard::config::Config::from_yaml_str(&text, "corpus") else {
+            panic!("{} is accepted by the guard", file.display());
+        };
+        if !error.to_string().contains("unknown field") {
+            continue;
+        }
+        let Ok(config) = serde_yaml::from_str::<Yaml>(&text) else {
+            continue; // e.g. an alias bomb: YAML that no values file can carry either
+        };
+        let name = file
+            .file_stem()
+            .and_then(|n| n.to_str())
+            .unwrap_or("corpus");
+        let values = with_config(name, config);
+        refused(
+            helm,
+            &[&IMAGE[..], &["-f", values.to_str().expect("UTF-8 path")]].concat(),
+            "not allowed",
+        );
+        unknown.push(name.to_owned());
+    }
+    assert!(
+        unknown.len() >= 8,
+        "the corpus's unknown-key files were found: {unknown:?}"
+    );
+
+    // The shipped configurations pass, less the keys the chart sets.
+    for file in [
+        "config/example.yaml",
+        "config/metainit-compat.yaml",
+        "deploy/config.yaml",
+    ] {
+        let mut config: Yaml = serde_yaml::from_str(
+            &std::fs::read_to_string(crate::deploy::repo().join(file)).expect(file),
+        )
+        .expect("a shipped config parses");
+        for key in ["listen", "secureListen", "tls", "leaderElection"] {
+            config.as_mapping_mut().expect("a mapping").remove(key);
+        }
+        let values = with_config(file.replace('/', "-").as_str(), config);
+        render(helm, &["-f", values.to_str().expect("UTF-8 path")]);
+    }
+    refused(
+        helm,
+        &[&IMAGE[..], &["--set", "config.listen=0.0.0.0:9777"]].concat(),
+        "additional properties 'listen' not allowed",
+    );
+
+    // `helm install` with a misspelt value fails on the schema and creates nothing: no
+    // namespace, no release, no cluster-scoped object.
+    let namespace = "initguard-chart-typo";
+    let admin = tb.kubeconfig("admin");
+    let out = Command::new(helm)
+        .args(["--kubeconfig", admin.to_str().expect("UTF-8 path")])
+        .args(["install", "typo"])
+        .arg(chart())
+        .args(["--namespace", namespace, "--create-namespace"])
+        .args(IMAGE)
+        .args(["--set", "replicaCout=1"])
+        .output()
+        .expect("helm runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && stderr.contains("at '': additional properties 'replicaCout' not allowed"),
+        "helm install with a typo: {stderr}"
+    );
+    let left = tb.kubectl(&[
+        "get",
+        "namespaces,clusterroles,clusterrolebindings",
+        "-o",
+        "name",
+    ]);
+    assert!(
+        !left.contains(namespace) && !left.contains("typo-initguard"),
+        "a refused install left objects: {left}"
+    );
 }
 
 /// The Deployment's selector (matchLabels).

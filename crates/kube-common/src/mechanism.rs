@@ -4,7 +4,7 @@ use http::{Method, Request, Uri};
 use serde::{Deserialize, Serialize};
 
 /// Where pending initializers live on a pod.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum Mechanism {
     /// `spec.schedulingGates[].name` (Kubernetes >= 1.27).
