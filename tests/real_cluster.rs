@@ -119,6 +119,14 @@ const SCENARIOS: &[(&str, Scenario)] = &[
         |tb| Box::pin(chart::chart_schema_refuses_typos_before_anything_is_created(tb)),
     ),
     (
+        "chart::chart_helm_test_checks_the_config_and_reads_status",
+        |tb| {
+            Box::pin(chart::chart_helm_test_checks_the_config_and_reads_status(
+                tb,
+            ))
+        },
+    ),
+    (
         "deploy::chart_webhook_rbac_is_exactly_what_the_webhooks_need",
         |tb| Box::pin(deploy::chart_webhook_rbac_is_exactly_what_the_webhooks_need(tb)),
     ),

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde_yaml::Value as Yaml;
 
-use crate::deploy::{IMAGE, chart, run};
+use crate::deploy::{IMAGE, chart, run, run_container};
 use crate::testbed::*;
 
 const RELEASE: &str = "unit";
@@ -596,4 +596,91 @@ pub(crate) async fn chart_schema_refuses_typos_before_anything_is_created(tb: Ar
 /// The Deployment's selector (matchLabels).
 fn pod_spec_labels_selector(docs: &[Yaml]) -> Yaml {
     one(docs, "Deployment")["spec"]["selector"]["matchLabels"].clone()
+}
+
+/// `helm test` runs the chart's test pod: `check-config` on the rendered configuration, then
+/// `status` with the guard's own ServiceAccount. The test bed has no kubelet, so the test runs
+/// each container's command as a host process with the pod's token and reports the pod's
+/// phase through `pods/status`; helm judges the rest.
+pub(crate) async fn chart_helm_test_checks_the_config_and_reads_status(tb: Arc<Testbed>) {
+    let helm = tb.bin.join("helm");
+    let (release, namespace) = ("htest", "initguard-chart-htest");
+    let admin = tb.kubeconfig("admin");
+    let admin = admin.to_str().expect("UTF-8 path");
+    let chart = chart();
+    let gate = "gates.example.com/warden";
+    run(
+        "helm install",
+        &helm,
+        &[
+            &["--kubeconfig", admin, "install", release],
+            &[chart.to_str().expect("UTF-8 path")][..],
+            &["--namespace", namespace, "--create-namespace", "--set", "replicaCount=1"],
+            &IMAGE[..],
+            &[
+                "--set-json",
+                &format!(
+                    r#"config.initializers=[{{"name":"{gate}","deadline":"1m","owner":{{"deployment":"kube-system/warden"}}}}]"#
+                ),
+            ],
+        ]
+        .concat(),
+        None,
+    );
+    let test = Command::new(&helm)
+        .args(["--kubeconfig", admin, "test", release])
+        .args(["--namespace", namespace, "--timeout", "3m"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("helm test starts");
+    let pod = crate::wait::eventually("the chart's test pod", || {
+        tb.list("pods", namespace, Some("app.kubernetes.io/component=test"))
+            .into_iter()
+            .next()
+    })
+    .await;
+    let pod_name = pod["metadata"]["name"].as_str().expect("a name").to_owned();
+    let config = crate::deploy::release_config(&tb, release, namespace);
+    let mounts = [("/etc/initguard/config.yaml", config.as_path())];
+    // The init container first, as the kubelet runs them.
+    let check = run_container(&tb, &pod, &pod["spec"]["initContainers"][0], &mounts);
+    let checked = String::from_utf8_lossy(&check.stdout).into_owned();
+    assert!(
+        check.status.success() && checked.contains(gate),
+        "check-config in the test pod: {checked}{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let status = run_container(&tb, &pod, &pod["spec"]["containers"][0], &mounts);
+    let printed = String::from_utf8_lossy(&status.stdout).into_owned();
+    assert!(
+        status.status.success()
+            && printed.contains("mechanism: schedulingGates")
+            && printed.contains(gate),
+        "status with the guard's ServiceAccount: {printed}{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    crate::deploy::finish_pod(&tb, namespace, &pod_name, "Succeeded");
+    let done = test.wait_with_output().expect("helm test ends");
+    let said = String::from_utf8_lossy(&done.stdout);
+    assert!(
+        done.status.success() && said.contains("Phase:          Succeeded"),
+        "helm test: {said}{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    run(
+        "helm uninstall",
+        &helm,
+        &[
+            "--kubeconfig",
+            admin,
+            "uninstall",
+            release,
+            "--namespace",
+            namespace,
+            "--wait",
+        ],
+        None,
+    );
+    tb.kubectl(&["delete", "namespace", namespace, "--wait=false"]);
 }

@@ -60,6 +60,94 @@ pub(crate) fn run(what: &str, program: &Path, args: &[&str], stdin: Option<&str>
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Plays the kubelet for one container of `pod` (the test bed runs none): its command line as
+/// a host process, with a TokenRequest token of the pod's ServiceAccount in `$KUBECONFIG` (as
+/// the in-cluster config would be) and every path in `mounts` (in the pod, on the host)
+/// replaced in its arguments.
+pub(crate) fn run_container(
+    tb: &Testbed,
+    pod: &serde_json::Value,
+    container: &serde_json::Value,
+    mounts: &[(&str, &Path)],
+) -> Output {
+    let namespace = pod["metadata"]["namespace"].as_str().expect("a namespace");
+    let sa = pod["spec"]["serviceAccountName"]
+        .as_str()
+        .expect("a ServiceAccount");
+    let token = tb.kubectl(&["create", "token", sa, "-n", namespace]);
+    let kubeconfig = std::fs::read_to_string(tb.kubeconfig("admin"))
+        .expect("admin kubeconfig")
+        .lines()
+        .map(|l| {
+            if l.trim_start().starts_with("token:") {
+                format!("    token: {}", token.trim())
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let pod_name = pod["metadata"]["name"].as_str().expect("a pod name");
+    let name = container["name"].as_str().expect("a container name");
+    let kubeconfig_path = tb.dir.join(format!("{pod_name}-{name}.kubeconfig"));
+    std::fs::write(&kubeconfig_path, kubeconfig).expect("write the pod's kubeconfig");
+    assert_eq!(
+        container["command"],
+        serde_json::json!(["/initguard"]),
+        "{name} runs the guard's binary"
+    );
+    let args: Vec<String> = container["args"]
+        .as_array()
+        .expect("the container's args")
+        .iter()
+        .map(|a| {
+            let a = a.as_str().unwrap_or_default();
+            mounts
+                .iter()
+                .find(|(inside, _)| *inside == a)
+                .map_or_else(|| a.to_owned(), |(_, host)| host.display().to_string())
+        })
+        .collect();
+    Command::new(env!("CARGO_BIN_EXE_initguard"))
+        .args(&args)
+        .env("KUBECONFIG", &kubeconfig_path)
+        .output()
+        .unwrap_or_else(|e| panic!("{pod_name}/{name} ({args:?}): {e}"))
+}
+
+/// The release's rendered config.yaml (its ConfigMap), written to a host file.
+pub(crate) fn release_config(tb: &Testbed, release: &str, namespace: &str) -> PathBuf {
+    let rendered = tb.kubectl(&[
+        "get",
+        "configmap",
+        &format!("{release}-initguard"),
+        "-n",
+        namespace,
+        "-o",
+        "jsonpath={.data.config\\.yaml}",
+    ]);
+    let path = tb.dir.join(format!("{release}-config.yaml"));
+    std::fs::write(&path, rendered).expect("write the release's config");
+    path
+}
+
+/// Reports `pod` finished with `phase` through `pods/status`, as its kubelet would.
+pub(crate) fn finish_pod(tb: &Testbed, namespace: &str, pod: &str, phase: &str) {
+    tb.kubectl(&[
+        "patch",
+        "pod",
+        pod,
+        "-n",
+        namespace,
+        "--subresource",
+        "status",
+        "--type",
+        "merge",
+        "-p",
+        &serde_json::json!({ "status": { "phase": phase } }).to_string(),
+    ]);
+}
+
 /// (kind, namespace, name) of every object in a multi-document YAML text.
 fn objects(text: &str) -> Vec<(String, Option<String>, String)> {
     let mut out = Vec::new();

@@ -1084,59 +1084,14 @@ pub(crate) async fn webhook_bypass_is_restored_by_helm_uninstall(tb: Arc<Testbed
         "the hook pod is opted in"
     );
     // The pod's identity and configuration, as the kubelet would mount them.
-    let sa = pod["spec"]["serviceAccountName"]
-        .as_str()
-        .expect("a ServiceAccount");
-    let token = tb.kubectl(&["create", "token", sa, "-n", release_ns]);
-    let kubeconfig = std::fs::read_to_string(tb.kubeconfig("admin"))
-        .expect("admin kubeconfig")
-        .lines()
-        .map(|l| {
-            if l.trim_start().starts_with("token:") {
-                format!("    token: {}", token.trim())
-            } else {
-                l.to_owned()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    let kubeconfig_path = tb.dir.join("whu-hook.kubeconfig");
-    std::fs::write(&kubeconfig_path, kubeconfig).expect("write the hook kubeconfig");
-    let rendered = tb.kubectl(&[
-        "get",
-        "configmap",
-        &format!("{release}-initguard"),
-        "-n",
-        release_ns,
-        "-o",
-        "jsonpath={.data.config\\.yaml}",
-    ]);
-    let config_path = tb.dir.join("whu-hook-config.yaml");
-    std::fs::write(&config_path, rendered).expect("write the release's config");
-    let args: Vec<String> = container["args"]
-        .as_array()
-        .expect("the hook's args")
-        .iter()
-        .map(|a| {
-            let a = a.as_str().unwrap_or_default();
-            if a == "/etc/initguard/config.yaml" {
-                config_path.display().to_string()
-            } else {
-                a.to_owned()
-            }
-        })
-        .collect();
-    assert_eq!(
-        args.first().map(String::as_str),
-        Some("restore"),
-        "{args:?}"
+    let config_path = crate::deploy::release_config(&tb, release, release_ns);
+    assert_eq!(container["args"][0], "restore", "{container:#}");
+    let out = crate::deploy::run_container(
+        &tb,
+        &pod,
+        container,
+        &[("/etc/initguard/config.yaml", &config_path)],
     );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_initguard"))
-        .args(&args)
-        .arg("--kubeconfig")
-        .arg(&kubeconfig_path)
-        .output()
-        .expect("the hook's command runs");
     let printed = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success()
@@ -1145,19 +1100,7 @@ pub(crate) async fn webhook_bypass_is_restored_by_helm_uninstall(tb: Arc<Testbed
         "the hook's command: {printed}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    tb.kubectl(&[
-        "patch",
-        "pod",
-        &pod_name,
-        "-n",
-        release_ns,
-        "--subresource",
-        "status",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"status":{"phase":"Succeeded"}}"#,
-    ]);
+    crate::deploy::finish_pod(&tb, release_ns, &pod_name, "Succeeded");
     let done = uninstall.wait_with_output().expect("helm uninstall ends");
     assert!(
         done.status.success(),
