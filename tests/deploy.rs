@@ -1003,8 +1003,11 @@ fn pod_monitor_selects_both_variants_on_the_metrics_port() {
     // ServiceAccount bound to the reader role.
     let namespace = str_of(&pm["metadata"]["namespace"], "namespace");
     for endpoint in endpoints {
-        let secret_name = str_of(&endpoint["bearerTokenSecret"]["name"], "bearerTokenSecret");
-        assert_eq!(endpoint["bearerTokenSecret"]["key"].as_str(), Some("token"));
+        assert_eq!(endpoint["authorization"]["type"].as_str(), Some("Bearer"));
+        let credentials = &endpoint["authorization"]["credentials"];
+        let secret_name = str_of(&credentials["name"], "authorization.credentials");
+        assert_eq!(credentials["key"].as_str(), Some("token"));
+        assert!(endpoint["bearerTokenSecret"].is_null(), "deprecated bearerTokenSecret");
         let secret = docs
             .iter()
             .find(|d| {
