@@ -454,6 +454,12 @@ impl Config {
             EventsMode::Off => "off (no Events about bypassed pods)",
         };
         writeln!(out, "events: {events}")?;
+        let waiting = if self.waiting_events {
+            "on (one Normal InitializerWaiting Event per long-waiting pod and initializer)"
+        } else {
+            "off"
+        };
+        writeln!(out, "waitingEvents: {waiting}")?;
         writeln!(out, "maxInFlight: {}", self.max_in_flight)?;
         if !self.webhooks.is_empty() {
             writeln!(out, "webhooks: {}", self.webhooks.len())?;

@@ -51,6 +51,9 @@ pub enum EventOutcome {
     Failed,
     /// Never sent: this replica stopped leading, or the queue of Events was full.
     Dropped,
+    /// Already there (409): an `InitializerWaiting` Event an earlier run or another replica
+    /// wrote under the same name.
+    Exists,
 }
 
 impl EventOutcome {
@@ -60,6 +63,7 @@ impl EventOutcome {
             EventOutcome::Written => "written",
             EventOutcome::Failed => "failed",
             EventOutcome::Dropped => "dropped",
+            EventOutcome::Exists => "exists",
         }
     }
 }
@@ -172,7 +176,8 @@ impl Metrics {
                     "initguard_events_total",
                     "Events initguard wrote (written), that the API server refused or did not \
                      answer (failed), or that it gave up before sending (dropped: no longer \
-                     leading, or more waiting than it keeps).",
+                     leading, or more waiting than it keeps); exists: an InitializerWaiting \
+                     Event already written by an earlier run or another replica.",
                 ),
                 &["reason", "outcome"],
             )?,
@@ -358,6 +363,17 @@ impl Metrics {
             ] {
                 m.events_total
                     .with_label_values(&["InitializerBypassed", outcome.as_str()]);
+            }
+        }
+        if config.waiting_events {
+            for outcome in [
+                EventOutcome::Written,
+                EventOutcome::Failed,
+                EventOutcome::Dropped,
+                EventOutcome::Exists,
+            ] {
+                m.events_total
+                    .with_label_values(&["InitializerWaiting", outcome.as_str()]);
             }
         }
         // Zero also without tls files (nothing reloads then), so the board shows no gap.

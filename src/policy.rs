@@ -396,6 +396,76 @@ pub fn decide(
     outcome
 }
 
+/// An `InitializerWaiting` Event a waiting pod is owed for one initializer: how long it has
+/// waited, and what the guard will do about it (README "Observe").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    pub initializer: String,
+    pub waited: Duration,
+    /// The plan `decide` made for it: never `Plan::Bypass` (nothing is due now).
+    pub plan: Plan,
+    /// The initializer's `optIn` mode, which says how a pod could qualify.
+    pub opt_in: OptInMode,
+}
+
+/// The `InitializerWaiting` notices that `outcome` (what `decide` gave for this pod at `now`)
+/// owes, and the earliest later instant at which another one becomes owed.
+///
+/// Owed for a pending initializer whose clock runs (legacy: the head) and that the guard
+/// guards (listed, or `unlistedInitializers: deadline`), once the pod has waited half its
+/// deadline, or at once while the initializer's owner is down or, where one is configured,
+/// unknown. Never while a bypass of the pod is due now: the patch comes first (its Event says
+/// more), and the pod is decided again when the watch shows it. The caller writes each notice
+/// once per pod and initializer.
+pub fn waiting_notices(
+    outcome: &Outcome,
+    env: &impl Environment,
+    config: &Config,
+    now: SystemTime,
+) -> (Vec<Notice>, Option<SystemTime>) {
+    let mut notices = Vec::new();
+    let mut wake: Option<SystemTime> = None;
+    if !outcome.decisions.is_empty() {
+        return (notices, wake);
+    }
+    let mut seen: HashSet<&str> = HashSet::with_capacity(outcome.plans.len());
+    for plan in &outcome.plans {
+        // Once per name, and only a name the guard could ever act on (the plan of a pod that
+        // did not opt in says only that).
+        if !seen.insert(plan.initializer.as_str())
+            || validate_initializer_name(&plan.initializer).is_err()
+        {
+            continue;
+        }
+        let Some(waited) = plan.waited else {
+            continue; // legacy, behind the head: its clock does not run
+        };
+        let Some(deadline) = config.deadline_for(&plan.initializer) else {
+            continue; // not guarded: nothing to say about it
+        };
+        let has_owner = config
+            .initializer(&plan.initializer)
+            .is_some_and(|i| i.owner.is_some());
+        let owner_trouble = match env.owner_state(&plan.initializer) {
+            OwnerState::Down { .. } => true,
+            OwnerState::Unknown => has_owner,
+            OwnerState::Up { .. } => false,
+        };
+        let half = deadline / 2;
+        if owner_trouble || waited >= half {
+            notices.push(Notice {
+                initializer: plan.initializer.clone(),
+                waited,
+                plan: plan.plan.clone(),
+                opt_in: config.opt_in_mode(&plan.initializer),
+            });
+        } else if let Some(at) = now.checked_add(half - waited) {
+            wake = Some(wake.map_or(at, |w| w.min(at)));
+        }
+    }
+    (notices, wake)
+}
+
 /// What happens now to a legacy entry behind the head.
 enum Behind {
     /// Removed in the same patch as every entry before it.
@@ -662,6 +732,7 @@ mod tests {
             tls: crate::config::ServingCert::SelfSigned,
             dry_run: false,
             events: crate::config::EventsMode::PerPatch,
+            waiting_events: true,
             max_in_flight: 16,
             webhooks: Vec::new(),
         }
@@ -2067,6 +2138,76 @@ mod tests {
                 let out = world.decide_at(world.now);
                 check_invariants(&world, &out)?;
                 prop_assert_eq!(&world.decide_at(world.now), &out, "not deterministic");
+            }
+
+            #[test]
+            fn waiting_notices_are_owed_exactly_as_the_rule_says(
+                world in world(),
+                fraction in 0.0f64..1.0,
+            ) {
+                let mut world = world;
+                world.pod.head_since = world.pod.head_since.or(Some(world.pod.created));
+                let env = world.env();
+                let config = &world.config;
+                let notices_at = |now: SystemTime| {
+                    let out = world.decide_at(now);
+                    (waiting_notices(&out, &env, config, now), out)
+                };
+                let ((notices, wake), out) = notices_at(world.now);
+                // Judged from the world as written, not from the plans' texts.
+                let legacy = config.mechanism == Mechanism::Initializers;
+                let waited = world.now.duration_since(world.start()).unwrap_or_default();
+                let mut expected = Vec::new();
+                let mut expected_wake: Option<SystemTime> = None;
+                let mut seen = HashSet::new();
+                for (i, name) in world.pod.pending.iter().enumerate() {
+                    let first = seen.insert(name.clone());
+                    let Some(deadline) = config.deadline_for(name) else { continue };
+                    if !out.decisions.is_empty()
+                        || (legacy && i > 0)
+                        || !first
+                        || validate_initializer_name(name).is_err()
+                    {
+                        continue;
+                    }
+                    let has_owner = config.initializer(name).is_some_and(|l| l.owner.is_some());
+                    let trouble = match env.owner_state(name) {
+                        OwnerState::Down { .. } => true,
+                        OwnerState::Unknown => has_owner,
+                        OwnerState::Up { .. } => false,
+                    };
+                    if trouble || waited >= deadline / 2 {
+                        expected.push(name.clone());
+                    } else {
+                        let at = world.start() + deadline / 2;
+                        expected_wake = Some(expected_wake.map_or(at, |w| w.min(at)));
+                    }
+                }
+                let got: Vec<String> = notices.iter().map(|n| n.initializer.clone()).collect();
+                prop_assert_eq!(&got, &expected);
+                for n in &notices {
+                    prop_assert!(!matches!(n.plan, Plan::Bypass { .. }), "a notice for a pod due now");
+                    prop_assert_eq!(n.opt_in, config.opt_in_mode(&n.initializer));
+                }
+                if world.start() <= world.now {
+                    prop_assert_eq!(wake, expected_wake);
+                } else {
+                    // A start in the future counts as no wait: the wake may come early (it
+                    // re-decides), never late.
+                    prop_assert_eq!(wake.is_some(), expected_wake.is_some());
+                    prop_assert!(wake <= expected_wake);
+                }
+                if let Some(wake) = wake {
+                    // Nothing more is owed before the wake (while no bypass becomes due first).
+                    prop_assert!(wake > world.now);
+                    let gap = wake.duration_since(world.now).unwrap_or_default();
+                    let between = world.now + gap.mul_f64(fraction).min(gap.saturating_sub(Duration::from_nanos(1)));
+                    let ((early, _), early_out) = notices_at(between);
+                    if early_out.decisions.is_empty() {
+                        let early: Vec<String> = early.iter().map(|n| n.initializer.clone()).collect();
+                        prop_assert_eq!(early, expected);
+                    }
+                }
             }
 
             #[test]

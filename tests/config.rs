@@ -734,6 +734,29 @@ mod rules {
         assert_eq!(accepted("events: true\n").events, EventsMode::PerPatch);
     }
 
+    /// `waitingEvents`: on by default, off with `events: off`; `on`/`off` and Helm's booleans;
+    /// asking for them with Events off is an error, not silently ignored.
+    #[test]
+    fn waiting_events_are_on_unless_off_and_never_on_without_events() {
+        assert!(accepted("{}").waiting_events);
+        assert!(!accepted("events: off\n").waiting_events);
+        assert!(!accepted("waitingEvents: off\n").waiting_events);
+        assert!(!accepted("waitingEvents: false\n").waiting_events);
+        assert!(accepted("waitingEvents: on\n").waiting_events);
+        assert!(accepted("waitingEvents: true\n").waiting_events);
+        assert!(!accepted("events: off\nwaitingEvents: off\n").waiting_events);
+        assert_rejected(
+            "events: off\nwaitingEvents: on\n",
+            "2:16",
+            "waitingEvents: expected off (or no waitingEvents) with events: off, got on",
+        );
+        assert_rejected(
+            "waitingEvents: sometimes\n",
+            "1:16",
+            "waitingEvents: unknown variant `sometimes`, expected `on` or `off`",
+        );
+    }
+
     #[test]
     fn enums_name_their_choices() {
         assert_rejected(

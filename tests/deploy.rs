@@ -1007,7 +1007,10 @@ fn pod_monitor_selects_both_variants_on_the_metrics_port() {
         let credentials = &endpoint["authorization"]["credentials"];
         let secret_name = str_of(&credentials["name"], "authorization.credentials");
         assert_eq!(credentials["key"].as_str(), Some("token"));
-        assert!(endpoint["bearerTokenSecret"].is_null(), "deprecated bearerTokenSecret");
+        assert!(
+            endpoint["bearerTokenSecret"].is_null(),
+            "deprecated bearerTokenSecret"
+        );
         let secret = docs
             .iter()
             .find(|d| {

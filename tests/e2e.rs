@@ -27,6 +27,8 @@ mod trust;
 mod unknown_owners;
 #[path = "e2e/versions.rs"]
 mod versions;
+#[path = "e2e/waiting.rs"]
+mod waiting;
 #[path = "e2e/webhooks.rs"]
 mod webhooks;
 #[path = "e2e/writes.rs"]

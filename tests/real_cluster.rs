@@ -68,6 +68,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("gates::namespace_opt_in_survives_a_restart", |tb| {
         Box::pin(gates::namespace_opt_in_survives_a_restart(tb))
     }),
+    (
+        "gates::waiting_pod_is_explained_in_kubectl_describe",
+        |tb| Box::pin(gates::waiting_pod_is_explained_in_kubectl_describe(tb)),
+    ),
     ("gates::dry_run_writes_nothing", |tb| {
         Box::pin(gates::dry_run_writes_nothing(tb))
     }),

@@ -37,6 +37,7 @@ pub(super) struct RawConfig {
     pub tls: Option<RawTls>,
     pub dry_run: Option<bool>,
     pub events: Option<RawEvents>,
+    pub waiting_events: Option<RawSwitch>,
     pub max_in_flight: Option<Count>,
     pub webhooks: Option<Vec<RawWebhook>>,
 }
@@ -364,6 +365,39 @@ impl<'de> Deserialize<'de> for RawEvents {
     }
 }
 
+/// `on` or `off` (`waitingEvents`). YAML 1.1, as Helm renders values, reads a bare `on` and
+/// `off` as booleans, so booleans are accepted too.
+#[derive(Debug)]
+pub(super) struct RawSwitch(pub bool);
+
+impl<'de> Deserialize<'de> for RawSwitch {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct SwitchVisitor;
+
+        impl Visitor<'_> for SwitchVisitor {
+            type Value = RawSwitch;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("on or off")
+            }
+
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<RawSwitch, E> {
+                Ok(RawSwitch(v))
+            }
+
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawSwitch, E> {
+                match v {
+                    "on" => Ok(RawSwitch(true)),
+                    "off" => Ok(RawSwitch(false)),
+                    other => Err(E::unknown_variant(other, &["on", "off"])),
+                }
+            }
+        }
+
+        deserializer.deserialize_any(SwitchVisitor)
+    }
+}
+
 // The JSON Schema of what the hand-written visitors above accept (the config's schema is
 // generated from these types: `config::json_schema`).
 
@@ -425,6 +459,23 @@ impl JsonSchema for RawEvents {
         json_schema!({
             "description": "perPatch or off (false, as YAML 1.1 reads a bare off, is off too).",
             "anyOf": [{ "enum": ["perPatch", "off"] }, { "type": "boolean" }]
+        })
+    }
+}
+
+impl JsonSchema for RawSwitch {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "Switch".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "on or off (true and false, as YAML 1.1 reads a bare on and off, too).",
+            "anyOf": [{ "enum": ["on", "off"] }, { "type": "boolean" }]
         })
     }
 }

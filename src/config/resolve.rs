@@ -1057,6 +1057,21 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
         problems.value("optIn.namespaceSelector", e);
     }
 
+    let events = raw.events.map_or(EventsMode::PerPatch, |e| e.0);
+    // On by default, off with `events: off`; asking for it with Events off is a contradiction.
+    let waiting_events = match raw.waiting_events.map(|w| w.0) {
+        Some(true) if events == EventsMode::Off => {
+            problems.value(
+                "waitingEvents",
+                "expected off (or no waitingEvents) with events: off, got on: waitingEvents are \
+                 Events too",
+            );
+            false
+        }
+        Some(on) => on,
+        None => events == EventsMode::PerPatch,
+    };
+
     Config {
         mechanism: raw.mechanism.unwrap_or(Mechanism::SchedulingGates),
         opt_in,
@@ -1069,7 +1084,8 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
         secure_listen,
         tls,
         dry_run: raw.dry_run.unwrap_or(false),
-        events: raw.events.map_or(EventsMode::PerPatch, |e| e.0),
+        events,
+        waiting_events,
         // Bounded by MAX_IN_FLIGHT_LIMIT above.
         max_in_flight: usize::try_from(max_in_flight).unwrap_or(DEFAULT_MAX_IN_FLIGHT),
         webhooks,

@@ -33,6 +33,9 @@ pub struct Config {
     pub dry_run: bool,
     /// Whether each bypass patch is recorded with a Warning Event on the pod.
     pub events: EventsMode,
+    /// Whether a pod that has waited long gets one Normal `InitializerWaiting` Event per
+    /// initializer saying why and what will happen (`waitingEvents`; off with `events: off`).
+    pub waiting_events: bool,
     /// Most bypass patches in flight at once (default 16).
     pub max_in_flight: usize,
     /// Listed admission webhooks (README "Admission webhooks").

@@ -1,5 +1,6 @@
 //! The pod writer: removes every initializer decided for a pod with one atomic JSON Patch and
-//! records a core/v1 Event for that patch.
+//! records a core/v1 Event for that patch; after them, and rate-limited, the
+//! `InitializerWaiting` Events of pods that wait long.
 //!
 //! Concurrency is bounded; a failed `test` (the pod changed under us) is never retried blindly:
 //! the pod is re-read and handed back for a fresh decision. Transient API failures are retried
@@ -18,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::fence::Fence;
+use super::waiting::{WAITING_EVENT_REASON, Waiting, waiting_event};
 use super::write::{self, Refusal, Subject};
 use crate::bypass::{BypassTarget, Removal, bypass_patch};
 use crate::config::{Config, EventsMode};
@@ -93,10 +95,12 @@ impl Reply {
     }
 }
 
-/// Handle to submit bypasses.
+/// Handle to submit bypasses and `InitializerWaiting` Events.
 #[derive(Clone)]
 pub struct Actuator {
     tx: mpsc::Sender<Bypass>,
+    waiting: mpsc::Sender<Waiting>,
+    metrics: Arc<Metrics>,
 }
 
 /// Bypasses waiting for a free slot.
@@ -104,6 +108,9 @@ const QUEUE: usize = 4096;
 /// Events of written patches kept until the burst is over; beyond this they are dropped (and
 /// counted), so a long burst cannot grow memory without bound.
 const MAX_UNRECORDED: usize = 50_000;
+/// `InitializerWaiting` Events are written at most this often: they explain, and must never
+/// compete with what unblocks pods.
+const WAITING_EVENT_EVERY: Duration = Duration::from_millis(100);
 
 impl Actuator {
     /// The actuator and its worker task, for the caller to spawn as a writer (see
@@ -119,15 +126,31 @@ impl Actuator {
         cancel: CancellationToken,
     ) -> (Actuator, impl Future<Output = ()> + Send + 'static) {
         let (tx, rx) = mpsc::channel(QUEUE);
+        let (waiting, waiting_rx) = mpsc::channel(QUEUE);
         let worker = Worker {
             client,
             config,
-            metrics,
+            metrics: metrics.clone(),
             fence,
             identity: Arc::from(identity),
             replies,
         };
-        (Actuator { tx }, worker.run(rx, cancel))
+        (
+            Actuator {
+                tx,
+                waiting,
+                metrics,
+            },
+            worker.run(rx, waiting_rx, cancel),
+        )
+    }
+
+    /// Queue an `InitializerWaiting` Event; dropped and counted when the queue is full.
+    pub fn notify(&self, waiting: Waiting) {
+        if self.waiting.try_send(waiting).is_err() {
+            self.metrics
+                .event(WAITING_EVENT_REASON, EventOutcome::Dropped);
+        }
     }
 
     /// Queue a bypass; gives it back when the queue is full or the actuator stopped.
@@ -162,12 +185,19 @@ impl Worker {
     /// Patches run up to `maxInFlight` at once. The Event of each bypass is written once no
     /// bypass is waiting or in flight: during a burst, removing gates is what unblocks the
     /// cluster, and the Events would otherwise take half of the slots and of the API server.
-    async fn run(self, mut rx: mpsc::Receiver<Bypass>, cancel: CancellationToken) {
+    async fn run(
+        self,
+        mut rx: mpsc::Receiver<Bypass>,
+        mut waiting_rx: mpsc::Receiver<Waiting>,
+        cancel: CancellationToken,
+    ) {
         let slots = self.config.max_in_flight.max(1);
         // A patch task yields its bypass when it was written, for the Event.
         let mut patches: JoinSet<Option<Bypass>> = JoinSet::new();
         let mut events: JoinSet<()> = JoinSet::new();
-        let mut unrecorded = Unrecorded::new(self.metrics.clone());
+        let mut unrecorded = Unrecorded::new(self.metrics.clone(), BYPASS_EVENT_REASON);
+        let mut waiting = Unrecorded::new(self.metrics.clone(), WAITING_EVENT_REASON);
+        let mut next_waiting = tokio::time::Instant::now();
         // Events are written also while draining: they end with the fence, not with `cancel`.
         let events_cancel = CancellationToken::new();
         loop {
@@ -179,7 +209,24 @@ impl Worker {
                 let cancel = events_cancel.clone();
                 events.spawn(async move { worker.record(&bypass, &cancel).await });
             }
+            // Last, one at a time: what waits is explained once nothing else is to be done.
+            let idle = patches.is_empty() && rx.is_empty() && unrecorded.len() == 0;
+            let explain = idle && events.len() < slots && waiting.len() > 0;
+            if explain
+                && tokio::time::Instant::now() >= next_waiting
+                && let Some(w) = waiting.pop_front()
+            {
+                next_waiting = tokio::time::Instant::now() + WAITING_EVENT_EVERY;
+                let worker = self.clone();
+                let cancel = events_cancel.clone();
+                events.spawn(async move { worker.explain(&w, &cancel).await });
+            }
             let free = patches.len() + events.len() < slots;
+            // Wake for the next one only when nothing else would (a finished write does).
+            let explain_later = idle
+                && events.len() < slots
+                && waiting.len() > 0
+                && tokio::time::Instant::now() < next_waiting;
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => break,
@@ -189,6 +236,14 @@ impl Worker {
                     }
                 }
                 Some(done) = events.join_next(), if !events.is_empty() => joined(done),
+                Some(w) = waiting_rx.recv() => {
+                    if waiting.len() >= MAX_UNRECORDED {
+                        self.metrics.event(WAITING_EVENT_REASON, EventOutcome::Dropped);
+                    } else {
+                        waiting.push_back(w);
+                    }
+                }
+                _ = tokio::time::sleep_until(next_waiting), if explain_later => {}
                 bypass = rx.recv(), if free => match bypass {
                     Some(bypass) => {
                         let worker = self.clone();
@@ -239,7 +294,7 @@ impl Worker {
 
     /// Queue the Event of a written patch (`events: perPatch`), or drop and count it when
     /// the queue is full.
-    fn keep_for_event(&self, unrecorded: &mut Unrecorded, bypass: Bypass) {
+    fn keep_for_event(&self, unrecorded: &mut Unrecorded<Bypass>, bypass: Bypass) {
         if self.config.events == EventsMode::Off {
             return;
         }
@@ -364,6 +419,19 @@ impl Worker {
         write::publish(&self.client, &self.fence, &self.metrics, cancel, event).await;
     }
 
+    /// The `InitializerWaiting` Event of a long-waiting pod, through the fence.
+    async fn explain(&self, waiting: &Waiting, cancel: &CancellationToken) {
+        let event = waiting_event(
+            waiting,
+            self.config.mechanism,
+            &self.config.opt_in.label,
+            &self.identity,
+            jiff::Timestamp::now(),
+        );
+        debug!(pod = %waiting.key(), initializer = %waiting.notice.initializer, "explaining a long wait");
+        write::publish(&self.client, &self.fence, &self.metrics, cancel, event).await;
+    }
+
     /// One bypass error per initializer the failed patch would have removed.
     fn count_failed(&self, bypass: &Bypass) {
         for r in &bypass.removals {
@@ -372,18 +440,20 @@ impl Worker {
     }
 }
 
-/// Written patches whose Event is not written yet. Those still here when the worker is
-/// dropped (the shutdown deadline aborted it) are counted as dropped Events.
-struct Unrecorded {
-    queue: VecDeque<Bypass>,
+/// Events not written yet (of written patches, or of waiting pods). Those still here when the
+/// worker is dropped (the shutdown deadline aborted it, or it stopped) are counted as dropped.
+struct Unrecorded<T> {
+    queue: VecDeque<T>,
     metrics: Arc<Metrics>,
+    reason: &'static str,
 }
 
-impl Unrecorded {
-    fn new(metrics: Arc<Metrics>) -> Unrecorded {
+impl<T> Unrecorded<T> {
+    fn new(metrics: Arc<Metrics>, reason: &'static str) -> Unrecorded<T> {
         Unrecorded {
             queue: VecDeque::new(),
             metrics,
+            reason,
         }
     }
 
@@ -391,20 +461,19 @@ impl Unrecorded {
         self.queue.len()
     }
 
-    fn push_back(&mut self, bypass: Bypass) {
-        self.queue.push_back(bypass);
+    fn push_back(&mut self, item: T) {
+        self.queue.push_back(item);
     }
 
-    fn pop_front(&mut self) -> Option<Bypass> {
+    fn pop_front(&mut self) -> Option<T> {
         self.queue.pop_front()
     }
 }
 
-impl Drop for Unrecorded {
+impl<T> Drop for Unrecorded<T> {
     fn drop(&mut self) {
         for _ in self.queue.drain(..) {
-            self.metrics
-                .event(BYPASS_EVENT_REASON, EventOutcome::Dropped);
+            self.metrics.event(self.reason, EventOutcome::Dropped);
         }
     }
 }
@@ -612,7 +681,7 @@ mod tests {
                 .get()
         };
         let bypass = bypass_of(Vec::new());
-        let mut queue = Unrecorded::new(metrics.clone());
+        let mut queue = Unrecorded::new(metrics.clone(), BYPASS_EVENT_REASON);
         for _ in 0..3 {
             queue.push_back(bypass.clone());
         }

@@ -22,6 +22,7 @@ use tracing::{info, warn};
 
 use super::actuator::{Actuator, Bypass, Removed, Reply};
 use super::shared::Shared;
+use super::waiting::Waiting;
 use super::wakes::Wakes;
 use crate::config::Config;
 use crate::environment::Env;
@@ -65,6 +66,8 @@ pub(super) struct ControlLoop {
     dry_run_done: HashSet<(String, String)>,
     /// (uid, initializer) whose refused bypass is already counted.
     refusals_counted: HashSet<(String, String)>,
+    /// (uid, initializer) whose `InitializerWaiting` Event this replica already queued.
+    notified: HashSet<(String, String)>,
     /// Waiting pods seen since the watch (re)started listing; None outside a relist.
     init_seen: Option<HashSet<PodKey>>,
     /// Jobs seen since the Jobs watch (re)started listing; None outside a relist.
@@ -94,6 +97,7 @@ impl ControlLoop {
             in_flight: HashMap::new(),
             dry_run_done: HashSet::new(),
             refusals_counted: HashSet::new(),
+            notified: HashSet::new(),
             init_seen: None,
             jobs_seen: None,
             backlog: VecDeque::new(),
@@ -179,6 +183,10 @@ impl ControlLoop {
                 Ok(()) = owner_changes.changed() => self.decide_all(),
                 Ok(()) = leader.changed() => {
                     if *leader.borrow_and_update() {
+                        // A new term offers every owed explanation again: one this replica
+                        // queued before and lost (dropped, or cut off) is written now, and
+                        // one already written answers 409.
+                        self.notified.clear();
                         self.decide_all();
                     }
                 }
@@ -403,7 +411,8 @@ impl ControlLoop {
 
     /// Dry-run and refusal memories are only needed for pods still waiting.
     fn forget_gone_pods(&mut self) {
-        let remembered = self.dry_run_done.len() + self.refusals_counted.len();
+        let remembered =
+            self.dry_run_done.len() + self.refusals_counted.len() + self.notified.len();
         if remembered <= 4 * self.shared.tracker().len() + 1024 {
             return;
         }
@@ -413,6 +422,7 @@ impl ControlLoop {
             .retain(|(uid, _)| live.contains(uid.as_str()));
         self.refusals_counted
             .retain(|(uid, _)| live.contains(uid.as_str()));
+        self.notified.retain(|(uid, _)| live.contains(uid.as_str()));
     }
 
     fn expire_expectations(&mut self) {
@@ -460,7 +470,31 @@ impl ControlLoop {
             now,
         };
         let outcome = policy::decide(&tracker.view(pod, now), &env, &shared.config, now);
-        self.wakes.set(key, outcome.next_wake);
+        let mut wake = outcome.next_wake;
+        // Why it waits, where users look: the leader explains each long wait once (its Event
+        // is named for the pod and initializer, so a restart or a new leader cannot repeat it).
+        let config = &shared.config;
+        if shared.is_leader() && config.waiting_events && !config.dry_run {
+            let (notices, later) = policy::waiting_notices(&outcome, &env, config, now);
+            if let Some(at) = later {
+                wake = Some(wake.map_or(at, |w| w.min(at)));
+            }
+            for notice in notices {
+                if self
+                    .notified
+                    .insert((pod.uid.clone(), notice.initializer.clone()))
+                {
+                    self.actuator.notify(Waiting {
+                        namespace: pod.namespace.clone(),
+                        name: pod.name.clone(),
+                        uid: pod.uid.clone(),
+                        owner: super::shared::describe_owner(&shared, &notice.initializer, now),
+                        notice,
+                    });
+                }
+            }
+        }
+        self.wakes.set(key, wake);
         // Counted by the leader only, as bypasses are: summed over replicas, once per pod.
         for refusal in outcome.refusals.iter().filter(|_| shared.is_leader()) {
             if self

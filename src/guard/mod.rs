@@ -8,6 +8,7 @@
 //! * [`leader`]: the election; [`fence`]: when a write may start, and which are in flight;
 //! * [`mod@write`]: the one write path (answers, Events, backoff) of both writers:
 //!   [`actuator`] (pods) and [`webhooks`] (the admission-webhook guard);
+//! * [`waiting`]: the `InitializerWaiting` Event of a pod that waits long;
 //! * [`server`]: `/metrics`, `/healthz`, `/readyz`, `/status`; [`secure`]: the HTTPS listener.
 
 pub mod actuator;
@@ -19,6 +20,7 @@ mod lifecycle;
 pub mod secure;
 pub mod server;
 pub mod shared;
+pub mod waiting;
 mod wakes;
 pub mod webhooks;
 pub mod write;

@@ -201,6 +201,8 @@ pub async fn publish(
     let params = PostParams::default();
     let outcome = match permit.send("an Event", api.create(&params, &event)).await {
         Ok(Ok(_)) => EventOutcome::Written,
+        // Events named for what they record (InitializerWaiting) are written once.
+        Ok(Err(kube::Error::Api(e))) if e.code == 409 => EventOutcome::Exists,
         Ok(Err(e)) => {
             warn!(%about, reason, error = %e, "could not record the event");
             EventOutcome::Failed

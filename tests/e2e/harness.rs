@@ -488,6 +488,15 @@ impl Cluster {
             .collect()
     }
 
+    /// `InitializerWaiting` Events about the pod `name` (stored in core/v1 form).
+    pub(crate) fn waiting_events(&self, name: &str) -> Vec<Value> {
+        self.sim
+            .list_objects("events")
+            .into_iter()
+            .filter(|e| e["reason"] == "InitializerWaiting" && e["involvedObject"]["name"] == name)
+            .collect()
+    }
+
     /// Initializers still pending on the stored pod (empty when it is gone or initialized).
     pub(crate) fn pending(&self, namespace: &str, name: &str) -> Vec<String> {
         self.sim

@@ -378,3 +378,66 @@ pub(crate) async fn namespace_opt_in_survives_a_restart(tb: Arc<Testbed>) {
     cleanup(&tb, listed);
     cleanup(&tb, other);
 }
+
+/// A pod that has waited half its gate's deadline is told why where users look: one Normal
+/// `InitializerWaiting` Event per pod and gate, readable with `kubectl describe`, written once
+/// by the guard's identity (the audit log), also after a guard restart.
+pub(crate) async fn waiting_pod_is_explained_in_kubectl_describe(tb: Arc<Testbed>) {
+    let ns = "gates-waiting";
+    tb.namespace(ns);
+    let gate = "slow.example.com";
+    let guard_config = config(&format!(
+        "initializers:\n  - {{ name: {gate}, deadline: 1h, owner: {{ deployment: {ns}/absent }} }}\n"
+    ));
+    let guard = tb.guard("waiting", "initguard", &guard_config).await;
+    tb.gated_pod(ns, "tenant", false, &[gate]);
+    let described = eventually(
+        "kubectl describe to show the InitializerWaiting Event",
+        || {
+            let out = tb.kubectl(&["describe", "pod", "tenant", "-n", ns]);
+            out.contains("InitializerWaiting").then_some(out)
+        },
+    )
+    .await;
+    // The owner was never seen: unknown, explained at once; the pod never opted in.
+    let described = described.split_whitespace().collect::<Vec<_>>().join(" ");
+    for says in [
+        "Normal InitializerWaiting".to_owned(),
+        format!("on scheduling gate {gate}; owner: deployment {ns}/absent unknown"),
+        "has not opted in; add the label initguard.io/bypass".to_owned(),
+    ] {
+        assert!(
+            described.contains(&says),
+            "kubectl describe lacks {says:?}:\n{described}"
+        );
+    }
+    guard.stop();
+    // A restarted guard offers it again and the server answers 409: still one Event.
+    let restarted = tb.guard("waiting", "initguard", &guard_config).await;
+    eventually(
+        "the restarted guard's second offer, refused as a duplicate",
+        || {
+            tb.audit()
+                .into_iter()
+                .filter(|a| {
+                    a.user == GUARD_USER
+                        && a.verb == "create"
+                        && a.resource == "events"
+                        && a.namespace == ns
+                })
+                .nth(1)
+                .filter(|a| a.code == 409)
+        },
+    )
+    .await;
+    restarted.stop();
+    let events = tb.list("events", ns, None);
+    let waiting: Vec<_> = events
+        .iter()
+        .filter(|e| e["reason"] == "InitializerWaiting")
+        .collect();
+    assert_eq!(waiting.len(), 1, "{waiting:#?}");
+    assert_eq!(waiting[0]["type"], "Normal");
+    assert_eq!(tb.gates(ns, "tenant"), [gate], "explained, not bypassed");
+    cleanup(&tb, ns);
+}
