@@ -89,6 +89,22 @@ pub enum Command {
         #[arg(long, value_enum, default_value_t = WebhooksOutput::Table)]
         output: WebhooksOutput,
     },
+    /// Why one pod waits, from what your own kubeconfig may read: its pending initializers,
+    /// initguard's bypass record and initguard's Events about it (`kubectl initguard why`).
+    Why {
+        /// The pod's name.
+        pod: String,
+        /// Its namespace; default: the kubeconfig context's, else `default`.
+        #[arg(short = 'n', long)]
+        namespace: Option<String>,
+        /// Kubeconfig file; default $KUBECONFIG or ~/.kube/config, then in-cluster.
+        #[arg(long)]
+        kubeconfig: Option<PathBuf>,
+        /// Where pending initializers live: schedulingGates, or initializers (Kubernetes
+        /// 1.7-1.13, whose initializing pods only such reads see).
+        #[arg(long, value_enum, default_value_t = MechanismArg::SchedulingGates)]
+        mechanism: MechanismArg,
+    },
     /// Validate a configuration file: exit 0 with a summary, or 2 with located errors.
     CheckConfig {
         /// Path of the YAML configuration.
@@ -129,6 +145,54 @@ pub enum DemoMechanism {
     SchedulingGates,
     #[value(name = "initializers", alias = "legacy")]
     Initializers,
+}
+
+/// `initguard why --mechanism`.
+#[derive(Clone, Copy, ValueEnum)]
+pub enum MechanismArg {
+    #[value(name = "schedulingGates", alias = "scheduling-gates")]
+    SchedulingGates,
+    #[value(name = "initializers", alias = "legacy")]
+    Initializers,
+}
+
+impl From<MechanismArg> for crate::config::Mechanism {
+    fn from(m: MechanismArg) -> Self {
+        match m {
+            MechanismArg::SchedulingGates => crate::config::Mechanism::SchedulingGates,
+            MechanismArg::Initializers => crate::config::Mechanism::Initializers,
+        }
+    }
+}
+
+/// The name kubectl runs the binary by as a plugin (`kubectl initguard ...`).
+pub const KUBECTL_PLUGIN: &str = "kubectl-initguard";
+
+/// Parse `args` (the process's, program name first). Run as [`KUBECTL_PLUGIN`] (a link or a
+/// copy of that name on the PATH), the same commands answer, and help says
+/// `kubectl initguard`.
+pub fn parse_from<I, T>(args: I) -> Cli
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::{CommandFactory as _, FromArgMatches as _};
+    let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+    let as_plugin = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_stem())
+        .is_some_and(|n| n == KUBECTL_PLUGIN);
+    let mut command = Cli::command();
+    if as_plugin {
+        command = command.bin_name("kubectl initguard");
+    }
+    let parsed = command
+        .try_get_matches_from(args)
+        .and_then(|m| Cli::from_arg_matches(&m));
+    match parsed {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    }
 }
 
 /// `initguard check-config --output`.

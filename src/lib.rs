@@ -24,3 +24,4 @@ pub mod status;
 pub mod supervise;
 pub mod tracker;
 pub mod webhook;
+pub mod why;

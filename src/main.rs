@@ -5,16 +5,15 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use clap::Parser as _;
 #[cfg(feature = "sim")]
 use initguard::cli::DemoMechanism;
-use initguard::cli::{Cli, Command, LogFormat, Output, StatusOutput, WebhooksOutput};
+use initguard::cli::{Command, LogFormat, Output, StatusOutput, WebhooksOutput};
 use initguard::config::Config;
 use initguard::guard::Guard;
 use initguard::{inventory, restore, status};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = initguard::cli::parse_from(std::env::args_os());
     let format = cli.log_format;
     match cli.command {
         Command::CheckConfig {
@@ -48,6 +47,20 @@ fn main() -> ExitCode {
         } => {
             init_logging(format, "info");
             webhooks_audit(config.as_deref(), kubeconfig.as_deref(), output)
+        }
+        Command::Why {
+            pod,
+            namespace,
+            kubeconfig,
+            mechanism,
+        } => {
+            init_logging(format, "warn");
+            why(
+                &pod,
+                namespace.as_deref(),
+                kubeconfig.as_deref(),
+                mechanism.into(),
+            )
         }
         Command::Restore {
             config,
@@ -150,6 +163,41 @@ fn run(path: &Path, kubeconfig: Option<&Path>, dry_run: bool) -> ExitCode {
             }
             Err(e) => {
                 tracing::error!(error = %e, "cannot start");
+                ExitCode::from(1)
+            }
+        }
+    })
+}
+
+/// `initguard why POD`: 0 explained, 1 could not read the pod.
+fn why(
+    pod: &str,
+    namespace: Option<&str>,
+    kubeconfig: Option<&Path>,
+    mechanism: initguard::config::Mechanism,
+) -> ExitCode {
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(code) => return code,
+    };
+    rt.block_on(async move {
+        let connection = match status::connect_for(kubeconfig, mechanism).await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        let namespace = namespace
+            .map(str::to_owned)
+            .unwrap_or_else(|| connection.client.default_namespace().to_owned());
+        match initguard::why::gather(connection.client, mechanism, &namespace, pod).await {
+            Ok(found) => {
+                print!("{}", initguard::why::render(&found));
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
                 ExitCode::from(1)
             }
         }

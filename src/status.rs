@@ -57,6 +57,14 @@ pub async fn connect(
     kubeconfig: Option<&Path>,
     config: &Config,
 ) -> Result<Connection, ConnectError> {
+    connect_for(kubeconfig, config.mechanism).await
+}
+
+/// A client as [`connect`] builds it, for `mechanism` without a configuration (`why`).
+pub async fn connect_for(
+    kubeconfig: Option<&Path>,
+    mechanism: crate::config::Mechanism,
+) -> Result<Connection, ConnectError> {
     let kube_config = match kubeconfig {
         Some(path) => {
             let err = |source| ConnectError::Kubeconfig {
@@ -70,7 +78,7 @@ pub async fn connect(
         }
         None => kube::Config::infer().await?,
     };
-    Ok(crate::client::connect(kube_config, config.mechanism)?)
+    Ok(crate::client::connect(kube_config, mechanism)?)
 }
 
 /// Gather the report from the cluster `client` talks to.

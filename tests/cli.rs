@@ -90,17 +90,24 @@ fn log_format_is_taken_by_every_subcommand() {
         .filter(|n| n != "help")
         .collect();
     subcommands.sort();
-    let mut expected = vec!["check-config", "restore", "run", "status", "webhooks"];
+    let mut expected = vec![
+        "check-config",
+        "restore",
+        "run",
+        "status",
+        "webhooks",
+        "why",
+    ];
     if cfg!(feature = "sim") {
         expected.extend(["demo", "sim"]);
     }
     expected.sort();
     assert_eq!(subcommands, expected);
     for sub in &subcommands {
-        let required: &[&str] = if sub == "check-config" {
-            &["x.yaml"]
-        } else {
-            &[]
+        let required: &[&str] = match sub.as_str() {
+            "check-config" => &["x.yaml"],
+            "why" => &["web-1"],
+            _ => &[],
         };
         for args in [
             [
@@ -230,4 +237,29 @@ fn check_config_on_a_missing_file_names_it_without_a_location() {
         "/nonexistent/dir/initguard.yaml: cannot read the configuration: No such file or \
          directory (os error 2)"
     );
+}
+
+/// Run as `kubectl-initguard` (how kubectl finds a plugin: `kubectl initguard ...`), the same
+/// binary answers the same commands and its help names itself as kubectl shows it.
+#[test]
+fn as_a_kubectl_plugin_it_answers_and_says_kubectl_initguard() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join(initguard::cli::KUBECTL_PLUGIN);
+    std::os::unix::fs::symlink(BIN, &plugin).unwrap();
+    let out = Command::new(&plugin)
+        .args(["why", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{help}");
+    assert!(
+        help.contains("Usage: kubectl initguard why [OPTIONS] <POD>"),
+        "{help}"
+    );
+    // A usage error is exit 2, as for `initguard`.
+    let out = Command::new(&plugin).arg("why").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    // As `initguard`, help names `initguard`.
+    let out = Command::new(BIN).args(["why", "--help"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("Usage: initguard why"));
 }

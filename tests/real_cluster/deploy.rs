@@ -60,6 +60,27 @@ pub(crate) fn run(what: &str, program: &Path, args: &[&str], stdin: Option<&str>
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// A kubeconfig (written as `<file>.kubeconfig` in the test bed's folder) that authenticates
+/// as the ServiceAccount `namespace/sa` with a TokenRequest token.
+pub(crate) fn token_kubeconfig(tb: &Testbed, namespace: &str, sa: &str, file: &str) -> PathBuf {
+    let token = tb.kubectl(&["create", "token", sa, "-n", namespace]);
+    let kubeconfig = std::fs::read_to_string(tb.kubeconfig("admin"))
+        .expect("admin kubeconfig")
+        .lines()
+        .map(|l| {
+            if l.trim_start().starts_with("token:") {
+                format!("    token: {}", token.trim())
+            } else {
+                l.to_owned()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let path = tb.dir.join(format!("{file}.kubeconfig"));
+    std::fs::write(&path, kubeconfig).expect("write the kubeconfig");
+    path
+}
+
 /// Plays the kubelet for one container of `pod` (the test bed runs none): its command line as
 /// a host process, with a TokenRequest token of the pod's ServiceAccount in `$KUBECONFIG` (as
 /// the in-cluster config would be) and every path in `mounts` (in the pod, on the host)
@@ -74,23 +95,9 @@ pub(crate) fn run_container(
     let sa = pod["spec"]["serviceAccountName"]
         .as_str()
         .expect("a ServiceAccount");
-    let token = tb.kubectl(&["create", "token", sa, "-n", namespace]);
-    let kubeconfig = std::fs::read_to_string(tb.kubeconfig("admin"))
-        .expect("admin kubeconfig")
-        .lines()
-        .map(|l| {
-            if l.trim_start().starts_with("token:") {
-                format!("    token: {}", token.trim())
-            } else {
-                l.to_owned()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
     let pod_name = pod["metadata"]["name"].as_str().expect("a pod name");
     let name = container["name"].as_str().expect("a container name");
-    let kubeconfig_path = tb.dir.join(format!("{pod_name}-{name}.kubeconfig"));
-    std::fs::write(&kubeconfig_path, kubeconfig).expect("write the pod's kubeconfig");
+    let kubeconfig_path = token_kubeconfig(tb, namespace, sa, &format!("{pod_name}-{name}"));
     assert_eq!(
         container["command"],
         serde_json::json!(["/initguard"]),

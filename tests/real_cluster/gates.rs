@@ -439,5 +439,81 @@ pub(crate) async fn waiting_pod_is_explained_in_kubectl_describe(tb: Arc<Testbed
     assert_eq!(waiting.len(), 1, "{waiting:#?}");
     assert_eq!(waiting[0]["type"], "Normal");
     assert_eq!(tb.gates(ns, "tenant"), [gate], "explained, not bypassed");
+
+    // The tenant's own view: `kubectl initguard why`, found by kubectl on the PATH as a plugin,
+    // with read-only rights in this namespace only (and one identity without Event reads).
+    let plugins = tb.dir.join("plugins");
+    std::fs::create_dir_all(&plugins).expect("plugin folder");
+    let plugin = plugins.join(initguard::cli::KUBECTL_PLUGIN);
+    if !plugin.exists() {
+        std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_initguard"), &plugin)
+            .expect("link the plugin");
+    }
+    for (who, resources) in [("viewer", "pods,events"), ("pod-reader", "pods")] {
+        tb.kubectl(&["create", "serviceaccount", who, "-n", ns]);
+        tb.kubectl(&[
+            "create",
+            "role",
+            who,
+            "--verb=get,list",
+            &format!("--resource={resources}"),
+            "-n",
+            ns,
+        ]);
+        tb.kubectl(&[
+            "create",
+            "rolebinding",
+            who,
+            &format!("--role={who}"),
+            &format!("--serviceaccount={ns}:{who}"),
+            "-n",
+            ns,
+        ]);
+    }
+    let path = format!(
+        "{}:{}",
+        plugins.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let plugin_run = |who: &str, args: &[&str]| {
+        let kubeconfig = crate::deploy::token_kubeconfig(&tb, ns, who, &format!("why-{who}"));
+        let out = std::process::Command::new(tb.kubectl_path())
+            .args(["initguard", "why"])
+            .args(args)
+            .env("PATH", &path)
+            .env("KUBECONFIG", kubeconfig)
+            .output()
+            .expect("kubectl runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, said, err) = plugin_run("viewer", &["tenant", "-n", ns]);
+    assert_eq!(code, Some(0), "{said}{err}");
+    for says in [
+        format!("pod {ns}/tenant waits on 1 scheduling gate(s): {gate}"),
+        "InitializerWaiting  Waiting".to_owned(),
+        "has not opted in; add the label initguard.io/bypass".to_owned(),
+    ] {
+        assert!(
+            said.contains(&says),
+            "kubectl initguard why lacks {says:?}:\n{said}"
+        );
+    }
+    // Polite where it may not read: another namespace's pods, or this one's Events.
+    let (code, said, err) = plugin_run("viewer", &["tenant", "-n", "default"]);
+    assert!(
+        code == Some(1) && err.contains("you may not read pods in namespace default"),
+        "{said}{err}"
+    );
+    let (code, said, err) = plugin_run("pod-reader", &["tenant", "-n", ns]);
+    assert!(
+        code == Some(0)
+            && said.contains(&format!("waits on 1 scheduling gate(s): {gate}"))
+            && said.contains(&format!("you may not list Events in namespace {ns}")),
+        "{said}{err}"
+    );
     cleanup(&tb, ns);
 }

@@ -1,0 +1,272 @@
+//! `initguard why POD` (also `kubectl initguard why POD`): why one pod waits, from what the
+//! caller may read with their own kubeconfig and RBAC: the pod (its pending initializers and
+//! initguard's bypass record) and initguard's Events about it in its namespace
+//! (`InitializerWaiting`, `InitializerBypassed`). What the caller may not read is said, not
+//! guessed.
+
+use std::fmt::Write as _;
+
+use k8s_openapi::api::core::v1::Event;
+use kube::api::{Api, ListParams};
+
+use crate::bypass::{BYPASSED_ANNOTATION, BypassRecord, parse_records};
+use crate::config::Mechanism;
+use crate::guard::actuator::BYPASS_EVENT_REASON;
+use crate::guard::waiting::WAITING_EVENT_REASON;
+use crate::pod::SlimPod;
+
+/// Why `why` could not explain the pod.
+#[derive(Debug, thiserror::Error)]
+pub enum WhyError {
+    #[error(
+        "you may not read pods in namespace {namespace} ({reason}); ask for `get` on pods \
+         there (kubectl auth can-i get pods -n {namespace})"
+    )]
+    Forbidden { namespace: String, reason: String },
+    #[error(
+        "no pod {namespace}/{name}{hint}",
+        hint = if *.legacy {
+            ""
+        } else {
+            " (on Kubernetes 1.7-1.13 a pod still initializing is hidden from reads: pass \
+             --mechanism initializers)"
+        }
+    )]
+    NotFound {
+        namespace: String,
+        name: String,
+        legacy: bool,
+    },
+    #[error("reading pod {namespace}/{name}: {source}")]
+    Read {
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
+}
+
+/// One Event of initguard's about the pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Said {
+    /// When it was last written (RFC 3339), as the server keeps it.
+    pub at: String,
+    pub reason: String,
+    pub message: String,
+}
+
+/// What `why` found.
+#[derive(Debug, Clone)]
+pub struct Why {
+    pub namespace: String,
+    pub name: String,
+    pub mechanism: Mechanism,
+    /// Pending initializer names, in order.
+    pub pending: Vec<String>,
+    /// initguard's record of the initializers it removed.
+    pub bypassed: Vec<BypassRecord>,
+    /// initguard's Events about this pod, oldest first; Err: why they could not be read.
+    pub said: Result<Vec<Said>, String>,
+}
+
+/// Read the pod `namespace/name` and initguard's Events about it.
+pub async fn gather(
+    client: kube::Client,
+    mechanism: Mechanism,
+    namespace: &str,
+    name: &str,
+) -> Result<Why, WhyError> {
+    let pods: Api<SlimPod> = Api::namespaced(client.clone(), namespace);
+    let pod = match pods.get_opt(name).await {
+        Ok(Some(pod)) => pod,
+        Ok(None) => {
+            return Err(WhyError::NotFound {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                legacy: mechanism == Mechanism::Initializers,
+            });
+        }
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            return Err(WhyError::Forbidden {
+                namespace: namespace.to_owned(),
+                reason: e.message.clone(),
+            });
+        }
+        Err(source) => {
+            return Err(WhyError::Read {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                source,
+            });
+        }
+    };
+    let bypassed = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(BYPASSED_ANNOTATION))
+        .map(|a| parse_records(a))
+        .unwrap_or_default();
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let events: Api<Event> = Api::namespaced(client, namespace);
+    let params = ListParams::default().fields(&format!("involvedObject.name={name}"));
+    let said = match events.list(&params).await {
+        Ok(list) => {
+            let mut said: Vec<(String, Said)> = list
+                .items
+                .into_iter()
+                .filter(|e| {
+                    let ours = [WAITING_EVENT_REASON, BYPASS_EVENT_REASON]
+                        .contains(&e.reason.as_deref().unwrap_or_default());
+                    // This pod, not an earlier one of the same name.
+                    let this = e.involved_object.uid.as_deref().is_none_or(|u| u == uid);
+                    ours && this
+                })
+                .map(|e| {
+                    let at = e
+                        .last_timestamp
+                        .as_ref()
+                        .or(e.first_timestamp.as_ref())
+                        .map(|t| t.0.to_string())
+                        .unwrap_or_default();
+                    let said = Said {
+                        at: at.clone(),
+                        reason: e.reason.clone().unwrap_or_default(),
+                        message: e.message.clone().unwrap_or_default(),
+                    };
+                    (at, said)
+                })
+                .collect();
+            said.sort_by(|a, b| a.0.cmp(&b.0));
+            Ok(said.into_iter().map(|(_, s)| s).collect())
+        }
+        Err(kube::Error::Api(e)) if e.code == 403 => Err(format!(
+            "you may not list Events in namespace {namespace} ({}); ask for `list` on events \
+             there",
+            e.message
+        )),
+        Err(e) => Err(format!("listing Events in namespace {namespace}: {e}")),
+    };
+    Ok(Why {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        mechanism,
+        pending: pod.pending(mechanism).to_vec(),
+        bypassed,
+        said,
+    })
+}
+
+/// The explanation as text.
+pub fn render(why: &Why) -> String {
+    let mut out = String::new();
+    let kind = match why.mechanism {
+        Mechanism::SchedulingGates => "scheduling gate",
+        Mechanism::Initializers => "initializer",
+    };
+    let pod = format!("{}/{}", why.namespace, why.name);
+    if why.pending.is_empty() {
+        let _ = writeln!(out, "pod {pod} waits on no {kind}.");
+    } else {
+        let _ = writeln!(
+            out,
+            "pod {pod} waits on {} {kind}(s): {}",
+            why.pending.len(),
+            why.pending.join(", ")
+        );
+    }
+    for r in &why.bypassed {
+        let _ = writeln!(
+            out,
+            "initguard removed {} ({}) at {}",
+            r.initializer, r.reason, r.at
+        );
+    }
+    match &why.said {
+        Ok(said) if said.is_empty() => {
+            let _ = writeln!(
+                out,
+                "initguard has said nothing about it: it explains a wait once the pod has waited \
+                 half an initializer's deadline or the owner is down, and only for initializers \
+                 its configuration guards (`kubectl initguard status` shows its plan, with the \
+                 guard's configuration)."
+            );
+        }
+        Ok(said) => {
+            let _ = writeln!(out, "initguard said:");
+            for s in said {
+                let _ = writeln!(out, "  {}  {}  {}", s.at, s.reason, s.message);
+            }
+        }
+        Err(why_not) => {
+            let _ = writeln!(out, "initguard's Events: {why_not}");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn why(pending: &[&str], said: Result<Vec<Said>, String>) -> Why {
+        Why {
+            namespace: "team-a".into(),
+            name: "web-1".into(),
+            mechanism: Mechanism::SchedulingGates,
+            pending: pending.iter().map(|s| s.to_string()).collect(),
+            bypassed: Vec::new(),
+            said,
+        }
+    }
+
+    #[test]
+    fn it_says_what_waits_and_what_initguard_said() {
+        let text = render(&why(
+            &["gates.example.com/warden"],
+            Ok(vec![Said {
+                at: "2026-11-26T12:00:03Z".into(),
+                reason: "InitializerWaiting".into(),
+                message: "Waiting 45s on scheduling gate gates.example.com/warden".into(),
+            }]),
+        ));
+        assert_eq!(
+            text,
+            "pod team-a/web-1 waits on 1 scheduling gate(s): gates.example.com/warden\n\
+             initguard said:\n  2026-11-26T12:00:03Z  InitializerWaiting  Waiting 45s on \
+             scheduling gate gates.example.com/warden\n"
+        );
+    }
+
+    #[test]
+    fn it_says_what_it_may_not_read_and_when_nothing_was_said() {
+        let text = render(&why(
+            &["a.example.com"],
+            Err("you may not list Events".into()),
+        ));
+        assert!(
+            text.ends_with("initguard's Events: you may not list Events\n"),
+            "{text}"
+        );
+        let text = render(&why(&[], Ok(Vec::new())));
+        assert!(
+            text.starts_with("pod team-a/web-1 waits on no scheduling gate.\n")
+                && text.contains("has said nothing about it"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_missing_pod_hints_at_legacy_reads_only_where_they_matter() {
+        let missing = |legacy| WhyError::NotFound {
+            namespace: "a".into(),
+            name: "p".into(),
+            legacy,
+        };
+        assert!(
+            missing(false)
+                .to_string()
+                .contains("--mechanism initializers")
+        );
+        assert_eq!(missing(true).to_string(), "no pod a/p");
+    }
+}
