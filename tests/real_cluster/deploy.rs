@@ -140,19 +140,12 @@ pub(crate) fn release_config(tb: &Testbed, release: &str, namespace: &str) -> Pa
 
 /// Reports `pod` finished with `phase` through `pods/status`, as its kubelet would.
 pub(crate) fn finish_pod(tb: &Testbed, namespace: &str, pod: &str, phase: &str) {
-    tb.kubectl(&[
-        "patch",
-        "pod",
-        pod,
-        "-n",
+    patch_pod_status(
+        tb,
         namespace,
-        "--subresource",
-        "status",
-        "--type",
-        "merge",
-        "-p",
-        &serde_json::json!({ "status": { "phase": phase } }).to_string(),
-    ]);
+        pod,
+        &serde_json::json!({ "status": { "phase": phase } }),
+    );
 }
 
 /// (kind, namespace, name) of every object in a multi-document YAML text.

@@ -770,6 +770,12 @@ pub fn mark_ready(tb: &Testbed, namespace: &str, name: &str, ready: bool) {
             { "type": "ContainersReady", "status": status, "lastTransitionTime": now },
         ],
     }});
+    patch_pod_status(tb, namespace, name, &patch);
+}
+
+/// Merge `patch` into pod `namespace/name` through the status subresource, as its kubelet
+/// would write it (no kubelet runs in the test bed).
+pub fn patch_pod_status(tb: &Testbed, namespace: &str, name: &str, patch: &Value) {
     tb.kubectl(&[
         "patch",
         "pod",
