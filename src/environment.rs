@@ -19,6 +19,9 @@ impl Environment for Env<'_> {
     fn owner_state(&self, initializer: &str) -> OwnerState {
         self.owners.state(initializer)
     }
+    fn owner_observed(&self, initializer: &str) -> bool {
+        self.owners.observed(initializer)
+    }
     fn pile_start(
         &self,
         controller: &ControllerRef,

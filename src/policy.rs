@@ -56,6 +56,12 @@ pub enum OwnerState {
 pub trait Environment {
     /// State of the owner of initializer `name` (Unknown when it has none).
     fn owner_state(&self, initializer: &str) -> OwnerState;
+    /// Whether the owner of `initializer` has been looked at at least once (true when it has
+    /// none). Before that, Unknown says nothing about the owner; only the waiting notices use
+    /// it (an owner never seen is unknown, never down, for the decision itself).
+    fn owner_observed(&self, _initializer: &str) -> bool {
+        true
+    }
     /// Among the pods grouped under `controller` whose wait for `initializer` is in progress
     /// (this pod included), the `k`-th earliest wait start (`k` from 1; ties count each pod);
     /// None when fewer than `k` such pods wait. A wait start is the pod's creation for
@@ -414,7 +420,7 @@ pub struct Notice {
 /// Owed for a pending initializer whose clock runs (legacy: the head) and that the guard
 /// guards (listed, or `unlistedInitializers: deadline`), once the pod has waited half its
 /// deadline, or at once while the initializer's owner is down or, where one is configured,
-/// unknown. Never while a bypass of the pod is due now: the patch comes first (its Event says
+/// unknown after a first look. Never while a bypass of the pod is due now: the patch comes first (its Event says
 /// more), and the pod is decided again when the watch shows it. The caller writes each notice
 /// once per pod and initializer.
 pub fn waiting_notices(
@@ -448,7 +454,7 @@ pub fn waiting_notices(
             .is_some_and(|i| i.owner.is_some());
         let owner_trouble = match env.owner_state(&plan.initializer) {
             OwnerState::Down { .. } => true,
-            OwnerState::Unknown => has_owner,
+            OwnerState::Unknown => has_owner && env.owner_observed(&plan.initializer),
             OwnerState::Up { .. } => false,
         };
         let half = deadline / 2;
@@ -743,6 +749,8 @@ mod tests {
         owners: HashMap<String, OwnerState>,
         /// Wait starts of the pods in each pile.
         piles: HashMap<(ControllerRef, String), Vec<SystemTime>>,
+        /// Initializers whose owner has not been looked at yet.
+        unobserved: HashSet<String>,
     }
 
     impl FakeEnv {
@@ -775,6 +783,10 @@ mod tests {
                 .get(initializer)
                 .copied()
                 .unwrap_or(OwnerState::Unknown)
+        }
+
+        fn owner_observed(&self, initializer: &str) -> bool {
+            !self.unobserved.contains(initializer)
         }
 
         fn pile_start(
@@ -1665,6 +1677,34 @@ mod tests {
         );
         assert_eq!(json["plans"][0]["waited"], "5s");
         assert_eq!(json["next_wake"], "2027-01-15T08:00:15Z");
+    }
+
+    /// An owner not looked at yet is unknown for want of a look: no explanation then; once
+    /// looked at and still unknown, one at once; a healthy owner's pod at half the deadline.
+    #[test]
+    fn waiting_notices_wait_for_a_first_look_at_the_owner() {
+        let config = config(Mechanism::SchedulingGates);
+        let pod = TestPod::new(&[SIDECAR]);
+        let now = t(1);
+        let notices = |env: &FakeEnv| {
+            let out = pod.decide(env, &config, now);
+            waiting_notices(&out, env, &config, now)
+        };
+        let mut unlooked = FakeEnv::default();
+        unlooked.unobserved.insert(SIDECAR.to_string());
+        let (none, wake) = notices(&unlooked);
+        assert!(none.is_empty());
+        // SIDECAR's deadline is 15 s: half of it after creation at t(0).
+        assert_eq!(wake, Some(t(0) + Duration::from_millis(7_500)));
+        let (owed, _) = notices(&FakeEnv::default());
+        assert_eq!(owed.len(), 1);
+        assert_eq!(owed[0].initializer, SIDECAR);
+        let up = FakeEnv::default().owner(SIDECAR, OwnerState::Up { since: t(-60) });
+        assert!(notices(&up).0.is_empty());
+        let at_half = pod.decide(&up, &config, t(0) + Duration::from_millis(7_500));
+        let (half, _) =
+            waiting_notices(&at_half, &up, &config, t(0) + Duration::from_millis(7_500));
+        assert_eq!(half.len(), 1);
     }
 
     mod properties {

@@ -108,15 +108,20 @@ pub async fn gather(
         .unwrap_or_default();
     let uid = pod.metadata.uid.clone().unwrap_or_default();
     let events: Api<Event> = Api::namespaced(client, namespace);
-    let params = ListParams::default().fields(&format!("involvedObject.name={name}"));
+    let params = ListParams::default().fields(&format!(
+        "involvedObject.kind=Pod,involvedObject.name={name}"
+    ));
     let said = match events.list(&params).await {
         Ok(list) => {
             let mut said: Vec<(String, Said)> = list
                 .items
                 .into_iter()
                 .filter(|e| {
+                    // initguard's reasons, from initguard (whoever may create Events in the
+                    // namespace could use the same reasons).
                     let ours = [WAITING_EVENT_REASON, BYPASS_EVENT_REASON]
-                        .contains(&e.reason.as_deref().unwrap_or_default());
+                        .contains(&e.reason.as_deref().unwrap_or_default())
+                        && e.reporting_component.as_deref() == Some("initguard");
                     // This pod, not an earlier one of the same name.
                     let this = e.involved_object.uid.as_deref().is_none_or(|u| u == uid);
                     ours && this

@@ -1720,6 +1720,10 @@ fn value_schema(path: &str, key: &str, value: &serde_json::Value) -> serde_json:
         "admissionPolicies.mode" => Some(json!({ "enum": ["audit", "warn", "deny"] })),
         "image.pullPolicy" => Some(json!({ "enum": ["Always", "IfNotPresent", "Never"] })),
         "replicaCount" => Some(json!({ "type": "integer", "minimum": 0 })),
+        // A count or a percentage, as a PodDisruptionBudget takes it.
+        "podDisruptionBudget.minAvailable" => Some(json!({ "type": ["integer", "string"] })),
+        // `--set image.tag=1.2` arrives as a number.
+        "image.tag" => Some(json!({ "type": ["string", "number"] })),
         "securePort" => Some(json!({ "type": "integer", "minimum": 1, "maximum": 65535 })),
         _ => None,
     };

@@ -423,6 +423,7 @@ fn the_shipped_binary_has_no_simulator_commands_and_no_symbols() {
             "status",
             "restore",
             "webhooks",
+            "why",
             "check-config",
             "help"
         ]),

@@ -120,10 +120,11 @@ pub(super) struct RawInitializer {
     rename_all = "camelCase",
     expecting = "an owner: a mapping with one of deployment, lease, service, pods or http"
 )]
+// "Exactly one kind" is left to the parser's message: a null kind beside another counts as
+// absent there, which minProperties/maxProperties would refuse.
 #[schemars(
     rename = "Owner",
-    description = "Who removes the initializer or serves the webhook: exactly one kind.",
-    extend("minProperties" = 1, "maxProperties" = 1)
+    description = "Who removes the initializer or serves the webhook: exactly one kind."
 )]
 pub(super) struct RawOwner {
     pub deployment: Option<String>,

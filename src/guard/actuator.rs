@@ -145,12 +145,15 @@ impl Actuator {
         )
     }
 
-    /// Queue an `InitializerWaiting` Event; dropped and counted when the queue is full.
-    pub fn notify(&self, waiting: Waiting) {
-        if self.waiting.try_send(waiting).is_err() {
+    /// Queue an `InitializerWaiting` Event; false (and counted dropped) when the queue is
+    /// full, so that the caller offers it again later.
+    pub fn notify(&self, waiting: Waiting) -> bool {
+        let queued = self.waiting.try_send(waiting).is_ok();
+        if !queued {
             self.metrics
                 .event(WAITING_EVENT_REASON, EventOutcome::Dropped);
         }
+        queued
     }
 
     /// Queue a bypass; gives it back when the queue is full or the actuator stopped.
@@ -266,6 +269,13 @@ impl Worker {
         rx.close();
         while let Ok(bypass) = rx.try_recv() {
             self.reply(Reply::Skipped { bypass });
+        }
+        // Explanations are not written on the way out: counted dropped (the next leader offers
+        // them again), those still queued here by `waiting`'s own drop.
+        waiting_rx.close();
+        while waiting_rx.try_recv().is_ok() {
+            self.metrics
+                .event(WAITING_EVENT_REASON, EventOutcome::Dropped);
         }
         // Drain: what is in flight finishes (each write is bounded by the fence's timeout, and
         // the lifecycle's shutdown deadline bounds the whole), then the Events are written.
@@ -421,6 +431,11 @@ impl Worker {
 
     /// The `InitializerWaiting` Event of a long-waiting pod, through the fence.
     async fn explain(&self, waiting: &Waiting, cancel: &CancellationToken) {
+        if !waiting.still_waiting.holds() {
+            debug!(pod = %waiting.key(), initializer = %waiting.notice.initializer,
+                "no longer waiting; its explanation is not written");
+            return;
+        }
         let event = waiting_event(
             waiting,
             self.config.mechanism,

@@ -22,7 +22,7 @@ use tracing::{info, warn};
 
 use super::actuator::{Actuator, Bypass, Removed, Reply};
 use super::shared::Shared;
-use super::waiting::Waiting;
+use super::waiting::{StillWaiting, Waiting};
 use super::wakes::Wakes;
 use crate::config::Config;
 use crate::environment::Env;
@@ -480,17 +480,31 @@ impl ControlLoop {
                 wake = Some(wake.map_or(at, |w| w.min(at)));
             }
             for notice in notices {
-                if self
-                    .notified
-                    .insert((pod.uid.clone(), notice.initializer.clone()))
-                {
-                    self.actuator.notify(Waiting {
-                        namespace: pod.namespace.clone(),
-                        name: pod.name.clone(),
-                        uid: pod.uid.clone(),
-                        owner: super::shared::describe_owner(&shared, &notice.initializer, now),
-                        notice,
-                    });
+                let id = (pod.uid.clone(), notice.initializer.clone());
+                if self.notified.contains(&id) {
+                    continue;
+                }
+                let still_waiting = {
+                    let (shared, key, uid) = (shared.clone(), key.to_owned(), pod.uid.clone());
+                    let initializer = notice.initializer.clone();
+                    StillWaiting::new(move || {
+                        shared
+                            .tracker()
+                            .get(&key)
+                            .is_some_and(|p| p.uid == uid && p.pending.contains(&initializer))
+                    })
+                };
+                let queued = self.actuator.notify(Waiting {
+                    namespace: pod.namespace.clone(),
+                    name: pod.name.clone(),
+                    uid: pod.uid.clone(),
+                    owner: super::shared::describe_owner(&shared, &notice.initializer, now),
+                    notice,
+                    still_waiting,
+                });
+                // Not queued (full): offered again when the pod is next decided.
+                if queued {
+                    self.notified.insert(id);
                 }
             }
         }

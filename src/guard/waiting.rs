@@ -27,6 +27,31 @@ pub struct Waiting {
     pub notice: Notice,
     /// The owner and its state in words.
     pub owner: String,
+    /// Asked just before the write: whether the pod still waits on the initializer (one
+    /// queued behind a burst may be bypassed or gone by then, and is not written).
+    pub still_waiting: StillWaiting,
+}
+
+/// Whether a queued explanation still applies (see [`Waiting::still_waiting`]).
+#[derive(Clone)]
+pub struct StillWaiting(std::sync::Arc<dyn Fn() -> bool + Send + Sync>);
+
+impl StillWaiting {
+    /// A check run just before the write.
+    pub fn new(check: impl Fn() -> bool + Send + Sync + 'static) -> StillWaiting {
+        StillWaiting(std::sync::Arc::new(check))
+    }
+
+    /// Whether the explanation still applies now.
+    pub fn holds(&self) -> bool {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for StillWaiting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StillWaiting")
+    }
 }
 
 impl Waiting {
@@ -157,6 +182,7 @@ mod tests {
                 opt_in,
             },
             owner: "deployment kube-system/warden down for 30s".into(),
+            still_waiting: StillWaiting::new(|| true),
         }
     }
 

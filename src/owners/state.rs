@@ -175,6 +175,15 @@ impl Owners {
             .collect()
     }
 
+    /// Whether the owner of `initializer` has been observed at least once (true when it has
+    /// none): before that, unknown means only "not looked at yet".
+    pub fn observed(&self, initializer: &str) -> bool {
+        self.inner
+            .by_initializer
+            .get(initializer)
+            .is_none_or(|&index| self.inner.owners[index].synced.load(Ordering::Acquire))
+    }
+
     /// Owners in state unknown, as `KIND TARGET: unknown (DETAIL)`, for `/readyz`: they are
     /// worth a look (a typo, missing RBAC) but never stop the guard from being ready.
     pub fn unknown(&self) -> Vec<String> {

@@ -221,7 +221,40 @@ pub(crate) async fn chart_values_render_as_documented(tb: Arc<Testbed>) {
 
     // Scraping: the PodMonitor authenticates with a Secret key through `authorization`; the
     // ServiceMonitor with Prometheus' own token file, and only with a reader named; not both.
-    let docs = render(helm, &["--set", "metrics.podMonitor.enabled=true"]);
+    let docs = render(
+        helm,
+        &[
+            "--set",
+            "metrics.podMonitor.enabled=true",
+            "--set",
+            "metrics.podMonitor.namespace=monitoring",
+        ],
+    );
+    // The token Secret and its ServiceAccount sit beside the PodMonitor, where the operator
+    // reads the Secret, and the reader binding names them there.
+    for kind in ["PodMonitor", "Secret"] {
+        assert_eq!(
+            one(&docs, kind)["metadata"]["namespace"].as_str(),
+            Some("monitoring"),
+            "{kind}"
+        );
+    }
+    let scraper = kinds(&docs, "ServiceAccount")
+        .into_iter()
+        .find(|a| a["metadata"]["name"].as_str() == Some("unit-initguard-scraper"))
+        .expect("the scraper's ServiceAccount");
+    assert_eq!(
+        scraper["metadata"]["namespace"].as_str(),
+        Some("monitoring")
+    );
+    let binding = kinds(&docs, "ClusterRoleBinding")
+        .into_iter()
+        .find(|b| b["roleRef"]["name"].as_str() == Some("unit-initguard-metrics-reader"))
+        .expect("the metrics reader binding");
+    assert_eq!(
+        binding["subjects"][0]["namespace"].as_str(),
+        Some("monitoring")
+    );
     let endpoint = &one(&docs, "PodMonitor")["spec"]["podMetricsEndpoints"][0];
     assert_eq!(endpoint["authorization"]["type"].as_str(), Some("Bearer"));
     let secret = endpoint["authorization"]["credentials"]["name"].as_str();
@@ -331,7 +364,13 @@ pub(crate) async fn chart_values_render_as_documented(tb: Arc<Testbed>) {
         .expect("jobLabel")
         .to_owned();
     assert_eq!(pod_labels[job_label.as_str()].as_str(), Some("guard"));
-    let (jobs, all_alerts) = rule_jobs_and_alerts(&one(&docs, "PrometheusRule"));
+    let guard_rule = one(&docs, "PrometheusRule");
+    let text = serde_yaml::to_string(&guard_rule).expect("YAML");
+    assert!(
+        text.contains("initguard_pileup_max_waiting_pods{job=\"guard\""),
+        "the pileup annotation's query follows the job: {text}"
+    );
+    let (jobs, all_alerts) = rule_jobs_and_alerts(&guard_rule);
     assert!(
         !jobs.is_empty() && jobs.iter().all(|j| j == "guard"),
         "{jobs:?}"
@@ -353,10 +392,19 @@ pub(crate) async fn chart_values_render_as_documented(tb: Arc<Testbed>) {
             "--set",
             "prometheusRule.additionalRuleLabels.team=platform",
             "--set",
+            "prometheusRule.additionalRuleLabels.severity=page",
+            "--set",
             "prometheusRule.additionalRuleAnnotations.dashboard=https://grafana.example.com/d/initguard",
         ],
     );
     let rule = one(&docs, "PrometheusRule");
+    // The job follows into the annotations' words too.
+    let text = serde_yaml::to_string(&rule).expect("YAML");
+    assert!(
+        !text.contains("job=\"initguard\"") && !text.contains("job \"initguard\""),
+        "{text}"
+    );
+    assert!(text.contains("in job \"kubernetes-pods\""), "{text}");
     let (jobs, alerts) = rule_jobs_and_alerts(&rule);
     assert!(
         !jobs.is_empty() && jobs.iter().all(|j| j == "kubernetes-pods"),
@@ -375,10 +423,8 @@ pub(crate) async fn chart_values_render_as_documented(tb: Arc<Testbed>) {
         for r in group["rules"].as_sequence().into_iter().flatten() {
             if r["alert"].is_string() {
                 assert_eq!(r["labels"]["team"].as_str(), Some("platform"), "{r:?}");
-                assert!(
-                    r["labels"]["severity"].is_string(),
-                    "own labels kept: {r:?}"
-                );
+                // An extra label replaces the alert's own (routing by severity).
+                assert_eq!(r["labels"]["severity"].as_str(), Some("page"), "{r:?}");
                 assert!(r["annotations"]["dashboard"].is_string(), "{r:?}");
                 assert!(
                     r["annotations"]["summary"].is_string(),
