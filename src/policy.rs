@@ -466,7 +466,7 @@ pub fn waiting_notices(
                 opt_in: config.opt_in_mode(&plan.initializer),
             });
         } else if let Some(at) = now.checked_add(half - waited) {
-            wake = Some(wake.map_or(at, |w| w.min(at)));
+            wake = sooner(wake, at);
         }
     }
     (notices, wake)
@@ -538,7 +538,12 @@ fn behind_the_head(
 
 /// Keep the earlier of `outcome`'s next wake-up and `at`.
 fn wake_at(outcome: &mut Outcome, at: SystemTime) {
-    outcome.next_wake = Some(outcome.next_wake.map_or(at, |w| w.min(at)));
+    outcome.next_wake = sooner(outcome.next_wake, at);
+}
+
+/// The earlier of a planned wake-up (if any) and `at`.
+pub fn sooner(wake: Option<SystemTime>, at: SystemTime) -> Option<SystemTime> {
+    Some(wake.map_or(at, |w| w.min(at)))
 }
 
 /// When the pod started waiting for its in-progress initializers.

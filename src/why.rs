@@ -164,10 +164,7 @@ pub async fn gather(
 /// The explanation as text.
 pub fn render(why: &Why) -> String {
     let mut out = String::new();
-    let kind = match why.mechanism {
-        Mechanism::SchedulingGates => "scheduling gate",
-        Mechanism::Initializers => "initializer",
-    };
+    let kind = crate::guard::waiting::entry_noun(why.mechanism);
     let pod = format!("{}/{}", why.namespace, why.name);
     if why.pending.is_empty() {
         let _ = writeln!(out, "pod {pod} waits on no {kind}.");

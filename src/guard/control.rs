@@ -477,7 +477,7 @@ impl ControlLoop {
         if shared.is_leader() && config.waiting_events && !config.dry_run {
             let (notices, later) = policy::waiting_notices(&outcome, &env, config, now);
             if let Some(at) = later {
-                wake = Some(wake.map_or(at, |w| w.min(at)));
+                wake = policy::sooner(wake, at);
             }
             for notice in notices {
                 let id = (pod.uid.clone(), notice.initializer.clone());

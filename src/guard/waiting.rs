@@ -117,15 +117,20 @@ pub fn plan_in_words(notice: &Notice, label: &str) -> String {
     }
 }
 
-/// The Event's message: the initializer, the wait, the owner and its state, and the plan.
-pub fn message(waiting: &Waiting, mechanism: Mechanism, label: &str) -> String {
-    let kind = match mechanism {
+/// What one pending entry is called where users read it.
+pub fn entry_noun(mechanism: Mechanism) -> &'static str {
+    match mechanism {
         Mechanism::SchedulingGates => "scheduling gate",
         Mechanism::Initializers => "initializer",
-    };
+    }
+}
+
+/// The Event's message: the initializer, the wait, the owner and its state, and the plan.
+pub fn message(waiting: &Waiting, mechanism: Mechanism, label: &str) -> String {
     format!(
-        "Waiting {} on {kind} {}; owner: {}; {}",
+        "Waiting {} on {} {}; owner: {}; {}",
         humantime::format_duration(Duration::from_secs(waiting.notice.waited.as_secs())),
+        entry_noun(mechanism),
         waiting.notice.initializer,
         waiting.owner,
         plan_in_words(&waiting.notice, label)
