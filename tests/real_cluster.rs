@@ -48,6 +48,7 @@ mod writes;
 
 use std::process::ExitCode;
 
+use initguard_test_support::rbac::Request;
 use initguard_test_support::runner::{self, Scenario};
 
 /// Every scenario, in run order.
@@ -234,11 +235,18 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     }),
 ];
 
+/// The guard's requests that scenarios make RBAC refuse on purpose: the canary's dry runs
+/// before their Role exists.
+fn refused_on_purpose(r: &Request) -> bool {
+    r.namespace == webhooks::CANARY_NAMESPACE && r.verb == "create" && r.resource == "pods"
+}
+
 fn main() -> ExitCode {
     runner::run(
         "real_cluster",
         testbed::Version::Current,
         SCENARIOS,
         env!("CARGO_BIN_EXE_initguard"),
+        refused_on_purpose,
     )
 }

@@ -81,5 +81,6 @@ fn main() -> ExitCode {
         testbed::Version::GatesBeta,
         SCENARIOS,
         env!("CARGO_BIN_EXE_initguard"),
+        |_| false,
     )
 }

@@ -22,6 +22,8 @@ mod owner;
 mod privilege;
 #[path = "real_cluster_legacy/replicas.rs"]
 mod replicas;
+#[path = "real_cluster_legacy/service_owner.rs"]
+mod service_owner;
 
 use std::process::ExitCode;
 
@@ -44,6 +46,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
         |tb| Box::pin(privilege::the_initialize_grant_is_what_lets_the_guard_initialize(tb)),
     ),
     (
+        "service_owner::service_owner_is_read_from_core_endpoints",
+        |tb| Box::pin(service_owner::service_owner_is_read_from_core_endpoints(tb)),
+    ),
+    (
         "compat::metainit_compat_initializes_each_pod_with_one_patch",
         |tb| {
             Box::pin(compat::metainit_compat_initializes_each_pod_with_one_patch(
@@ -63,5 +69,6 @@ fn main() -> ExitCode {
         testbed::Version::Legacy,
         SCENARIOS,
         env!("CARGO_BIN_EXE_initguard"),
+        privilege::refused_on_purpose,
     )
 }

@@ -451,7 +451,8 @@ pub enum OwnerSpec {
     Deployment(ObjectRef),
     /// Up while `renewTime + leaseDurationSeconds` is in the future.
     Lease(ObjectRef),
-    /// Up while one of the Service's EndpointSlices lists a ready endpoint.
+    /// Up while one of the Service's EndpointSlices (its core/v1 Endpoints on servers before
+    /// 1.21) lists a ready endpoint.
     Service(ObjectRef),
     /// A webhook's default owner, its `clientConfig.service`: as `Service`, and down when the
     /// Service is read and not found (the API server then fails every call to the webhook, as

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Endpoints, Pod};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::DynamicObject;
 use kube::runtime::watcher::Event;
@@ -320,14 +320,55 @@ impl Model<EndpointSlice> for EndpointsModel {
             .0
             .values()
             .fold((0, 0), |(r, a), (ready, all)| (r + ready, a + all));
-        Evaluation::new(
-            if ready >= 1 {
-                Observed::Up
-            } else {
-                Observed::Down
-            },
-            format!("{ready} of {all} endpoints ready"),
-        )
+        endpoints_verdict(ready, all)
+    }
+}
+
+/// Up while at least one endpoint is ready.
+fn endpoints_verdict(ready: usize, all: usize) -> Evaluation {
+    Evaluation::new(
+        if ready >= 1 {
+            Observed::Up
+        } else {
+            Observed::Down
+        },
+        format!("{ready} of {all} endpoints ready"),
+    )
+}
+
+/// A Service's core/v1 Endpoints, read where the server serves no EndpointSlices (before
+/// 1.21): (ready addresses, all addresses) of the one object named after the Service.
+#[derive(Default)]
+pub(super) struct CoreEndpointsModel(Option<(usize, usize)>);
+
+/// Ready and all addresses of a core/v1 Endpoints object (`addresses` are the ready ones,
+/// `notReadyAddresses` the others).
+fn core_endpoints(endpoints: &Endpoints) -> (usize, usize) {
+    endpoints
+        .subsets
+        .iter()
+        .flatten()
+        .fold((0, 0), |(ready, all), subset| {
+            let up = subset.addresses.as_ref().map_or(0, Vec::len);
+            let down = subset.not_ready_addresses.as_ref().map_or(0, Vec::len);
+            (ready + up, all + up + down)
+        })
+}
+
+impl Model<Endpoints> for CoreEndpointsModel {
+    fn apply(&mut self, object: Endpoints, _: Instant) {
+        self.0 = Some(core_endpoints(&object));
+    }
+
+    fn delete(&mut self, _: Endpoints) {
+        self.0 = None;
+    }
+
+    fn evaluate(&self, _: Instant) -> Evaluation {
+        match self.0 {
+            None => Evaluation::new(Observed::Unknown, "no Endpoints of the Service"),
+            Some((ready, all)) => endpoints_verdict(ready, all),
+        }
     }
 }
 
@@ -594,6 +635,64 @@ mod tests {
         assert_eq!(
             slice_endpoints(&slice("c", &[Some(true), None, Some(false)])),
             (2, 3)
+        );
+    }
+
+    /// core/v1 Endpoints named after Service `svc`: `ready` addresses and `not_ready` ones,
+    /// split over two subsets as the endpoints controller does for two ports.
+    fn core(ready: usize, not_ready: usize) -> Endpoints {
+        let ips = |n: usize| -> Vec<serde_json::Value> {
+            (0..n)
+                .map(|i| json!({"ip": format!("10.0.0.{i}")}))
+                .collect()
+        };
+        serde_json::from_value(json!({
+            "metadata": {"name": "svc", "namespace": "ns"},
+            "subsets": [
+                {"addresses": ips(ready), "ports": [{"port": 443}]},
+                {"notReadyAddresses": ips(not_ready), "ports": [{"port": 8443}]},
+            ],
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn before_endpoint_slices_a_service_is_judged_by_its_core_endpoints() {
+        let now = Instant::now();
+        let mut seen = false;
+        let mut model = CoreEndpointsModel::default();
+        let (state, detail) = judge(model.evaluate(now), &mut seen, "Endpoints");
+        assert_eq!(
+            (state, detail.as_str()),
+            (Observed::Unknown, "no Endpoints of the Service")
+        );
+        model.apply(core(0, 2), now);
+        let (state, detail) = judge(model.evaluate(now), &mut seen, "Endpoints");
+        assert_eq!(
+            (state, detail.as_str()),
+            (Observed::Down, "0 of 2 endpoints ready")
+        );
+        model.apply(core(1, 2), now);
+        let (state, detail) = judge(model.evaluate(now), &mut seen, "Endpoints");
+        assert_eq!(
+            (state, detail.as_str()),
+            (Observed::Up, "1 of 3 endpoints ready")
+        );
+        // An object with no subsets at all (no pod behind the Service yet) has none ready.
+        model.apply(
+            serde_json::from_value(json!({"metadata": {"name": "svc"}})).unwrap(),
+            now,
+        );
+        assert_eq!(
+            judge(model.evaluate(now), &mut seen, "Endpoints").0,
+            Observed::Down
+        );
+        // Deleted after it was seen: down, not unknown.
+        model.apply(core(1, 0), now);
+        model.delete(core(0, 0));
+        assert_eq!(
+            judge(model.evaluate(now), &mut seen, "Endpoints").0,
+            Observed::Down
         );
     }
 

@@ -17,16 +17,14 @@ use http_body_util::Empty;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::Connect;
 use hyper_util::rt::TokioExecutor;
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{ApiResource, DynamicObject, PartialObjectMeta};
 use kube::client::ConfigExt as _;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher;
 use kube::{Api, Resource};
-use kube_common::{
-    ApiSurface, ENDPOINT_SLICE_GROUP_VERSION, deployment_group_versions, lease_group_versions,
-};
+use kube_common::{ApiSurface, deployment_group_versions, lease_group_versions};
 use rustls::pki_types::CertificateDer;
 use rustls::pki_types::pem::PemObject as _;
 use serde::de::DeserializeOwned;
@@ -37,8 +35,8 @@ use crate::config::{CANARY_LABEL, Canary, CanaryResource, Config, ObjectRef, Own
 use crate::supervise::{self, Failures};
 
 use super::model::{
-    EndpointsModel, Model, Observed, PodsModel, ServedDeploymentModel, ServedLeaseModel,
-    ServicePresence, apply_event, judge, webhook_service,
+    CoreEndpointsModel, EndpointsModel, Model, Observed, PodsModel, ServedDeploymentModel,
+    ServedLeaseModel, ServicePresence, apply_event, judge, webhook_service,
 };
 use super::state::{Handle, owner_target};
 
@@ -133,14 +131,18 @@ pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<Strin
                 .iter()
                 .filter_map(|w| Some((w.id.to_string(), w.owner.as_ref()?))),
         );
-    // Discovery once, and only when a Deployment or Lease owner needs it.
+    // Discovery once, and only when a Deployment, Lease or Service owner needs it.
     let mut surface: Option<ApiSurface> = None;
     for (used_by, spec) in users {
         if !seen.insert(spec) {
             continue;
         }
         let what = format!("{} {}", spec.kind(), owner_target(spec));
-        if matches!(spec, OwnerSpec::Deployment(_) | OwnerSpec::Lease(_)) && surface.is_none() {
+        if matches!(
+            spec,
+            OwnerSpec::Deployment(_) | OwnerSpec::Lease(_) | OwnerSpec::Service(_)
+        ) && surface.is_none()
+        {
             match ApiSurface::read(client).await {
                 Ok(read) => surface = Some(read),
                 Err(e) => {
@@ -187,14 +189,24 @@ pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<Strin
                 .get_metadata_opt(&r.name)
                 .await
                 .map(|s| s.is_some()),
-            OwnerSpec::Service(r) => named_api::<EndpointSlice>(client, r)
-                .list_metadata(&kube::api::ListParams {
-                    label_selector: Some(format!("{SERVICE_NAME_LABEL}={}", r.name)),
-                    limit: Some(1),
-                    ..Default::default()
-                })
-                .await
-                .map(|slices| !slices.items.is_empty()),
+            // Where the guard will read the endpoints: EndpointSlices, or core/v1 Endpoints
+            // before 1.21.
+            OwnerSpec::Service(r) => match surface.as_ref().map(ApiSurface::service_endpoints) {
+                Some(resource) if resource.kind == "EndpointSlice" => {
+                    named_api::<EndpointSlice>(client, r)
+                        .list_metadata(&kube::api::ListParams {
+                            label_selector: Some(format!("{SERVICE_NAME_LABEL}={}", r.name)),
+                            limit: Some(1),
+                            ..Default::default()
+                        })
+                        .await
+                        .map(|slices| !slices.items.is_empty())
+                }
+                _ => named_api::<Endpoints>(client, r)
+                    .get_metadata_opt(&r.name)
+                    .await
+                    .map(|e| e.is_some()),
+            },
             OwnerSpec::Pods {
                 namespace,
                 selector,
@@ -343,25 +355,34 @@ impl Task {
             .await
     }
 
-    /// Watch the EndpointSlices of Service `r` (discovery.k8s.io/v1, 1.21+; an older server
-    /// leaves the owner unknown and says why in `/readyz`).
+    /// Watch the endpoints of Service `r`: its EndpointSlices (discovery.k8s.io/v1, 1.21+), or
+    /// on an older server its core/v1 Endpoints, the one object named after the Service.
     async fn watch_service(self, client: kube::Client, r: ObjectRef) {
-        let served = self
+        let Some(resource) = self
             .served(
-                ApiSurface::endpoint_slices,
-                ("EndpointSlice", ENDPOINT_SLICE_GROUP_VERSION),
+                |surface| Some(surface.service_endpoints()),
+                ("EndpointSlice or Endpoints", "discovery.k8s.io/v1, v1"),
                 "endpointslices",
             )
-            .await;
-        if served.is_none() {
+            .await
+        else {
             return;
+        };
+        if resource.kind == "EndpointSlice" {
+            self.watch::<EndpointSlice, EndpointsModel>(
+                named_api(&client, &r),
+                service_slices(&r),
+                "endpointslices",
+            )
+            .await
+        } else {
+            self.watch::<Endpoints, CoreEndpointsModel>(
+                named_api(&client, &r),
+                name_selector(&r),
+                "endpoints",
+            )
+            .await
         }
-        self.watch::<EndpointSlice, EndpointsModel>(
-            named_api(&client, &r),
-            service_slices(&r),
-            "endpointslices",
-        )
-        .await
     }
 
     /// Watch the Lease `r` in the most preferred group version served (v1beta1 on 1.12-1.13).

@@ -5,7 +5,7 @@
 use initguard::config::Mechanism;
 use initguard::guard::Guard;
 use initguard::guard::leader::{LEADER_ANNOTATION, LeaderRecord};
-use kube_sim::KubeVersion;
+use kube_sim::{KubeVersion, Rbac};
 use serde_json::{Value, json};
 
 use crate::harness::*;
@@ -225,10 +225,7 @@ async fn replica_denied_writing_its_lease_says_so() {
         ("create", (create_rule, "")),
         (
             "update",
-            (
-                "verbs: [\"get\", \"update\", \"patch\"]",
-                "verbs: [\"get\", \"patch\"]",
-            ),
+            ("verbs: [\"get\", \"update\"]", "verbs: [\"get\"]"),
         ),
     ];
     for (denied, edit) in cases {
@@ -361,34 +358,83 @@ async fn lease_owner_is_read_from_the_group_the_server_serves() {
     .await;
 }
 
-/// A `service` owner on a server without discovery.k8s.io/v1 (1.13) stays unknown and says
-/// why in /readyz, instead of retrying a 404 watch forever.
+/// A `service` owner on a server without discovery.k8s.io/v1 (1.13) is read from the
+/// Service's core/v1 Endpoints, with only the `endpoints` grant deploy/README.md gives for such
+/// servers: up while an address is ready, down once none is, and never a request for
+/// EndpointSlices the server does not serve.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn service_owner_without_endpoint_slices_fails_readiness_with_the_reason() {
+async fn service_owner_before_endpoint_slices_is_read_from_core_endpoints() {
     on_version(KubeVersion::V1_13, async {
         let c = Cluster::start(Mechanism::Initializers).await;
+        let mut rbac = shipped_rbac(Mechanism::Initializers);
+        rbac.merge(
+            Rbac::from_yaml_str(
+                &format!(
+                    "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\n\
+                     metadata: {{ name: service-owners }}\n\
+                     rules:\n  - {{ apiGroups: [\"\"], resources: [endpoints], verbs: [list, watch] }}\n\
+                     ---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+                     metadata: {{ name: service-owners }}\n\
+                     roleRef: {{ apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: service-owners }}\n\
+                     subjects: [{{ apiGroup: rbac.authorization.k8s.io, kind: User, name: \"{GUARD_USER}\" }}]\n"
+                ),
+                GUARD_USER,
+            )
+            .unwrap(),
+        );
+        c.sim.enforce_rbac_policy(GUARD_USER, rbac);
+        let endpoints = |ready: &str, not_ready: &str| {
+            json!({
+                "apiVersion": "v1", "kind": "Endpoints",
+                "metadata": { "name": "sidecar", "namespace": "kube-system" },
+                "subsets": [{
+                    "addresses": if ready.is_empty() { json!([]) } else { json!([{ "ip": ready }]) },
+                    "notReadyAddresses":
+                        if not_ready.is_empty() { json!([]) } else { json!([{ "ip": not_ready }]) },
+                    "ports": [{ "port": 443 }],
+                }],
+            })
+        };
+        c.admin_post(
+            "/api/v1/namespaces/kube-system/endpoints",
+            &endpoints("10.0.0.1", ""),
+        )
+        .await;
         let config = config(
             Mechanism::Initializers,
             &format!(
-                "initializers:\n  - name: {SIDECAR}\n    deadline: 20s\n    \
-                 owner: {{ service: kube-system/sidecar }}\n"
+                "initializers:\n  - name: {SIDECAR}\n    deadline: 1h\n    \
+                 ownerDownGrace: 1s\n    owner: {{ service: kube-system/sidecar }}\n"
             ),
         );
-        let guard = Guard::start(c.guard_client(), config).await.unwrap();
-        let body = eventually_async("/readyz naming the missing EndpointSlice API", || async {
-            let (status, body) = http_get(guard.addr, "/readyz").await;
-            (status == 503 && body.contains("no EndpointSlice API")).then_some(body)
-        })
+        let guard = c.guard(&config).await;
+        wait_owner(&guard, SIDECAR, true).await;
+        c.admin_request(
+            http::Method::PATCH,
+            "/api/v1/namespaces/kube-system/endpoints/sidecar",
+            Some(&json!({ "subsets": endpoints("", "10.0.0.1")["subsets"] })),
+        )
         .await;
-        assert!(body.contains("discovery.k8s.io/v1"), "{body}");
+        wait_owner(&guard, SIDECAR, false).await;
+        let requests: Vec<_> = c
+            .sim
+            .requests()
+            .into_iter()
+            .filter(|r| r.user == GUARD_USER)
+            .collect();
         assert!(
-            c.sim
-                .requests()
-                .iter()
-                .all(|r| !(r.user == GUARD_USER && r.resource == "endpointslices")),
-            "the guard asked for EndpointSlices the server does not serve"
+            requests.iter().any(|r| r.resource == "endpoints"
+                && r.path.starts_with("/api/v1/namespaces/kube-system/endpoints")),
+            "the guard read core/v1 Endpoints"
         );
-        guard.shutdown().await;
+        assert!(
+            requests
+                .iter()
+                .all(|r| r.resource != "endpointslices" && r.status != 403),
+            "the guard asked for EndpointSlices the server does not serve, or was refused: \
+             {requests:#?}"
+        );
+        c.finish(guard).await;
     })
     .await;
 }

@@ -12,13 +12,15 @@ const IDENTITIES: [(&str, &str); 2] = [("initguard", GUARD_USER), ("initguard-2"
 /// `kubectl auth can-i --list` for both identities, in namespace default (what the
 /// ClusterRole grants) and kube-system (plus the leader-election Role), matches
 /// tests/real_cluster/can-i/IDENTITY-NAMESPACE.txt. The ServiceAccount also gets the
-/// discovery rules every ServiceAccount gets (service-account-issuer-discovery). Set
-/// REAL_CLUSTER_BLESS=1 to rewrite the files after a deliberate RBAC change, then review the diff.
+/// discovery rules every ServiceAccount gets (service-account-issuer-discovery). On a
+/// difference the answer is written beside the build (`CARGO_TARGET_TMPDIR`), and the failure
+/// prints the `cp` that accepts it after review: blessing is a command, never a test mode.
 pub(crate) async fn can_i_list_matches_expectation(tb: Arc<Testbed>) {
-    let bless = std::env::var_os("REAL_CLUSTER_BLESS").is_some();
+    let mut differ = Vec::new();
     for namespace in ["default", "kube-system"] {
         for (kubeconfig, user) in IDENTITIES {
-            let file = expectation(&format!("can-i/{kubeconfig}-{namespace}.txt"));
+            let name = format!("can-i/{kubeconfig}-{namespace}.txt");
+            let file = expectation(&name);
             let out = tb.kubectl_with(
                 kubeconfig,
                 &["auth", "can-i", "--list", "-n", namespace],
@@ -30,20 +32,28 @@ pub(crate) async fn can_i_list_matches_expectation(tb: Arc<Testbed>) {
                 String::from_utf8_lossy(&out.stderr)
             );
             let got = normalize(&String::from_utf8_lossy(&out.stdout));
-            if bless {
-                std::fs::write(&file, &got)
-                    .unwrap_or_else(|e| panic!("cannot write {}: {e}", file.display()));
-            }
             let want = std::fs::read_to_string(&file)
                 .unwrap_or_else(|e| panic!("cannot read {}: {e}", file.display()));
-            assert_eq!(
-                got,
-                want,
-                "`kubectl auth can-i --list -n {namespace}` as {user} differs from {}",
-                file.display()
-            );
+            if got != want {
+                let answer = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(&name);
+                if let Some(dir) = answer.parent() {
+                    std::fs::create_dir_all(dir)
+                        .unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+                }
+                std::fs::write(&answer, &got)
+                    .unwrap_or_else(|e| panic!("cannot write {}: {e}", answer.display()));
+                differ.push(format!(
+                    "`kubectl auth can-i --list -n {namespace}` as {user} differs from {}:\n\
+                     --- expected\n{want}--- got\n{got}\
+                     after review, accept it with: cp {} {}",
+                    file.display(),
+                    answer.display(),
+                    file.display()
+                ));
+            }
         }
     }
+    assert!(differ.is_empty(), "{}", differ.join("\n\n"));
 }
 
 /// The header, then the rules sorted, columns separated by single spaces: the comparison does

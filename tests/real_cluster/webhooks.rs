@@ -647,6 +647,10 @@ fn revoke_service_owner_reads(tb: &Testbed, prefix: &str) {
     }
 }
 
+/// Where the canary scenario's dry runs go; they are refused (403) on purpose until its Role
+/// exists.
+pub(crate) const CANARY_NAMESPACE: &str = "whk-canary";
+
 /// An uninstall that removed the webhook's Service but left its Fail configuration behind:
 /// the API server rejects every create ("service not found"). A guard started only then never
 /// saw the Service, and still judges the default owner down: after the grace the entry is
@@ -1168,7 +1172,7 @@ pub(crate) async fn webhook_canary_sees_a_backend_that_is_up_but_does_not_answer
     let prefix = "whk";
     let bed = Bed::new(tb.clone(), prefix).await;
     let (apps, system, name) = (bed.apps.clone(), bed.system.clone(), bed.name.clone());
-    let canary_ns = format!("{prefix}-canary");
+    let canary_ns = CANARY_NAMESPACE.to_owned();
     tb.namespace(&canary_ns);
     // The canary must meet the restricted Pod Security Standard to be admitted at all.
     tb.kubectl(&[

@@ -1,9 +1,7 @@
 //! What the legacy scenarios share: raw requests (uninitialized objects are visible only with
 //! `?includeUninitialized=true`, which kube-rs does not send), a pending list, an
-//! InitializerConfiguration, the real initializer process, and the guard's config.
-
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+//! InitializerConfiguration and the guard's config (the real initializer process is
+//! `testbed::Initializer`, which the pileup benchmark shares).
 
 use http::Method;
 use serde_json::{Value, json};
@@ -147,65 +145,6 @@ impl Drop for InitializerConfiguration {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-    }
-}
-
-/// tests/real_cluster_legacy/initializer.py: a pod initializer on the seeds' own library,
-/// renewing the v1beta1 Lease the guard watches as its owner. Killed on drop.
-pub(crate) struct Initializer {
-    child: Child,
-    pid_file: PathBuf,
-}
-
-impl Initializer {
-    /// Start the initializer `name`, renewing Lease `namespace/lease`, as the admin.
-    pub(crate) fn start(tb: &Testbed, name: &str, namespace: &str, lease: &str) -> Initializer {
-        let python = tb
-            .bin
-            .parent()
-            .map(|v| v.join("python/bin/python"))
-            .unwrap_or_default();
-        assert!(
-            python.exists(),
-            "{} is missing: run tests/testbed/build --version v1.13.12",
-            python.display()
-        );
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/real_cluster_legacy/initializer.py");
-        let log_path = tb.dir.join(format!("logs/initializer-{name}.log"));
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_path)
-            .unwrap_or_else(|e| panic!("cannot open {}: {e}", log_path.display()));
-        let err = log
-            .try_clone()
-            .unwrap_or_else(|e| panic!("cannot clone the log handle: {e}"));
-        let child = Command::new(&python)
-            .arg(&script)
-            .arg(tb.kubeconfig("admin"))
-            .args([name, namespace, lease])
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(err)
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot start {}: {e}", script.display()));
-        // Registered with the test bed, so that `down` stops it should this process die.
-        let pid_file = tb.dir.join(format!("pids/initializer-{name}.pid"));
-        std::fs::write(&pid_file, child.id().to_string())
-            .unwrap_or_else(|e| panic!("cannot write {}: {e}", pid_file.display()));
-        Initializer { child, pid_file }
-    }
-
-    /// SIGKILL: the initializer's controller died.
-    pub(crate) fn kill(self) {}
-}
-
-impl Drop for Initializer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_file(&self.pid_file);
     }
 }
 

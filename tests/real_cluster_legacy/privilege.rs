@@ -16,6 +16,12 @@ const NS: &str = "legacy-privilege";
 const INIT: &str = "deadline.example.com";
 const BINDING: &str = "initguard-legacy-initializers";
 
+/// The guard's requests this scenario makes the server refuse: its bypass patches while the
+/// `initialize` grant is withdrawn.
+pub(crate) fn refused_on_purpose(request: &initguard_test_support::rbac::Request) -> bool {
+    request.namespace == NS && request.resource == "pods" && request.verb == "patch"
+}
+
 pub(crate) async fn the_initialize_grant_is_what_lets_the_guard_initialize(tb: Arc<Testbed>) {
     tb.namespace(NS);
     let config_object = InitializerConfiguration::create(&tb, "legacy-privilege", &[INIT]).await;

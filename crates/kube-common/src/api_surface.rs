@@ -26,9 +26,6 @@ pub const LEASE_GROUP_VERSIONS: [(&str, &str); 2] = [
     ("coordination.k8s.io", "v1beta1"),
 ];
 
-/// The only EndpointSlice group version the guard reads (`service` owners), in words.
-pub const ENDPOINT_SLICE_GROUP_VERSION: &str = "discovery.k8s.io/v1";
-
 /// The group versions a server serves (the core group `""`/`v1` is always served).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ApiSurface {
@@ -86,6 +83,18 @@ impl ApiSurface {
             "EndpointSlice",
             "endpointslices",
         )
+    }
+
+    /// Where a Service's endpoints are read: discovery.k8s.io/v1 EndpointSlices when served
+    /// (1.21+), else core/v1 Endpoints, which every version serves (deprecated from 1.33, still
+    /// served).
+    pub fn service_endpoints(&self) -> ApiResource {
+        self.endpoint_slices().unwrap_or_else(|| {
+            ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("", "v1", "Endpoints"),
+                "endpoints",
+            )
+        })
     }
 
     fn preferred(&self, order: &[(&str, &str)], kind: &str, plural: &str) -> Option<ApiResource> {
@@ -168,10 +177,13 @@ mod tests {
         );
         assert!(ApiSurface::default().leases().is_none());
         assert!(v113.endpoint_slices().is_none());
+        assert_eq!(v113.service_endpoints().kind, "Endpoints");
+        assert_eq!(v113.service_endpoints().api_version, "v1");
         let current = ApiSurface::from_group_versions([("discovery.k8s.io", "v1")]);
         assert_eq!(
             current.endpoint_slices().unwrap().api_version,
             "discovery.k8s.io/v1"
         );
+        assert_eq!(current.service_endpoints().kind, "EndpointSlice");
     }
 }

@@ -93,7 +93,8 @@ pub(crate) fn prepare_create(
         | Storage::Leases
         | Storage::ConfigMaps
         | Storage::Jobs
-        | Storage::CronJobs => Ok(()),
+        | Storage::CronJobs
+        | Storage::Endpoints => Ok(()),
     }
 }
 
@@ -155,7 +156,8 @@ pub(crate) fn prepare_update(
         | Storage::Leases
         | Storage::ConfigMaps
         | Storage::Jobs
-        | Storage::CronJobs => Ok(()),
+        | Storage::CronJobs
+        | Storage::Endpoints => Ok(()),
     }
 }
 

@@ -17,11 +17,12 @@ pub(crate) enum Storage {
     CronJobs,
     ValidatingWebhookConfigurations,
     MutatingWebhookConfigurations,
+    Endpoints,
 }
 
 impl Storage {
     /// Every storage, in a fixed order (used to index arrays).
-    pub(crate) const ALL: [Storage; 10] = [
+    pub(crate) const ALL: [Storage; 11] = [
         Storage::Namespaces,
         Storage::Pods,
         Storage::Events,
@@ -32,6 +33,7 @@ impl Storage {
         Storage::CronJobs,
         Storage::ValidatingWebhookConfigurations,
         Storage::MutatingWebhookConfigurations,
+        Storage::Endpoints,
     ];
 
     /// Position in [`Storage::ALL`].
@@ -52,6 +54,7 @@ impl Storage {
             Storage::CronJobs => &RESOURCES[7],
             Storage::ValidatingWebhookConfigurations => &RESOURCES[8],
             Storage::MutatingWebhookConfigurations => &RESOURCES[9],
+            Storage::Endpoints => &RESOURCES[10],
         }
     }
 }
@@ -135,10 +138,10 @@ const EVENT_FIELDS: &[&str] = &[
     "type",
 ];
 
-/// Every served resource. The first ten are the canonical ones, in [`Storage`] order; the
+/// Every served resource. The first eleven are the canonical ones, in [`Storage`] order; the
 /// others are views of the same objects in other group versions. Which of them a server
 /// serves depends on its Kubernetes version ([`super::version::KubeVersion::serves`]).
-pub(crate) static RESOURCES: [ResourceInfo; 15] = [
+pub(crate) static RESOURCES: [ResourceInfo; 16] = [
     ResourceInfo {
         group: "",
         version: "v1",
@@ -279,6 +282,21 @@ pub(crate) static RESOURCES: [ResourceInfo; 15] = [
         categories: &["api-extensions"],
         subresources: &[],
         storage: Storage::MutatingWebhookConfigurations,
+        selectable_fields: &[],
+    },
+    // Stored only (no endpoints controller): where a `service` owner is read on a server
+    // without EndpointSlices (before 1.21). Every version serves core/v1 Endpoints.
+    ResourceInfo {
+        group: "",
+        version: "v1",
+        plural: "endpoints",
+        singular: "endpoints",
+        kind: "Endpoints",
+        namespaced: true,
+        short_names: &["ep"],
+        categories: &[],
+        subresources: &[],
+        storage: Storage::Endpoints,
         selectable_fields: &[],
     },
     ResourceInfo {

@@ -220,6 +220,17 @@ pub(crate) fn columns(res: &ResourceInfo) -> Vec<Value> {
             age_column("Age"),
         ],
         Storage::Jobs | Storage::CronJobs => vec![name_column(), age_column("Age")],
+        Storage::Endpoints => vec![
+            name_column(),
+            column(
+                "Endpoints",
+                "string",
+                "",
+                "Endpoints is the list of endpoints that implement the service.",
+                0,
+            ),
+            age_column("Age"),
+        ],
         Storage::ValidatingWebhookConfigurations | Storage::MutatingWebhookConfigurations => vec![
             name_column(),
             column(
@@ -272,11 +283,30 @@ pub(crate) fn cells(res: &ResourceInfo, obj: &Value, now: jiff::Timestamp) -> Ve
             json!(age),
         ],
         Storage::Jobs | Storage::CronJobs => vec![name, json!(age)],
+        Storage::Endpoints => vec![name, json!(endpoints_cell(obj)), json!(age)],
         Storage::ValidatingWebhookConfigurations | Storage::MutatingWebhookConfigurations => vec![
             name,
             json!(obj["webhooks"].as_array().map_or(0, Vec::len)),
             json!(age),
         ],
+    }
+}
+
+/// `ip:port` of every ready address, as `printEndpoints` shows them (`<none>` for none).
+fn endpoints_cell(obj: &Value) -> String {
+    let mut shown = Vec::new();
+    for subset in obj["subsets"].as_array().into_iter().flatten() {
+        for address in subset["addresses"].as_array().into_iter().flatten() {
+            let ip = address["ip"].as_str().unwrap_or("");
+            for port in subset["ports"].as_array().into_iter().flatten() {
+                shown.push(format!("{ip}:{}", port["port"].as_i64().unwrap_or(0)));
+            }
+        }
+    }
+    if shown.is_empty() {
+        "<none>".to_owned()
+    } else {
+        shown.join(",")
     }
 }
 

@@ -1,7 +1,8 @@
 //! The runner of the real-cluster targets (`harness = false`): one test bed of one version
 //! for every chosen scenario, scenarios one after another, each with a timeout, `down` at the
 //! end (and from a watchdog should the process die). Arguments are read as libtest reads them
-//! ([`crate::harness_args`]).
+//! ([`crate::harness_args`]). When every scenario ran and passed, the audit log of the whole
+//! run judges the shipped RBAC manifests ([`crate::rbac`]).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -10,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use crate::rbac::{self, Request};
 use crate::testbed::{self, Testbed, Version};
 
 /// One scenario: it runs on the shared test bed and panics on failure.
@@ -21,11 +23,14 @@ const SCENARIO_TIMEOUT: Duration = Duration::from_secs(300);
 /// Run the `scenarios` that the command line chooses on a test bed of `version`, with
 /// `guard_bin` as the `initguard` binary under test. `target` names the test target in
 /// messages. Without a built test bed the scenarios skip, unless `CI` is set: then it fails.
+/// `refused_on_purpose` names the guard's requests that a scenario makes the server refuse
+/// (403) by withdrawing a grant; any other refusal fails the least-privilege judge.
 pub fn run(
     target: &str,
     version: Version,
     scenarios: &[(&str, Scenario)],
     guard_bin: &str,
+    refused_on_purpose: fn(&Request) -> bool,
 ) -> ExitCode {
     let args = match crate::harness_args::HarnessArgs::parse(std::env::args().skip(1)) {
         Ok(args) => args,
@@ -80,6 +85,7 @@ pub fn run(
             return ExitCode::FAILURE;
         }
     };
+    let every = chosen.len() == scenarios.len();
     let mut failed = Vec::new();
     for (name, scenario) in chosen {
         let t = Instant::now();
@@ -98,7 +104,29 @@ pub fn run(
             Ok(()) => println!("test {name} ... ok ({secs:.1}s)"),
             Err(e) => {
                 println!("test {name} ... FAILED ({secs:.1}s): {e}");
-                failed.push(name);
+                failed.push(*name);
+            }
+        }
+    }
+    const JUDGE: &str = "least_privilege::shipped_rbac_is_exactly_what_the_guard_used";
+    if !every {
+        println!("test {JUDGE} ... not run: it judges the audit log of every scenario");
+    } else if !failed.is_empty() {
+        println!("test {JUDGE} ... not run: a scenario failed");
+    } else {
+        let judged = std::panic::catch_unwind(|| {
+            rbac::assert_least_privilege(
+                &testbed::repo(),
+                &tb.audit(),
+                version,
+                &refused_on_purpose,
+            )
+        });
+        match judged {
+            Ok(()) => println!("test {JUDGE} ... ok"),
+            Err(_) => {
+                println!("test {JUDGE} ... FAILED (message above)");
+                failed.push(JUDGE);
             }
         }
     }

@@ -24,7 +24,7 @@ pub const SECOND: &str = "second.example.com";
 pub const UNLISTED: &str = "unlisted.example.com";
 
 /// The initguard repository: this crate lives in `crates/test-support`.
-fn repo() -> PathBuf {
+pub fn repo() -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     std::fs::canonicalize(&path).unwrap_or(path)
 }
@@ -402,6 +402,8 @@ impl Drop for Testbed {
 #[derive(Debug, Clone)]
 pub struct Audit {
     pub verb: String,
+    /// `objectRef.apiGroup`: empty for the core group.
+    pub group: String,
     pub user: String,
     pub resource: String,
     pub subresource: String,
@@ -415,6 +417,10 @@ pub struct Audit {
     pub request: Value,
     /// `requestURI`, query included (`dryRun=All`).
     pub uri: String,
+    /// `userAgent`: `kubectl/…` when a test speaks as one of the guard's identities.
+    pub user_agent: String,
+    /// `responseStatus.message`: who refused, and why.
+    pub message: String,
 }
 
 impl From<Value> for Audit {
@@ -427,6 +433,7 @@ impl From<Value> for Audit {
         };
         Audit {
             verb: s("/verb"),
+            group: s("/objectRef/apiGroup"),
             user: s("/user/username"),
             resource: s("/objectRef/resource"),
             subresource: s("/objectRef/subresource"),
@@ -439,6 +446,8 @@ impl From<Value> for Audit {
             received: s("/requestReceivedTimestamp"),
             request: v.get("requestObject").cloned().unwrap_or(Value::Null),
             uri: s("/requestURI"),
+            user_agent: s("/userAgent"),
+            message: s("/responseStatus/message"),
         }
     }
 }
@@ -452,6 +461,64 @@ impl Audit {
     /// 2xx.
     pub fn ok(&self) -> bool {
         (200..300).contains(&self.code)
+    }
+}
+
+/// tests/real_cluster_legacy/initializer.py: a pod initializer on the seeds' own library,
+/// renewing the v1beta1 Lease the guard watches as its owner. Killed on drop.
+pub struct Initializer {
+    child: Child,
+    pid_file: PathBuf,
+}
+
+impl Initializer {
+    /// Start the initializer `name`, renewing Lease `namespace/lease`, as the admin.
+    pub fn start(tb: &Testbed, name: &str, namespace: &str, lease: &str) -> Initializer {
+        let python = tb
+            .bin
+            .parent()
+            .map(|v| v.join("python/bin/python"))
+            .unwrap_or_default();
+        assert!(
+            python.exists(),
+            "{} is missing: run tests/testbed/build --version v1.13.12",
+            python.display()
+        );
+        let script = repo().join("tests/real_cluster_legacy/initializer.py");
+        let log_path = tb.dir.join(format!("logs/initializer-{name}.log"));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .unwrap_or_else(|e| panic!("cannot open {}: {e}", log_path.display()));
+        let err = log
+            .try_clone()
+            .unwrap_or_else(|e| panic!("cannot clone the log handle: {e}"));
+        let child = Command::new(&python)
+            .arg(&script)
+            .arg(tb.kubeconfig("admin"))
+            .args([name, namespace, lease])
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", script.display()));
+        // Registered with the test bed, so that `down` stops it should this process die.
+        let pid_file = tb.dir.join(format!("pids/initializer-{name}.pid"));
+        std::fs::write(&pid_file, child.id().to_string())
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", pid_file.display()));
+        Initializer { child, pid_file }
+    }
+
+    /// SIGKILL: the initializer's controller died.
+    pub fn kill(self) {}
+}
+
+impl Drop for Initializer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_file(&self.pid_file);
     }
 }
 
