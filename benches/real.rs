@@ -10,10 +10,13 @@
 //! d. Idle API requests per minute.
 //! e. (`--two`, section 8 of the report) Two initializers per pod, one dead owner: one patch
 //!    each, on a real 1.13 server and the current one, beside the simulator (`real/two.rs`).
+//! f. (`--pile`, section 9 of the report) Section 1's pileup on the real 1.13 server: a 60 s
+//!    initializer outage under the real job controller, without and with the guard
+//!    (`real/pile.rs`).
 //!
 //! Times are the servers' own: the audit log (`stageTimestamp` of ResponseComplete) of the
 //! real server, the request log of the simulator. Prints Markdown on stdout, progress on
-//! stderr. Usage: `cargo bench --bench real -- [--quick] [--two [--legacy-only]]
+//! stderr. Usage: `cargo bench --bench real -- [--quick] [--two [--legacy-only]] [--pile]
 //! [--sizes N,N] [--runs N,N] [--scale-pods N] [--idle-seconds N]`. Without a built test bed it fails with the command
 //! that builds it.
 
@@ -38,6 +41,8 @@ use serde_json::{Value, json};
 
 use testbed::{OPT_IN, Testbed};
 
+#[path = "real/pile.rs"]
+mod pile;
 #[path = "real/two.rs"]
 mod two;
 
@@ -68,11 +73,16 @@ struct Args {
     real_only: bool,
     /// Section e on the current servers only.
     gates_only: bool,
+    /// Section f only (`--pile`): the pileup on the real 1.13 server, with `jobs` Jobs.
+    pile: bool,
+    jobs: usize,
 }
 
 const USAGE: &str =
-    "usage: real [--quick] [--two [--legacy-only]] [--sizes N,N] [--runs N,N] [--scale-pods N] [--idle-seconds N]
+    "usage: real [--quick] [--two [--legacy-only]] [--pile [--jobs N]] [--sizes N,N] [--runs N,N] [--scale-pods N] [--idle-seconds N]
   defaults: --sizes 1000,10000 --runs 9,5 --scale-pods 50000 --idle-seconds 60
+  --pile    only section f: the pileup of a 60 s initializer outage on the real 1.13 server,
+            without the guard, with a deadline, with the owner check (--jobs N Jobs, default 50)
   --two     only section e: two initializers per pod, one dead owner, on the 1.13 test bed
             (legacy initializers) and the current one (gates), each beside the simulator
             (--legacy-only: the 1.13 servers only; --gates-only: the current ones only;
@@ -93,6 +103,8 @@ fn parse_args() -> Result<Args, String> {
         steady_pods: 2_000,
         real_only: false,
         gates_only: false,
+        pile: false,
+        jobs: 50,
     };
     let mut it = std::env::args().skip(1);
     // Applied after parsing, so that a later --sizes or --quick cannot bring bursts back.
@@ -131,6 +143,8 @@ fn parse_args() -> Result<Args, String> {
             "--no-burst" => no_burst = true,
             "--real-only" => args.real_only = true,
             "--gates-only" => args.gates_only = true,
+            "--pile" => args.pile = true,
+            "--jobs" => args.jobs = number("--jobs", it.next())?,
             "--scale-pods" => args.scale_pods = number("--scale-pods", it.next())?,
             "--idle-seconds" => args.idle_seconds = number("--idle-seconds", it.next())? as u64,
             // cargo bench passes --bench.
@@ -172,11 +186,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if args.two
-        && !args.gates_only
+    if (args.pile || (args.two && !args.gates_only))
         && let Some(why) = testbed::not_built_version(testbed::Version::Legacy)
     {
-        eprintln!("real --two: the 1.13 test bed is not built: {why}");
+        eprintln!("real: the 1.13 test bed is not built: {why}");
         return ExitCode::FAILURE;
     }
     if let Some(why) = testbed::not_built() {
@@ -1031,6 +1044,9 @@ async fn scale(server: &mut Server, pods: usize, idle: Duration) -> Result<Scale
 // ---------------------------------------------------------------------------------------------
 
 async fn run(args: Args) -> Result<()> {
+    if args.pile {
+        return pile::run_pile(args.jobs).await;
+    }
     if args.two {
         let rounds: Vec<usize> = (0..args.sizes.len()).map(|i| args.rounds(i)).collect();
         let plan = two::Plan {

@@ -4,8 +4,9 @@
 #   benches/run.sh                 full run (about 25 minutes on 2 cores), rewrites RESULTS.md
 #   benches/run.sh --quick         short run (about 2 minutes), printed only
 #   benches/run.sh --out FILE      write FILE instead of benches/RESULTS.md
-#   benches/run.sh --two           also section 8 (`cargo bench --bench real -- --two`: about an
-#                                  hour more; needs the 1.13 and current test beds built)
+#   benches/run.sh --two           also sections 8 and 9 (`cargo bench --bench real -- --two`,
+#                                  then `-- --pile`: about an hour more; needs the 1.13 and
+#                                  current test beds built)
 #   benches/run.sh -- ARGS...      extra arguments for the guard benchmark, e.g.
 #                                  -- --only pileup --pileup-seconds 20
 #
@@ -115,6 +116,14 @@ started=$(date -u +%s)
     echo "## 8. Two initializers per pod, one dead owner: one patch each"
     echo
     echo "_Not run by this invocation: \`benches/run.sh --two\` adds it (about an hour; the 1.13 and current test beds must be built)._"
+  fi
+  echo
+  if [ "$two" = 1 ]; then
+    cargo bench --quiet --bench real -- --pile $( [ "$quick" = 1 ] && echo --jobs 10 )
+  else
+    echo "## 9. Pileup on the real 1.13 server: a dead initializer owner, without and with initguard"
+    echo
+    echo "_Not run by this invocation: \`benches/run.sh --two\` adds it (about 5 minutes; the 1.13 test bed must be built)._"
   fi
   echo
   echo "_Total benchmark time: $(( $(date -u +%s) - started )) s; load average after the run: $(cut -d' ' -f1-3 /proc/loadavg)._"

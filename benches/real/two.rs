@@ -117,7 +117,23 @@ pub(crate) async fn start_legacy_real() -> Result<Bed> {
         audit_offset: 0,
     };
     let admin = client_of(&server.admin_kubeconfig()).await?;
-    let initializers: Vec<Value> = [FIRST, SECOND]
+    initializer_configuration(&admin, "bench-two", &[FIRST, SECOND]).await?;
+    Ok(Bed {
+        server,
+        label: format!("real {version}"),
+        mechanism: Mechanism::Initializers,
+    })
+}
+
+/// An InitializerConfiguration `name` putting `initializers` (in order) on every new pod,
+/// once a probe pod shows it in effect (the admission plugin reads configurations
+/// asynchronously).
+pub(crate) async fn initializer_configuration(
+    admin: &kube::Client,
+    name: &str,
+    initializers: &[&str],
+) -> Result<()> {
+    let rules: Vec<Value> = initializers
         .iter()
         .map(|i| {
             json!({
@@ -129,11 +145,11 @@ pub(crate) async fn start_legacy_real() -> Result<Bed> {
     let configuration = json!({
         "apiVersion": "admissionregistration.k8s.io/v1alpha1",
         "kind": "InitializerConfiguration",
-        "metadata": { "name": "bench-two" },
-        "initializers": initializers,
+        "metadata": { "name": name },
+        "initializers": rules,
     });
     raw(
-        &admin,
+        admin,
         http::Method::POST,
         "/apis/admissionregistration.k8s.io/v1alpha1/initializerconfigurations",
         Some(configuration),
@@ -145,30 +161,25 @@ pub(crate) async fn start_legacy_real() -> Result<Bed> {
         Duration::from_secs(60),
         async || {
             attempt += 1;
-            let name = format!("bench-probe-{attempt}");
+            let probe = format!("{name}-probe-{attempt}");
             let created = raw(
-                &admin,
+                admin,
                 http::Method::POST,
                 "/api/v1/namespaces/default/pods?includeUninitialized=true",
-                Some(pod_body(&name, Mechanism::Initializers, false)),
+                Some(pod_body(&probe, Mechanism::Initializers, false)),
             )
             .await?;
             raw(
-                &admin,
+                admin,
                 http::Method::DELETE,
-                &format!("/api/v1/namespaces/default/pods/{name}?gracePeriodSeconds=0"),
+                &format!("/api/v1/namespaces/default/pods/{probe}?gracePeriodSeconds=0"),
                 None,
             )
             .await?;
-            Ok((pending(&created, Mechanism::Initializers) == [FIRST, SECOND]).then_some(()))
+            Ok((pending(&created, Mechanism::Initializers) == initializers).then_some(()))
         },
     )
-    .await?;
-    Ok(Bed {
-        server,
-        label: format!("real {version}"),
-        mechanism: Mechanism::Initializers,
-    })
+    .await
 }
 
 /// The simulator serving scheduling gates.
@@ -197,7 +208,7 @@ pub(crate) fn start_gates_real() -> Result<Bed> {
 }
 
 /// One request with a JSON body and answer; an error for anything but 2xx.
-async fn raw(
+pub(crate) async fn raw(
     client: &kube::Client,
     method: http::Method,
     path: &str,
@@ -251,7 +262,7 @@ fn pod_body(name: &str, mechanism: Mechanism, opted_in: bool) -> Value {
     pod
 }
 
-fn pending(pod: &Value, mechanism: Mechanism) -> Vec<String> {
+pub(crate) fn pending(pod: &Value, mechanism: Mechanism) -> Vec<String> {
     initguard::bypass::pending_names(mechanism, pod)
 }
 
