@@ -1228,18 +1228,19 @@ fn dockerfile_builds_like_ci_and_runs_unprivileged() {
 
     let runtime_start = instructions.iter().rposition(|(k, _)| k == "FROM").unwrap();
     let (build, runtime) = instructions.split_at(runtime_start);
-    // The same command as .ci/run's product build, whose output tests/layout.rs checks.
+    // The same command as the product build of tests/all (the README's test command), whose
+    // output tests/layout.rs checks.
     assert!(
         build.iter().any(|(k, a)| k == "RUN"
             && a.contains(
                 "cargo build --locked --profile dist --no-default-features --bin initguard"
             )),
-        "builder must run the dist build of .ci/run"
+        "builder must run the dist build of tests/all"
     );
     assert!(
-        read(&repo().join(".ci/run"))
+        read(&repo().join("tests/all"))
             .contains("cargo build --locked --profile dist --no-default-features --bin initguard"),
-        ".ci/run builds what the image ships"
+        "tests/all builds what the image ships"
     );
     let copy = format!("--from={builder_name} ");
     assert!(

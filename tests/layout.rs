@@ -383,9 +383,10 @@ fn the_build_without_the_sim_feature_has_no_simulator_in_its_dependency_tree() {
     );
 }
 
-/// The shipped binary (`cargo build --profile dist --no-default-features`, built by `.ci/run`
-/// before the suite): its help lists the product's subcommands and no `demo` or `sim`, and
-/// it is stripped (no symbol table left for `nm`). Skips locally when not built.
+/// The shipped binary (`cargo build --profile dist --no-default-features`, built by
+/// `tests/all` before the suite): its help lists the product's subcommands and no `demo` or
+/// `sim`, and it is stripped (no symbol table left for `nm`). Skips locally when not built
+/// (fails with `CI` set).
 #[test]
 fn the_shipped_binary_has_no_simulator_commands_and_no_symbols() {
     let bin = root().join("target/dist/initguard");
@@ -434,11 +435,45 @@ fn the_shipped_binary_has_no_simulator_commands_and_no_symbols() {
         version.trim(),
         format!("initguard {}", env!("CARGO_PKG_VERSION"))
     );
-    if let Ok(out) = std::process::Command::new("nm").arg(&bin).output() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
+    match std::process::Command::new("nm").arg(&bin).output() {
+        Ok(out) => {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains("no symbols"),
+                "the dist binary is not stripped: nm says {stderr:?}"
+            );
+        }
+        Err(_) => initguard_test_support::tools::missing(
+            "layout::the_shipped_binary_has_no_simulator_commands_and_no_symbols",
+            "nm",
+            "apt-get install binutils",
+        ),
+    }
+}
+
+/// README says how many differences each differential's table holds ("(empty" or "(one row
+/// …"), and that stays true as rows come and go.
+#[test]
+fn readme_counts_the_differences_tables_as_they_are() {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    for table in [
+        "tests/real_cluster/differences.md",
+        "tests/real_cluster_legacy/differences.md",
+    ] {
+        let text = std::fs::read_to_string(root().join(table))
+            .unwrap_or_else(|e| panic!("cannot read {table}: {e}"));
+        // Data rows name a step in backticks; the header and its delimiter do not.
+        let rows = text.lines().filter(|l| l.starts_with("| `")).count();
+        let said = match rows {
+            0 => "(empty".to_owned(),
+            1 => "(one row".to_owned(),
+            2 => "(two rows".to_owned(),
+            n => format!("({n} rows"),
+        };
+        let mention = format!("`{table}` {said}");
         assert!(
-            stderr.contains("no symbols"),
-            "the dist binary is not stripped: nm says {stderr:?}"
+            readme.contains(&mention),
+            "README.md should mention {table} as {mention:?}: it has {rows} rows"
         );
     }
 }

@@ -20,6 +20,13 @@ const INIT: &str = "sidecar.example.com";
 const LEASE: &str = "sidecar-owner";
 /// The owner is revived this long after it was killed.
 const OUTAGE: Duration = Duration::from_secs(60);
+/// The owner's Lease duration (LEASE_SECONDS of tests/real_cluster_legacy/initializer.py).
+const OWNER_LEASE: Duration = Duration::from_secs(5);
+/// The guarded runs' deadline and grace.
+const DEADLINE: Duration = Duration::from_secs(1);
+const GRACE: Duration = Duration::from_secs(1);
+/// What the goal allows beyond them: waits count from `creationTimestamp`, whole seconds.
+const SLACK: Duration = Duration::from_secs(1);
 /// After the revival, how long the Jobs may take to have a bound pod each.
 const SETTLE: Duration = Duration::from_secs(120);
 
@@ -50,12 +57,22 @@ impl Mode {
         }
     }
 
+    /// The goal's bound on a Job's first pod, stored → bound (None: no guard, no goal).
+    fn bound(self) -> Option<Duration> {
+        match self {
+            Mode::NoGuard => None,
+            Mode::Deadline => Some(DEADLINE + SLACK),
+            Mode::OwnerDown => Some(OWNER_LEASE + GRACE + SLACK),
+        }
+    }
+
     fn guard_config(self, ns: &str) -> Option<String> {
         let initializer = match self {
             Mode::NoGuard => return None,
-            Mode::Deadline => format!("{{ name: {INIT}, deadline: 1s }}"),
+            Mode::Deadline => format!("{{ name: {INIT}, deadline: {}s }}", DEADLINE.as_secs()),
             Mode::OwnerDown => format!(
-                "{{ name: {INIT}, deadline: 1h, ownerDownGrace: 1s, owner: {{ lease: {ns}/{LEASE} }} }}"
+                "{{ name: {INIT}, deadline: 1h, ownerDownGrace: {}s, owner: {{ lease: {ns}/{LEASE} }} }}",
+                GRACE.as_secs()
             ),
         };
         Some(format!(
@@ -444,6 +461,32 @@ fn report(version: &str, jobs: usize, runs: &[Run]) {
             r.bypasses,
         );
     }
+    println!();
+    let verdicts: Vec<String> = runs
+        .iter()
+        .filter_map(|r| {
+            let bound = r.mode.bound()?;
+            let pile = r.samples.iter().map(|s| s.pile).max().unwrap_or(0);
+            let slowest = r.to_pod.iter().flatten().max().copied();
+            let never = r.to_pod.iter().any(Option::is_none);
+            let met = pile <= 1 && !never && slowest.is_some_and(|d| d <= bound);
+            Some(format!(
+                "{}: {} (largest pile {pile}, time to pod max {} ≤ {})",
+                r.mode.label(),
+                if met { "met" } else { "**MISSED**" },
+                slowest.map_or("never".to_owned(), fmt_d),
+                fmt_d(bound)
+            ))
+        })
+        .collect();
+    println!(
+        "**Goal with initguard: at most 1 waiting pod per Job, and each Job's first pod bound \
+         within the deadline (or the owner's Lease, {} s, plus the grace) + {} s of being \
+         stored.** {}.",
+        OWNER_LEASE.as_secs(),
+        SLACK.as_secs(),
+        verdicts.join("; ")
+    );
     println!();
     println!(
         "Time to pod: from the Job's first pod stored (its `creationTimestamp`, whole seconds, \

@@ -401,17 +401,18 @@ impl<K> Model<K> for ServicePresence {
     }
 }
 
-/// A webhook's default owner, from its Service `target` and that Service's EndpointSlices: a
-/// Service read and not found is down, since the API server fails every call to the webhook
-/// ("service not found"); otherwise the ready endpoints decide.
-pub(super) fn webhook_service(
+/// A webhook's default owner, from its Service `target` and that Service's endpoints
+/// (EndpointSlices, or core/v1 Endpoints before 1.21): a Service read and not found is down,
+/// since the API server fails every call to the webhook ("service not found"); otherwise the
+/// ready endpoints decide.
+pub(super) fn webhook_service<K, M: Model<K>>(
     service: &ServicePresence,
-    slices: &EndpointsModel,
+    endpoints: &M,
     target: &str,
     now: Instant,
 ) -> Evaluation {
     if service.0 {
-        slices.evaluate(now)
+        endpoints.evaluate(now)
     } else {
         Evaluation::new(
             Observed::Down,
@@ -693,6 +694,22 @@ mod tests {
         assert_eq!(
             judge(model.evaluate(now), &mut seen, "Endpoints").0,
             Observed::Down
+        );
+        // A webhook's default owner on such a server: the Service, then these endpoints.
+        let mut service = ServicePresence::default();
+        model.apply(core(1, 0), now);
+        assert_eq!(
+            webhook_service(&service, &model, "ns/svc", now).verdict,
+            Observed::Down
+        );
+        Model::apply(
+            &mut service,
+            k8s_openapi::api::core::v1::Service::default(),
+            now,
+        );
+        assert_eq!(
+            webhook_service(&service, &model, "ns/svc", now).verdict,
+            Observed::Up
         );
     }
 

@@ -202,10 +202,15 @@ pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<Strin
                         .await
                         .map(|slices| !slices.items.is_empty())
                 }
+                // A list by name: the rule deploy/README.md gives is list and watch.
                 _ => named_api::<Endpoints>(client, r)
-                    .get_metadata_opt(&r.name)
+                    .list_metadata(&kube::api::ListParams {
+                        field_selector: Some(format!("metadata.name={}", r.name)),
+                        limit: Some(1),
+                        ..Default::default()
+                    })
                     .await
-                    .map(|e| e.is_some()),
+                    .map(|endpoints| !endpoints.items.is_empty()),
             },
             OwnerSpec::Pods {
                 namespace,
@@ -355,17 +360,21 @@ impl Task {
             .await
     }
 
+    /// Where a Service's endpoints are read ([`ApiSurface::service_endpoints`]), once the
+    /// guard's discovery is read; None when cancelled first.
+    async fn service_endpoints(&self) -> Option<ApiResource> {
+        self.served(
+            |surface| Some(surface.service_endpoints()),
+            ("EndpointSlice", "discovery.k8s.io/v1"),
+            "endpointslices",
+        )
+        .await
+    }
+
     /// Watch the endpoints of Service `r`: its EndpointSlices (discovery.k8s.io/v1, 1.21+), or
     /// on an older server its core/v1 Endpoints, the one object named after the Service.
     async fn watch_service(self, client: kube::Client, r: ObjectRef) {
-        let Some(resource) = self
-            .served(
-                |surface| Some(surface.service_endpoints()),
-                ("EndpointSlice or Endpoints", "discovery.k8s.io/v1, v1"),
-                "endpointslices",
-            )
-            .await
-        else {
+        let Some(resource) = self.service_endpoints().await else {
             return;
         };
         if resource.kind == "EndpointSlice" {
@@ -463,8 +472,45 @@ impl Task {
     }
 
     /// A webhook's default owner: the Service by name (metadata only: its presence is all that
-    /// counts) and its EndpointSlices, one verdict from both once both are listed.
+    /// counts) and its endpoints (EndpointSlices, or core/v1 Endpoints on a server before
+    /// 1.21), one verdict from both once both are listed.
     async fn watch_webhook_service(self, client: kube::Client, r: ObjectRef) {
+        let Some(resource) = self.service_endpoints().await else {
+            return;
+        };
+        if resource.kind == "EndpointSlice" {
+            let slices = watcher::watcher(named_api(&client, &r), service_slices(&r));
+            self.follow_webhook_service::<EndpointSlice, EndpointsModel>(
+                client,
+                r,
+                slices,
+                ("EndpointSlice", "endpointslices"),
+            )
+            .await
+        } else {
+            let endpoints = watcher::watcher(named_api(&client, &r), name_selector(&r));
+            self.follow_webhook_service::<Endpoints, CoreEndpointsModel>(
+                client,
+                r,
+                endpoints,
+                ("Endpoints", "endpoints"),
+            )
+            .await
+        }
+    }
+
+    /// [`Task::watch_webhook_service`] with the Service's `endpoints` watched as `E`, judged
+    /// by `M`; `what` names their kind and resource.
+    async fn follow_webhook_service<E, M>(
+        self,
+        client: kube::Client,
+        r: ObjectRef,
+        endpoints: impl futures::Stream<Item = watcher::Result<watcher::Event<E>>> + Send,
+        (what, resource): (&'static str, &'static str),
+    ) where
+        E: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+        M: Model<E>,
+    {
         enum Change<S, E> {
             Service(S),
             Slice(E),
@@ -475,12 +521,10 @@ impl Task {
         )
         .default_backoff()
         .map(Change::Service);
-        let slices = watcher::watcher(named_api::<EndpointSlice>(&client, &r), service_slices(&r))
-            .default_backoff()
-            .map(Change::Slice);
+        let slices = endpoints.default_backoff().map(Change::Slice);
         let mut events = pin!(futures::stream::select(services, slices));
         let (mut service, mut service_relist) = (None::<ServicePresence>, None);
-        let (mut endpoints, mut endpoints_relist) = (None::<EndpointsModel>, None);
+        let (mut endpoints, mut endpoints_relist) = (None::<M>, None);
         let mut seen = false;
         let target = self.handle.owner().target.clone();
         loop {
@@ -510,7 +554,7 @@ impl Task {
                         false
                     }
                     Some(Change::Slice(Err(err))) => {
-                        self.watch_failed("endpointslices", &err);
+                        self.watch_failed(resource, &err);
                         false
                     }
                     None => {
@@ -521,7 +565,7 @@ impl Task {
             };
             if changed && let (Some(s), Some(e)) = (&service, &endpoints) {
                 let evaluation = webhook_service(s, e, &target, Instant::now());
-                let (observed, detail) = judge(evaluation, &mut seen, "EndpointSlice");
+                let (observed, detail) = judge(evaluation, &mut seen, what);
                 self.handle.observe(observed, detail);
             }
         }

@@ -434,6 +434,42 @@ async fn service_owner_before_endpoint_slices_is_read_from_core_endpoints() {
             "the guard asked for EndpointSlices the server does not serve, or was refused: \
              {requests:#?}"
         );
+        // check-config --kubeconfig, as the guard with the same grant, looks where the guard
+        // reads: the existing Endpoints pass, a missing one is named.
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        c.sim.write_kubeconfig(&kubeconfig, GUARD_USER).unwrap();
+        let file = dir.path().join("config.yaml");
+        std::fs::write(
+            &file,
+            format!(
+                "mechanism: initializers\ninitializers:\n\
+                 \x20 - {{ name: {SIDECAR}, owner: {{ service: kube-system/sidecar }} }}\n\
+                 \x20 - {{ name: other.example.com, owner: {{ service: kube-system/nope }} }}\n"
+            ),
+        )
+        .unwrap();
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_initguard"))
+            .arg("check-config")
+            .arg(&file)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .kill_on_drop(true)
+            .output()
+            .await
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let warnings: Vec<&str> = stdout
+            .lines()
+            .filter(|l| l.starts_with("warning: owner "))
+            .collect();
+        assert!(
+            out.status.success()
+                && warnings.len() == 1
+                && warnings[0].contains("service kube-system/nope (of other.example.com) does not exist"),
+            "{stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         c.finish(guard).await;
     })
     .await;

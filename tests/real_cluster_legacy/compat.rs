@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 
-use http::Method;
 use serde_json::{Value, json};
 
 use crate::legacy::*;
@@ -31,18 +30,7 @@ async fn create_pod(tb: &Testbed, name: &str, labelled: bool) {
     if labelled {
         labels[LABEL] = json!("");
     }
-    let pod = json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": { "name": name, "labels": labels },
-        "spec": {
-            "containers": [{ "name": "main", "image": "registry.k8s.io/pause:3.10" }],
-            "automountServiceAccountToken": false,
-        },
-    });
-    let path = format!("/api/v1/namespaces/{NS}/pods?includeUninitialized=true");
-    let (status, answer) = raw(tb, Method::POST, &path, Some(("application/json", pod))).await;
-    // 202: stored uninitialized, so the create does not wait for the system under test.
-    assert_eq!(status, 202, "POST {path}: {answer}");
+    create_uninitialized_pod(tb, NS, name, labels).await;
 }
 
 /// Every pod in `names` shows up in a plain list (on 1.13: initialized).

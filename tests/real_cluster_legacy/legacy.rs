@@ -23,6 +23,27 @@ pub(crate) async fn raw(
 /// [`raw`] with a given client.
 pub(crate) use initguard_test_support::differential::call as send;
 
+/// Create pod `name` with `labels` in `namespace` as the admin, stored uninitialized
+/// (`?includeUninitialized=true`: 202, the create does not wait for the initializers).
+pub(crate) async fn create_uninitialized_pod(
+    tb: &Testbed,
+    namespace: &str,
+    name: &str,
+    labels: Value,
+) {
+    let pod = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": { "name": name, "labels": labels },
+        "spec": {
+            "containers": [{ "name": "main", "image": "registry.k8s.io/pause:3.10" }],
+            "automountServiceAccountToken": false,
+        },
+    });
+    let path = format!("/api/v1/namespaces/{namespace}/pods?includeUninitialized=true");
+    let (status, answer) = raw(tb, Method::POST, &path, Some(("application/json", pod))).await;
+    assert_eq!(status, 202, "POST {path}: {answer}");
+}
+
 /// Names in `metadata.initializers.pending` of a pod object (empty when initialized).
 pub(crate) fn pending_names(pod: &Value) -> Vec<String> {
     pod["metadata"]["initializers"]["pending"]

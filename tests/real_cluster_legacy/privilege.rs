@@ -6,7 +6,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::Method;
 use serde_json::json;
 
 use crate::legacy::*;
@@ -36,17 +35,7 @@ pub(crate) async fn the_initialize_grant_is_what_lets_the_guard_initialize(tb: A
             )),
         )
         .await;
-    let pod = json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": { "name": "p", "labels": { OPT_IN: "true", "app": "privilege" } },
-        "spec": {
-            "containers": [{ "name": "main", "image": "registry.k8s.io/pause:3.10" }],
-            "automountServiceAccountToken": false,
-        },
-    });
-    let path = format!("/api/v1/namespaces/{NS}/pods?includeUninitialized=true");
-    let (status, answer) = raw(&tb, Method::POST, &path, Some(("application/json", pod))).await;
-    assert_eq!(status, 202, "POST {path}: {answer}");
+    create_uninitialized_pod(&tb, NS, "p", json!({ OPT_IN: "true", "app": "privilege" })).await;
 
     let refused = eventually(
         "the guard's bypass refused for want of `initialize`",

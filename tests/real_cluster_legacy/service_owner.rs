@@ -71,17 +71,7 @@ pub(crate) async fn service_owner_is_read_from_core_endpoints(tb: Arc<Testbed>) 
         if opted {
             labels[OPT_IN] = json!("true");
         }
-        let pod = json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": { "name": name, "labels": labels },
-            "spec": {
-                "containers": [{ "name": "main", "image": "registry.k8s.io/pause:3.10" }],
-                "automountServiceAccountToken": false,
-            },
-        });
-        let path = format!("/api/v1/namespaces/{NS}/pods?includeUninitialized=true");
-        let (status, answer) = raw(&tb, Method::POST, &path, Some(("application/json", pod))).await;
-        assert_eq!(status, 202, "POST {path}: {answer}");
+        create_uninitialized_pod(&tb, NS, name, labels).await;
     }
     // The guard has listed the Endpoints (it sees the owner up) before the address goes.
     eventually("the guard's list of the Service's Endpoints", || {

@@ -76,7 +76,8 @@ impl ApiSurface {
         self.preferred(&LEASE_GROUP_VERSIONS, "Lease", "leases")
     }
 
-    /// discovery.k8s.io/v1 EndpointSlices, if served (1.21+; the guard reads no older version).
+    /// discovery.k8s.io/v1 EndpointSlices, if served (1.21+; before that the guard reads
+    /// core/v1 Endpoints: [`ApiSurface::service_endpoints`]).
     pub fn endpoint_slices(&self) -> Option<ApiResource> {
         self.preferred(
             &[("discovery.k8s.io", "v1")],

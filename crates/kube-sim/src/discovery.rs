@@ -228,7 +228,8 @@ mod tests {
                 "pods",
                 "pods/status",
                 "events",
-                "configmaps"
+                "configmaps",
+                "endpoints"
             ]
         );
         assert_eq!(core["resources"][2]["shortNames"][0], "po");

@@ -41,9 +41,19 @@ impl Grant {
                 .namespace
                 .as_ref()
                 .is_none_or(|ns| *ns == request.namespace)
-            // RBAC cannot limit create, list or watch of a collection by name.
+            // RBAC cannot limit create or deletecollection by name (a create's name is in its
+            // body, which the audit log records but the authorizer does not see); list and
+            // watch by name go through a `metadata.name` field selector, which it does.
             && (self.names.is_empty()
-                || (!request.name.is_empty() && self.names.contains(&request.name)))
+                || (!matches!(request.verb.as_str(), "create" | "deletecollection")
+                    && !request.name.is_empty()
+                    && self.names.contains(&request.name)))
+    }
+
+    /// How narrow the grant is: named objects in one namespace are narrower than any object in
+    /// one namespace, which is narrower than every namespace.
+    fn narrowness(&self) -> (bool, bool) {
+        (!self.names.is_empty(), self.namespace.is_some())
     }
 
     /// `group/resource verb`, the way the exceptions file names a grant.
@@ -144,26 +154,74 @@ pub fn version_name(version: Version) -> &'static str {
     }
 }
 
-/// Every verb of every rule of the Roles and ClusterRoles in `deploy/FILE`. ClusterRoles bound
-/// only to readers of the guard (`initguard-metrics-reader`) are not the guard's own.
+/// Every verb of every rule that `deploy/FILE` binds to one of the guard's identities (the
+/// User [`GUARD_USER`], the ServiceAccount kube-system/initguard), where the binding puts it: a
+/// ClusterRoleBinding everywhere, a RoleBinding in its namespace. Roles the file binds only to
+/// others (the metrics readers), and built-in roles it binds but does not define
+/// (`system:auth-delegator`: see the exceptions file), give nothing here.
 pub fn grants_of(repo: &Path, file: &str) -> Result<Vec<Grant>, String> {
     let path = repo.join("deploy").join(file);
     let text = std::fs::read_to_string(&path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mut grants = Vec::new();
+    let mut objects = Vec::new();
     for doc in serde_yaml::Deserializer::from_str(&text) {
         let object: Value = serde::Deserialize::deserialize(doc)
             .map_err(|e| format!("{}: not YAML: {e}", path.display()))?;
-        let kind = object["kind"].as_str().unwrap_or("");
-        let name = object["metadata"]["name"].as_str().unwrap_or("");
-        if !matches!(kind, "Role" | "ClusterRole") || name == "initguard-metrics-reader" {
+        objects.push(object);
+    }
+    let str_of = |v: &Value| v.as_str().unwrap_or("").to_owned();
+    // (kind, namespace, name) → rules.
+    let mut roles: std::collections::BTreeMap<(String, String, String), Vec<Value>> =
+        std::collections::BTreeMap::new();
+    for object in &objects {
+        let kind = str_of(&object["kind"]);
+        if !matches!(kind.as_str(), "Role" | "ClusterRole") {
             continue;
         }
-        let namespace = (kind == "Role")
-            .then(|| object["metadata"]["namespace"].as_str().map(str::to_owned))
-            .flatten();
-        for rule in object["rules"].as_array().into_iter().flatten() {
-            grants.extend(rule_grants(rule, file, namespace.as_deref()));
+        let namespace = str_of(&object["metadata"]["namespace"]);
+        if kind == "Role" && namespace.is_empty() {
+            return Err(format!(
+                "{}: Role {} has no namespace",
+                path.display(),
+                object["metadata"]["name"]
+            ));
+        }
+        let rules = object["rules"].as_array().cloned().unwrap_or_default();
+        roles.insert(
+            (kind, namespace, str_of(&object["metadata"]["name"])),
+            rules,
+        );
+    }
+    let guard_subject = |s: &Value| {
+        (s["kind"] == "User" && s["name"] == GUARD_USER)
+            || (s["kind"] == "ServiceAccount"
+                && s["name"] == "initguard"
+                && s["namespace"] == "kube-system")
+    };
+    let mut grants = Vec::new();
+    for object in &objects {
+        let kind = str_of(&object["kind"]);
+        if !matches!(kind.as_str(), "RoleBinding" | "ClusterRoleBinding")
+            || !object["subjects"]
+                .as_array()
+                .is_some_and(|s| s.iter().any(guard_subject))
+        {
+            continue;
+        }
+        let at = str_of(&object["metadata"]["namespace"]);
+        let role_kind = str_of(&object["roleRef"]["kind"]);
+        let role_ns = if role_kind == "Role" {
+            at.clone()
+        } else {
+            String::new()
+        };
+        let key = (role_kind, role_ns, str_of(&object["roleRef"]["name"]));
+        let Some(rules) = roles.get(&key) else {
+            continue;
+        };
+        let namespace = (kind == "RoleBinding").then_some(at.as_str());
+        for rule in rules {
+            grants.extend(rule_grants(rule, file, namespace));
         }
     }
     Ok(grants)
@@ -249,11 +307,11 @@ pub fn exceptions(repo: &Path) -> Result<Exceptions, String> {
                     if !["current", "gates-beta", "legacy"].contains(&version) {
                         return Err(format!("{}: unknown version {version:?}", at()));
                     }
-                    out.unused.insert((version.to_owned(), cells[0].to_owned()));
+                    out.unused.insert((version.to_owned(), key_of(&key)));
                 }
             }
             "Granted outside the shipped roles" => {
-                let (group, resource, verb) = key;
+                let (group, resource, verb) = key.clone();
                 out.per_install.push(Grant {
                     source: "per install".to_owned(),
                     group,
@@ -267,6 +325,12 @@ pub fn exceptions(repo: &Path) -> Result<Exceptions, String> {
         }
     }
     Ok(out)
+}
+
+/// (group, resource, verb) → `group/resource verb`, as [`Grant::key`] writes it.
+fn key_of((group, resource, verb): &(String, String, String)) -> String {
+    let group = if group.is_empty() { "core" } else { group };
+    format!("{group}/{resource} {verb}")
 }
 
 /// `group/resource verb` → (group, resource, verb); `core` is the core group.
@@ -296,7 +360,8 @@ pub struct Verdict {
     /// Grants of [`judged_for_use`] that no authorized request used and the exceptions file
     /// does not list.
     pub unused: BTreeSet<String>,
-    /// Exceptions of this version that a request did use: the file is stale.
+    /// Exceptions of this version that a request did use, or that name no judged grant: the
+    /// file is stale.
     pub stale: BTreeSet<String>,
 }
 
@@ -335,29 +400,55 @@ pub fn judge(
             verdict.refused.insert(request.clone());
             continue;
         }
-        let mut covered = false;
-        for grant in grants.iter().filter(|g| g.covers(request)) {
+        // Only the narrowest grants that cover a request are credited with it, so that a rule
+        // a broader one makes redundant shows as unused.
+        let covering: Vec<&Grant> = grants.iter().filter(|g| g.covers(request)).collect();
+        let narrowest = covering.iter().map(|g| g.narrowness()).max();
+        for grant in covering
+            .iter()
+            .filter(|g| Some(g.narrowness()) == narrowest)
+        {
             used.insert(grant.to_string());
-            covered = true;
         }
-        if !covered && !exceptions.per_install.iter().any(|g| g.covers(request)) {
+        if covering.is_empty() && !exceptions.per_install.iter().any(|g| g.covers(request)) {
             verdict.unexplained.insert(request.clone());
         }
     }
     let name = version_name(version);
     let judged = judged_for_use(version);
+    // A row of this version that names no judged grant is stale too (a rule removed, a typo).
+    let judged_keys: BTreeSet<String> = grants
+        .iter()
+        .filter(|g| judged.contains(&g.source.as_str()))
+        .map(Grant::key)
+        .collect();
+    for (version, key) in &exceptions.unused {
+        if version == name && !judged_keys.contains(key) {
+            verdict
+                .stale
+                .insert(format!("{key} (no such grant is judged on {name})"));
+        }
+    }
+    // A row names a key, which several grants may share (a broad rule and a named one): it
+    // excuses those of them never used, and is stale when every one of them was used.
+    let mut excuses_something: BTreeSet<String> = BTreeSet::new();
     for grant in grants
         .iter()
         .filter(|g| judged.contains(&g.source.as_str()))
     {
-        let key = grant.key();
-        let excused = exceptions.unused.contains(&(name.to_owned(), key.clone()));
         if used.contains(&grant.to_string()) {
-            if excused {
-                verdict.stale.insert(key);
-            }
-        } else if !excused {
+            continue;
+        }
+        let key = grant.key();
+        if exceptions.unused.contains(&(name.to_owned(), key.clone())) {
+            excuses_something.insert(key);
+        } else {
             verdict.unused.insert(grant.to_string());
+        }
+    }
+    for (version, key) in &exceptions.unused {
+        if version == name && judged_keys.contains(key) && !excuses_something.contains(key) {
+            verdict.stale.insert(key.clone());
         }
     }
     verdict
@@ -391,7 +482,7 @@ pub fn assert_least_privilege(
          authorized, but granted by no shipped manifest and by nothing the exceptions file lists:{}\n\
          refused (403) outside the scenarios that withdraw a grant on purpose:{}\n\
          shipped in deploy/{:?}, never used, and not listed as never used on this version:{}\n\
-         listed as never used on this version, but used:{}",
+         listed as never used on this version, but used or not granted at all:{}",
         version_name(version),
         shipped_manifests(version),
         list(&verdict.unexplained),
@@ -448,6 +539,18 @@ mod tests {
             ),
             grant("rbac.yaml", "secrets", "get", None, &[]),
             grant("rbac.yaml", "nodes", "get", None, &[]),
+            // A create cannot be limited by name.
+            grant(
+                "rbac.yaml",
+                "configmaps",
+                "create",
+                Some("kube-system"),
+                &["lock"],
+            ),
+            // A broad rule and a narrow one that it makes redundant: only the narrow one is
+            // credited, so the broad one shows as unused.
+            grant("rbac.yaml", "leases", "get", None, &[]),
+            grant("rbac.yaml", "leases", "get", Some("kube-system"), &["mine"]),
         ];
         let mut exceptions = Exceptions::default();
         exceptions
@@ -456,6 +559,13 @@ mod tests {
         exceptions
             .unused
             .insert(("current".to_owned(), "core/pods patch".to_owned()));
+        exceptions
+            .unused
+            .insert(("current".to_owned(), "core/ghosts get".to_owned()));
+        // Shared by the broad leases rule (unused) and the named one (used): excuses the former.
+        exceptions
+            .unused
+            .insert(("current".to_owned(), "core/leases get".to_owned()));
         let mut refused = audit(GUARD_USER, "list", "", "secrets", "kube-system", "");
         refused.code = 403;
         refused.message = format!("secrets is forbidden: User \"{GUARD_USER}\" cannot list");
@@ -487,6 +597,15 @@ mod tests {
                 "other",
             ),
             audit(GUARD_USER, "update", "", "configmaps", "default", "lock"),
+            audit(
+                GUARD_USER,
+                "create",
+                "",
+                "configmaps",
+                "kube-system",
+                "lock",
+            ),
+            audit(GUARD_USER, "get", "", "leases", "kube-system", "mine"),
             // Someone else, and a test's own kubectl under the guard's name: not the guard.
             audit("system:admin", "delete", "", "nodes", "", "n"),
             kubectl,
@@ -499,6 +618,7 @@ mod tests {
         assert_eq!(
             shown,
             [
+                "create core/configmaps in kube-system named lock",
                 "update core/configmaps in default named lock",
                 "update core/configmaps in kube-system named other",
             ]
@@ -514,20 +634,61 @@ mod tests {
                 "list core/secrets in kube-system"
             ]
         );
-        // secrets get is granted and never used; pods patch is listed as unused but was used.
+        // secrets get is granted and never used, and so is the create nobody may use by name
+        // (the lease rule the named one makes redundant is listed); pods patch is listed as
+        // unused but was used, and ghosts get names no grant.
         assert_eq!(
             verdict.unused.iter().cloned().collect::<Vec<_>>(),
-            ["core/secrets get (rbac.yaml)"]
+            [
+                "core/configmaps create (rbac.yaml, namespace kube-system, names [\"lock\"])",
+                "core/secrets get (rbac.yaml)",
+            ]
         );
         assert_eq!(
             verdict.stale.iter().cloned().collect::<Vec<_>>(),
-            ["core/pods patch"]
+            [
+                "core/ghosts get (no such grant is judged on current)",
+                "core/pods patch"
+            ]
         );
         assert!(!verdict.holds(&|_| true));
+        // Without its row, the broad lease rule shows: the named one was credited instead.
+        exceptions
+            .unused
+            .remove(&("current".to_owned(), "core/leases get".to_owned()));
+        let unlisted = judge(&log, &grants, &exceptions, Version::Current);
+        assert!(unlisted.unused.contains("core/leases get (rbac.yaml)"));
+        assert!(!unlisted.unused.iter().any(|g| g.contains("mine")));
         // On 1.27 no manifest is judged for use: only what was asked for counts.
         let beta = judge(&log, &grants, &exceptions, Version::GatesBeta);
         assert!(beta.unused.is_empty() && beta.stale.is_empty());
-        assert_eq!(beta.unexplained.len(), 2);
+        assert_eq!(beta.unexplained.len(), 3);
+    }
+
+    #[test]
+    fn shipped_grants_follow_the_bindings_of_the_guards_identities() {
+        let grants =
+            grants_of(&crate::testbed::repo(), "rbac.yaml").unwrap_or_else(|e| panic!("{e}"));
+        let find = |resource: &str, verb: &str| -> Vec<&Grant> {
+            grants
+                .iter()
+                .filter(|g| g.resource == resource && g.verb == verb)
+                .collect()
+        };
+        // The ClusterRole, bound by a ClusterRoleBinding: every namespace.
+        assert!(find("pods", "patch").iter().all(|g| g.namespace.is_none()));
+        assert_eq!(find("pods", "patch").len(), 1);
+        // The leader-election Role, bound in kube-system: its namespace and name only.
+        let update = find("leases", "update");
+        assert_eq!(update.len(), 1, "{update:?}");
+        assert_eq!(update[0].namespace.as_deref(), Some("kube-system"));
+        assert_eq!(update[0].names, ["initguard"]);
+        // The metrics readers' role is bound to others; auth-delegator is built in.
+        assert!(
+            grants
+                .iter()
+                .all(|g| !g.resource.is_empty() && g.resource != "tokenreviews")
+        );
     }
 
     #[test]
