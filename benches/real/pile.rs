@@ -180,20 +180,10 @@ async fn pile(server: &mut Server, admin: &kube::Client, mode: Mode, jobs: usize
     eprintln!("  {}: namespace {ns}", mode.label());
     create_namespace(admin, &ns).await?;
     // ServiceAccount admission refuses pods until the namespace's default account exists.
-    wait_for(
+    exists(
+        admin,
         "the namespace's default ServiceAccount",
-        Duration::from_secs(60),
-        async || {
-            Ok(two::raw(
-                admin,
-                http::Method::GET,
-                &format!("/api/v1/namespaces/{ns}/serviceaccounts/default"),
-                None,
-            )
-            .await
-            .ok()
-            .map(|_| ()))
-        },
+        &format!("/api/v1/namespaces/{ns}/serviceaccounts/default"),
     )
     .await?;
     let Server::Real { tb, .. } = &*server else {
@@ -201,17 +191,11 @@ async fn pile(server: &mut Server, admin: &kube::Client, mode: Mode, jobs: usize
     };
     let owner = Initializer::start(tb, INIT, &ns, LEASE);
     // The owner is up: its Lease is renewed.
-    wait_for("the owner's Lease", Duration::from_secs(60), async || {
-        Ok(two::raw(
-            admin,
-            http::Method::GET,
-            &format!("/apis/coordination.k8s.io/v1beta1/namespaces/{ns}/leases/{LEASE}"),
-            None,
-        )
-        .await
-        .ok()
-        .map(|_| ()))
-    })
+    exists(
+        admin,
+        "the owner's Lease",
+        &format!("/apis/coordination.k8s.io/v1beta1/namespaces/{ns}/leases/{LEASE}"),
+    )
     .await?;
     let guard = match mode.guard_config(&ns) {
         Some(config) => {
@@ -349,6 +333,17 @@ async fn pile(server: &mut Server, admin: &kube::Client, mode: Mode, jobs: usize
     )
     .await?;
     Ok(run)
+}
+
+/// Waits up to a minute for a GET of `path` to succeed: `what` exists.
+async fn exists(admin: &kube::Client, what: &str, path: &str) -> Result<()> {
+    wait_for(what, Duration::from_secs(60), async || {
+        Ok(two::raw(admin, http::Method::GET, path, None)
+            .await
+            .ok()
+            .map(|_| ()))
+    })
+    .await
 }
 
 /// What one list of the namespace's pods shows; each Job's earliest pod `creationTimestamp`

@@ -58,12 +58,7 @@ impl Grant {
 
     /// `group/resource verb`, the way the exceptions file names a grant.
     fn key(&self) -> String {
-        let group = if self.group.is_empty() {
-            "core"
-        } else {
-            &self.group
-        };
-        format!("{group}/{} {}", self.resource, self.verb)
+        key_of(&self.group, &self.resource, &self.verb)
     }
 }
 
@@ -109,12 +104,13 @@ impl Request {
 
 impl fmt::Display for Request {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let group = if self.group.is_empty() {
-            "core"
-        } else {
-            &self.group
-        };
-        write!(f, "{} {group}/{}", self.verb, self.resource)?;
+        write!(
+            f,
+            "{} {}/{}",
+            self.verb,
+            group_name(&self.group),
+            self.resource
+        )?;
         if !self.namespace.is_empty() {
             write!(f, " in {}", self.namespace)?;
         }
@@ -307,7 +303,8 @@ pub fn exceptions(repo: &Path) -> Result<Exceptions, String> {
                     if !["current", "gates-beta", "legacy"].contains(&version) {
                         return Err(format!("{}: unknown version {version:?}", at()));
                     }
-                    out.unused.insert((version.to_owned(), key_of(&key)));
+                    out.unused
+                        .insert((version.to_owned(), key_of(&key.0, &key.1, &key.2)));
                 }
             }
             "Granted outside the shipped roles" => {
@@ -327,10 +324,14 @@ pub fn exceptions(repo: &Path) -> Result<Exceptions, String> {
     Ok(out)
 }
 
-/// (group, resource, verb) → `group/resource verb`, as [`Grant::key`] writes it.
-fn key_of((group, resource, verb): &(String, String, String)) -> String {
-    let group = if group.is_empty() { "core" } else { group };
-    format!("{group}/{resource} {verb}")
+/// The exceptions file's name for API group `group`: `core` for the core group.
+fn group_name(group: &str) -> &str {
+    if group.is_empty() { "core" } else { group }
+}
+
+/// `group/resource verb`, the key of a grant in the exceptions file.
+fn key_of(group: &str, resource: &str, verb: &str) -> String {
+    format!("{}/{resource} {verb}", group_name(group))
 }
 
 /// `group/resource verb` → (group, resource, verb); `core` is the core group.

@@ -46,11 +46,13 @@ pub fn run(
         .iter()
         .filter(|(name, _)| args.chooses(name))
         .collect();
+    // The judge needs the audit log of every scenario.
+    let every = chosen.len() == scenarios.len();
     if args.list {
         for (name, _) in &chosen {
             println!("{name}: test");
         }
-        if chosen.len() == scenarios.len() {
+        if every {
             println!("{JUDGE}: test");
         }
         return ExitCode::SUCCESS;
@@ -91,7 +93,6 @@ pub fn run(
             return ExitCode::FAILURE;
         }
     };
-    let every = chosen.len() == scenarios.len();
     let mut failed = Vec::new();
     for (name, scenario) in chosen {
         let t = Instant::now();
