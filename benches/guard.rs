@@ -19,7 +19,7 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::{Context, Result, anyhow, bail};
 use futures::{TryStreamExt, stream};
-use initguard::config::{Config, DEFAULT_OPT_IN_LABEL, Mechanism};
+use initguard::config::{DEFAULT_OPT_IN_LABEL, Mechanism};
 use initguard::guard::Guard;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -517,7 +517,7 @@ async fn settle(sim: &Sim) {
 
 /// Starts an in-process guard for `yaml` as [`GUARD_USER`] and waits until it is ready.
 async fn start_guard(sim: &Sim, mechanism: Mechanism, yaml: &str) -> Result<Guard> {
-    let config = Config::from_yaml_str(yaml, "<benchmark config>")
+    let config = initguard::config::from_yaml_str(yaml, "<benchmark config>")
         .map_err(|e| anyhow!("benchmark guard config is invalid:\n{e}"))?;
     let client = initguard::client::connect(sim.kube_config(GUARD_USER), mechanism)
         .context("building the guard's client")?;

@@ -155,7 +155,7 @@ async fn end_to_end(n: usize) -> Result<(Duration, Duration, usize)> {
         .len();
     let list = list_start.elapsed();
 
-    let config = Config::from_yaml_str(&config_yaml("127.0.0.1:0"), "<bench>")
+    let config = initguard::config::from_yaml_str(&config_yaml("127.0.0.1:0"), "<bench>")
         .map_err(|e| anyhow!("bench config: {e}"))?;
     let start = Instant::now();
     let guard = Guard::start(guard_client, Arc::new(config))
@@ -212,7 +212,7 @@ fn main() -> ExitCode {
 fn run() -> Result<()> {
     let n = parse_pods()?;
     let config = Arc::new(
-        Config::from_yaml_str(&config_yaml("127.0.0.1:0"), "<bench>")
+        initguard::config::from_yaml_str(&config_yaml("127.0.0.1:0"), "<bench>")
             .map_err(|e| anyhow!("bench config: {e}"))?,
     );
     let pods: Vec<SlimPod> = (0..n)

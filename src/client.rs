@@ -159,7 +159,7 @@ impl ServerClock {
     /// `server_time` (e.g. a `creationTimestamp`) in this process's wall clock, at the local
     /// instant (`now`, `at`): never earlier than the true local time of that event. None
     /// before any sample.
-    pub fn to_local(
+    pub fn to_local_at(
         &self,
         server_time: SystemTime,
         now: SystemTime,
@@ -171,6 +171,12 @@ impl ServerClock {
             Ok(ahead) => server_time.checked_sub(ahead),
             Err(behind) => server_time.checked_add(behind.duration()),
         }
+    }
+}
+
+impl initguard_core::tracker::LocalTime for ServerClock {
+    fn to_local(&self, server_time: SystemTime, now: SystemTime) -> Option<SystemTime> {
+        self.to_local_at(server_time, now, Instant::now())
     }
 }
 
@@ -233,7 +239,7 @@ mod tests {
         let clock = ServerClock::default();
         let t0 = Instant::now();
         assert_eq!(clock.server_now(t0), None);
-        assert_eq!(clock.to_local(at(0), at(0), t0), None);
+        assert_eq!(clock.to_local_at(at(0), at(0), t0), None);
         // Server 60 s ahead.
         clock.observe(at(60), t0);
         let later = t0 + Duration::from_millis(2500);
@@ -249,11 +255,11 @@ mod tests {
         assert_eq!(clock.server_now(later), Some(at(63)));
         // Local wall clock says at(3) at `later`: the server is 60 s ahead, so a pod created
         // at server time at(61) was created at local at(1) or later.
-        assert_eq!(clock.to_local(at(61), at(3), later), Some(at(1)));
+        assert_eq!(clock.to_local_at(at(61), at(3), later), Some(at(1)));
         // Server 60 s behind.
         let behind = ServerClock::default();
         behind.observe(at(0), t0);
-        assert_eq!(behind.to_local(at(0), at(60), t0), Some(at(60)));
+        assert_eq!(behind.to_local_at(at(0), at(60), t0), Some(at(60)));
     }
 
     /// Only reads are retried: a PATCH, POST or PUT answered 429 or 503 goes back to the

@@ -209,7 +209,7 @@ pub async fn run_with_output(
     // Held until the guard starts, so that a second demo running meanwhile picks another port.
     let (reservation, listen) = reserve_listen_port();
     let config_text = config_yaml(opts.mechanism, listen, clock);
-    let config = Config::from_yaml_str(&config_text, "<embedded demo config>")?;
+    let config = crate::config::from_yaml_str(&config_text, "<embedded demo config>")?;
     let scenario = scenario(opts.mechanism, clock)?;
     intro(&mut n, &scenario, clock, &config_text, listen);
 
@@ -1426,7 +1426,7 @@ mod tests {
             for scale in [0.05, 0.5, 1.0, 10.0] {
                 let clock = Clock { scale };
                 let text = config_yaml(mechanism, PREFERRED_LISTEN, clock);
-                let config = Config::from_yaml_str(&text, "demo").unwrap();
+                let config = crate::config::from_yaml_str(&text, "demo").unwrap();
                 assert!(config.warnings().is_empty(), "{:?}", config.warnings());
                 assert_eq!(config.mechanism, mechanism);
                 assert!(!config.leader_election.enabled);

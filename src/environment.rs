@@ -41,7 +41,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::config::Config;
     use crate::pod::SlimPod;
 
     fn t(s: u64) -> SystemTime {
@@ -72,7 +71,7 @@ mod tests {
     #[test]
     fn pile_start_is_the_kth_start_of_that_controllers_pile() {
         let config = Arc::new(
-            Config::from_yaml_str("pileup: { threshold: 2, minWait: 10s }\n", "t")
+            crate::config::from_yaml_str("pileup: { threshold: 2, minWait: 10s }\n", "t")
                 .expect("a config"),
         );
         let mut tracker = Tracker::new(config.clone());

@@ -3,7 +3,6 @@
 //! Data flows one way: watches feed the [`tracker`] and [`owners`], the pure [`policy`] decides,
 //! the [`guard::actuator`] writes. ARCHITECTURE.md is the code map.
 
-pub mod bypass;
 pub mod cli;
 pub mod client;
 pub mod config;
@@ -16,12 +15,10 @@ pub mod inventory;
 pub mod jobs;
 pub mod metrics;
 pub mod owners;
-pub mod pod;
-pub mod policy;
 pub mod report;
 pub mod restore;
 pub mod status;
 pub mod supervise;
-pub mod tracker;
-pub mod webhook;
 pub mod why;
+
+pub use initguard_core::{bypass, pod, policy, tracker, webhook};

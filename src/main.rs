@@ -119,7 +119,7 @@ fn init_logging(format: LogFormat, default_filter: &str) {
 }
 
 fn load(path: &Path) -> Result<Config, ExitCode> {
-    Config::load(path).map_err(|e| {
+    initguard::config::load(path).map_err(|e| {
         eprintln!("{e}");
         ExitCode::from(2)
     })
@@ -251,7 +251,7 @@ fn webhooks_audit(
     // Without --config the defaults (which list no webhook) only set up the client.
     let loaded = match path {
         Some(p) => load(p),
-        None => Config::from_yaml_str("{}", "(defaults)").map_err(|e| {
+        None => initguard::config::from_yaml_str("{}", "(defaults)").map_err(|e| {
             eprintln!("{e}");
             ExitCode::from(1)
         }),
@@ -328,7 +328,7 @@ fn restore_now(
 }
 
 fn check_config(path: &std::path::Path, output: Output, kubeconfig: Option<&Path>) -> ExitCode {
-    match Config::load(path) {
+    match initguard::config::load(path) {
         Ok(config) => {
             let missing = match kubeconfig {
                 Some(kubeconfig) => match missing_owners(kubeconfig, &config) {

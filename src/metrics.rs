@@ -11,6 +11,7 @@ use prometheus::{
 
 use crate::config::Config;
 use crate::policy::{Reason, RefusedBy};
+use crate::tracker::WaitEnd;
 
 /// Most distinct unlisted initializer names given their own label value; the rest are `other`.
 pub const MAX_UNLISTED_LABELS: usize = 50;
@@ -20,27 +21,6 @@ const WAIT_BUCKETS: &[f64] = &[
     0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0,
     1800.0,
 ];
-
-/// How a wait ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WaitEnd {
-    /// The initializer's owner removed it.
-    Initialized,
-    /// initguard removed it.
-    Bypassed,
-    /// The pod went away while waiting.
-    Deleted,
-}
-
-impl WaitEnd {
-    fn as_str(self) -> &'static str {
-        match self {
-            WaitEnd::Initialized => "initialized",
-            WaitEnd::Bypassed => "bypassed",
-            WaitEnd::Deleted => "deleted",
-        }
-    }
-}
 
 /// What became of one Event (`initguard_events_total`'s `outcome`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,7 +19,7 @@ fn manifest_path(relative: &str) -> PathBuf {
 }
 
 fn parse(yaml: &str) -> Result<Config, ConfigError> {
-    Config::from_yaml_str(yaml, FILE)
+    initguard::config::from_yaml_str(yaml, FILE)
 }
 
 fn accepted(yaml: &str) -> Config {
@@ -75,7 +75,7 @@ mod examples {
 
     fn load(name: &str) -> Config {
         let path = manifest_path(name);
-        Config::load(&path).unwrap_or_else(|e| panic!("{name}:\n{e}"))
+        initguard::config::load(&path).unwrap_or_else(|e| panic!("{name}:\n{e}"))
     }
 
     #[test]
@@ -971,7 +971,7 @@ mod rules {
             text.push_str("# padding padding padding padding padding padding padding padding\n");
         }
         std::fs::write(&big, &text).unwrap();
-        let e = Config::load(&big).unwrap_err().to_string();
+        let e = initguard::config::load(&big).unwrap_err().to_string();
         assert!(
             e.starts_with(&format!(
                 "{}:1:1: the file is {} bytes; a configuration may be at most 1 MiB",
@@ -980,12 +980,14 @@ mod rules {
             )),
             "{e}"
         );
-        let e = Config::from_yaml_str(&text, FILE).unwrap_err().to_string();
+        let e = initguard::config::from_yaml_str(&text, FILE)
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("config.yaml:1:1: the text is"), "{e}");
 
         let latin1 = dir.path().join("latin1.yaml");
         std::fs::write(&latin1, b"optIn:\n  label: caf\xe9/x\n").unwrap();
-        let e = Config::load(&latin1).unwrap_err().to_string();
+        let e = initguard::config::load(&latin1).unwrap_err().to_string();
         assert_eq!(
             e,
             format!(
@@ -994,7 +996,7 @@ mod rules {
             )
         );
 
-        let e = Config::load(dir.path()).unwrap_err().to_string();
+        let e = initguard::config::load(dir.path()).unwrap_err().to_string();
         assert!(
             e.ends_with(": cannot read the configuration: it is a directory, expected a YAML file")
                 && !e.contains(":0:0"),
@@ -1377,7 +1379,7 @@ mod corpus {
         for (file, _) in EXPECTED {
             let path = corpus_dir().join(file);
             let start = thread_cpu_time();
-            let result = Config::load(&path);
+            let result = initguard::config::load(&path);
             let cpu = thread_cpu_time() - start;
             assert!(cpu < LIMIT, "{file} took {cpu:?} of CPU");
             let e = result.expect_err(file);
@@ -1451,7 +1453,7 @@ mod corpus {
         for (name, text) in cases {
             assert!(text.len() <= initguard::config::MAX_CONFIG_BYTES, "{name}");
             let start = thread_cpu_time();
-            let result = Config::from_yaml_str(&text, FILE);
+            let result = initguard::config::from_yaml_str(&text, FILE);
             let cpu = thread_cpu_time() - start;
             assert!(cpu < LIMIT, "{name} took {cpu:?} of CPU");
             if let Err(e) = result {
@@ -1473,7 +1475,7 @@ mod fuzz {
     #[track_caller]
     fn check(text: &str) {
         let start = thread_cpu_time();
-        match Config::from_yaml_str(text, FILE) {
+        match initguard::config::from_yaml_str(text, FILE) {
             Ok(c) => {
                 let _ = c.summary();
                 serde_json::to_string(&c).unwrap();

@@ -1337,6 +1337,7 @@ fn the_docker_build_context_is_exactly_what_cargo_needs() {
         "Cargo.toml",
         "Cargo.lock",
         "src/main.rs",
+        "crates/initguard-core/src/lib.rs",
         "crates/kube-common/src/lib.rs",
     ] {
         assert!(

@@ -1,7 +1,8 @@
 //! The layout ARCHITECTURE.md promises, checked from the source text (no tool of the code
 //! under test): no import cycle between the modules of any crate of the workspace, the
-//! simulator never depends on the guard, and the guard's product code reaches the simulator
-//! only behind the `sim` feature.
+//! simulator never depends on the guard, the guard's product code reaches the simulator only
+//! behind the `sim` feature, and the pure core's dependency tree holds no I/O (the compiler
+//! then keeps it out of the code; this checks what the compiler cannot see).
 //!
 //! A module's edges are the modules its `use`s and paths name: `crate::a::b::Item` is an edge
 //! to `a::b`, `super::x` to the sibling module `x` (or to the parent when `x` is an item of
@@ -223,6 +224,7 @@ fn crates() -> Vec<Crate> {
     let root = root();
     vec![
         load("initguard", &root.join("src")),
+        load("initguard-core", &root.join("crates/initguard-core/src")),
         load("kube-common", &root.join("crates/kube-common/src")),
         load("kube-sim", &root.join("crates/kube-sim/src")),
         load(
@@ -282,7 +284,7 @@ fn the_simulator_and_the_shared_crate_never_depend_on_the_guard() {
         }
         for (module, text) in &krate.modules {
             assert!(
-                !text.contains("initguard::"),
+                !text.replace("initguard_core::", "").contains("initguard::"),
                 "{} module {module:?} uses the guard crate",
                 krate.name
             );
@@ -292,6 +294,7 @@ fn the_simulator_and_the_shared_crate_never_depend_on_the_guard() {
     for path in [
         "crates/kube-sim/Cargo.toml",
         "crates/kube-common/Cargo.toml",
+        "crates/initguard-core/Cargo.toml",
     ] {
         let text = manifest(path);
         assert!(
@@ -346,33 +349,93 @@ fn the_product_reaches_the_simulator_only_behind_the_sim_feature() {
     );
 }
 
+/// `cargo tree -p PACKAGE -e normal` with `features`: one `name vX.Y.Z` per line. Features
+/// resolve for that package alone, as `cargo build -p PACKAGE` builds it.
+fn dependency_tree(package: &str, features: &[&str]) -> String {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let out = std::process::Command::new(&cargo)
+        .current_dir(root())
+        .args([
+            "tree",
+            "--offline",
+            "--locked",
+            "-p",
+            package,
+            "-e",
+            "normal",
+        ])
+        .args(["--prefix", "none", "--format", "{p}"])
+        .args(features)
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        out.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn has_crate(tree: &str, name: &str) -> bool {
+    tree.lines().any(|l| l.starts_with(&format!("{name} ")))
+}
+
+/// The decision core builds without an API client, async runtime, HTTP stack, TLS stack or
+/// metrics registry: the compiler, not discipline, keeps I/O out of it.
+#[test]
+fn the_core_has_no_client_runtime_or_server_in_its_dependency_tree() {
+    let tree = dependency_tree("initguard-core", &[]);
+    assert!(
+        has_crate(&tree, "k8s-openapi") && has_crate(&tree, "kube-core"),
+        "the core's tree lacks the Kubernetes types it uses; is the check blind?\n{tree}"
+    );
+    let io = [
+        "kube-client",
+        "kube-runtime",
+        "tokio",
+        "hyper",
+        "tower",
+        "axum",
+        "rustls",
+        "prometheus",
+    ];
+    let found: Vec<&str> = io.into_iter().filter(|c| has_crate(&tree, c)).collect();
+    assert!(found.is_empty(), "the pure core depends on {found:?}");
+}
+
+/// What its dependencies cannot show: the core's code reads no clock and opens no file (its
+/// unit tests may).
+#[test]
+fn the_core_reads_no_clock_and_no_file() {
+    let core = load("initguard-core", &root().join("crates/initguard-core/src"));
+    let forbidden = [
+        "Instant::now",
+        "SystemTime::now",
+        "std::fs",
+        "TcpStream",
+        "TcpListener",
+        "UdpSocket",
+        "std::env",
+        "std::process",
+    ];
+    let mut found = Vec::new();
+    for (module, text) in &core.modules {
+        if module.ends_with("tests") {
+            continue;
+        }
+        for f in forbidden {
+            if text.contains(f) {
+                found.push(format!("{module}: {f}"));
+            }
+        }
+    }
+    assert!(found.is_empty(), "the pure core does I/O: {found:?}");
+}
+
 #[test]
 fn the_build_without_the_sim_feature_has_no_simulator_in_its_dependency_tree() {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let tree = |features: &[&str]| {
-        let out = std::process::Command::new(&cargo)
-            .current_dir(root())
-            .args([
-                "tree",
-                "--offline",
-                "--locked",
-                "-p",
-                "initguard",
-                "-e",
-                "normal",
-            ])
-            .args(["--prefix", "none", "--format", "{p}"])
-            .args(features)
-            .output()
-            .expect("cargo tree runs");
-        assert!(
-            out.status.success(),
-            "cargo tree failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    };
-    let has_sim = |tree: &str| tree.lines().any(|l| l.starts_with("kube-sim "));
+    let tree = |features: &[&str]| dependency_tree("initguard", features);
+    let has_sim = |tree: &str| has_crate(tree, "kube-sim");
     assert!(
         has_sim(&tree(&[])),
         "the default build should include the simulator (demo, sim); is the check blind?"

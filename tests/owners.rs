@@ -14,7 +14,7 @@ use initguard_test_support::wait;
 use wait::PATIENCE;
 
 fn config(yaml: &str) -> Config {
-    Config::from_yaml_str(yaml, "test.yaml").unwrap()
+    initguard::config::from_yaml_str(yaml, "test.yaml").unwrap()
 }
 
 /// Wait until `pred` holds for the state of `initializer`'s owner; panics after [`PATIENCE`].
@@ -457,7 +457,7 @@ initializers:
     }
 
     fn config_error(yaml: &str) -> String {
-        Config::from_yaml_str(yaml, "test.yaml")
+        initguard::config::from_yaml_str(yaml, "test.yaml")
             .map(|_| ())
             .unwrap_err()
             .to_string()
@@ -520,7 +520,7 @@ initializers:
         let no_url = config_error(&entry("{ http: { caFile: \"/x\" } }"));
         assert!(no_url.contains("expected a url key"), "{no_url}");
 
-        let good = Config::from_yaml_str(
+        let good = initguard::config::from_yaml_str(
             &entry(&format!(
                 "{{ http: {{ url: \"https://10.0.0.5/\", caFile: \"{}\", certFile: \"{}\", keyFile: \"{}\" }} }}",
                 file("ca.pem"),

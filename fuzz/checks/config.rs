@@ -2,14 +2,12 @@
 //! tests/fuzz_replay.rs. Configuration text: any bytes, valid or not, must load or be rejected with located errors,
 //! never panic, and a configuration that loads must summarize and serialize.
 
-use initguard::config::Config;
-
 /// Run `data` through the oracle; panics on a violation.
 pub(crate) fn check(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    match Config::from_yaml_str(text, "fuzz.yaml") {
+    match initguard::config::from_yaml_str(text, "fuzz.yaml") {
         Ok(config) => {
             let _ = config.summary();
             serde_json::to_string(&config).expect("a loaded configuration serializes");

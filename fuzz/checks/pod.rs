@@ -31,7 +31,7 @@ static CONFIGS: LazyLock<Vec<Arc<Config>>> = LazyLock::new(|| {
                  pileup: {{ threshold: 1, action: bypass }}\nleaderElection: {{ enabled: false }}\n",
                 m.as_str()
             );
-            Arc::new(Config::from_yaml_str(&yaml, "fuzz.yaml").expect("the fuzz config is valid"))
+            Arc::new(initguard::config::from_yaml_str(&yaml, "fuzz.yaml").expect("the fuzz config is valid"))
         })
         .collect()
 });

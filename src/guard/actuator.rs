@@ -687,7 +687,7 @@ mod tests {
     /// counted as dropped; none are counted twice.
     #[test]
     fn events_left_unwritten_count_as_dropped() {
-        let config = Config::from_yaml_str("{}", "test.yaml").unwrap();
+        let config = crate::config::from_yaml_str("{}", "test.yaml").unwrap();
         let metrics = Arc::new(Metrics::new(&config).unwrap());
         let dropped = || {
             metrics

@@ -431,7 +431,7 @@ mod tests {
     /// that settled counts once, as what it became.
     #[test]
     fn an_abandoned_event_write_counts_as_dropped_once() {
-        let config = crate::config::Config::from_yaml_str("{}", "test.yaml").unwrap();
+        let config = crate::config::from_yaml_str("{}", "test.yaml").unwrap();
         let metrics = Metrics::new(&config).unwrap();
         let count = |outcome: &str| {
             metrics

@@ -353,7 +353,7 @@ mod tests {
     use super::*;
 
     fn config() -> Config {
-        Config::from_yaml_str(
+        crate::config::from_yaml_str(
             r#"
 defaults: { probeInterval: 5s }
 initializers:

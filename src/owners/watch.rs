@@ -36,7 +36,7 @@ use crate::supervise::{self, Failures};
 
 use super::model::{
     CoreEndpointsModel, EndpointsModel, Model, Observed, PodsModel, ServedDeploymentModel,
-    ServedLeaseModel, ServicePresence, apply_event, judge, webhook_service,
+    ServedLeaseModel, ServicePresence, judge, observation, observe, webhook_service,
 };
 use super::state::{Handle, owner_target};
 
@@ -434,7 +434,7 @@ impl Task {
                 () = self.cancel.cancelled() => return,
                 () = timer => true,
                 event = events.next() => match event {
-                    Some(Ok(event)) => apply_event(event, &mut live, &mut relist, Instant::now()),
+                    Some(Ok(event)) => observe(observation(event), &mut live, &mut relist, Instant::now()),
                     Some(Err(err)) => {
                         self.watch_failed(resource, &err);
                         false
@@ -532,10 +532,10 @@ impl Task {
                 () = self.cancel.cancelled() => return,
                 event = events.next() => match event {
                     Some(Change::Service(Ok(e))) => {
-                        apply_event(e, &mut service, &mut service_relist, Instant::now())
+                        observe(observation(e), &mut service, &mut service_relist, Instant::now())
                     }
                     Some(Change::Slice(Ok(e))) => {
-                        apply_event(e, &mut endpoints, &mut endpoints_relist, Instant::now())
+                        observe(observation(e), &mut endpoints, &mut endpoints_relist, Instant::now())
                     }
                     // Without the right to read Services (RBAC from before this owner read
                     // them), judge by the endpoints alone, as before.

@@ -159,7 +159,7 @@ pub(crate) fn config(mechanism: Mechanism, rest: &str) -> Arc<Config> {
         yaml.push_str("leaderElection: { enabled: false }\n");
     }
     yaml.push_str(rest);
-    let config = Config::from_yaml_str(&yaml, "e2e.yaml")
+    let config = initguard::config::from_yaml_str(&yaml, "e2e.yaml")
         .unwrap_or_else(|e| panic!("invalid test config:\n{e}\n---\n{yaml}"));
     Arc::new(config)
 }

@@ -634,7 +634,7 @@ fn bypass_everything(mechanism: Mechanism) -> initguard::config::Config {
          unlistedInitializers: deadline\nleaderElection: {{ enabled: false }}\n",
         mechanism.as_str()
     );
-    initguard::config::Config::from_yaml_str(&yaml, "test.yaml").unwrap()
+    initguard::config::from_yaml_str(&yaml, "test.yaml").unwrap()
 }
 
 /// Deciding is linear in the pending list: an opted-in pod with 35,000 gates (it fits in etcd)

@@ -35,6 +35,7 @@ pub struct ApiSurface {
 
 impl ApiSurface {
     /// Read `/apis` (one request).
+    #[cfg(feature = "client")]
     pub async fn read(client: &kube::Client) -> Result<ApiSurface, kube::Error> {
         let list = client.list_api_groups().await?;
         Ok(ApiSurface::from_group_versions(

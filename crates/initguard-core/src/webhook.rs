@@ -48,8 +48,11 @@ pub const FLAP_WINDOW: Duration = Duration::from_secs(600);
 /// entries kept as raw JSON so that nothing it does not know is lost.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Configuration {
+    /// Validating or mutating.
     pub kind: WebhookKind,
+    /// `metadata.name`.
     pub name: String,
+    /// `metadata.resourceVersion` as read.
     pub resource_version: String,
     /// Whether it carries [`NO_BYPASS_ANNOTATION`].
     pub paused: bool,
@@ -67,10 +70,13 @@ pub struct Configuration {
 /// Why a configuration object could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum DecodeError {
+    /// The named metadata field is missing or not a string.
     #[error("{0} is missing or not a string")]
     Field(&'static str),
+    /// `webhooks` is not a list.
     #[error("webhooks is not a list")]
     Webhooks,
+    /// The [`RECORD_ANNOTATION`] value is not a string.
     #[error("annotation {RECORD_ANNOTATION} is not a string")]
     Annotation,
 }
@@ -78,7 +84,9 @@ pub enum DecodeError {
 /// `failurePolicy` of an entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum FailurePolicy {
+    /// `Fail`: a failed call rejects the request.
     Fail,
+    /// `Ignore`: a failed call admits the request.
     Ignore,
 }
 
@@ -163,7 +171,9 @@ pub type Records = BTreeMap<String, Record>;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum Record {
+    /// A bypass in force.
     Bypass(Bypass),
+    /// The tombstone of a bypass restored on demand.
     Restored(Tombstone),
 }
 
@@ -191,6 +201,7 @@ impl Record {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Tombstone {
+    /// When, by whom and in which owner state it was restored.
     pub restored: Restored,
 }
 
@@ -309,7 +320,9 @@ pub const CRITICAL_PATH: &str = "request.operation == 'DELETE' \
 /// How a bypass is made this time (`bypassVia: auto` resolves to one of these).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Via {
+    /// Append a `matchConditions` CEL expression.
     MatchConditions,
+    /// Append `objectSelector` / `namespaceSelector` requirements.
     Selectors,
 }
 
@@ -358,7 +371,6 @@ impl Added {
         }
     }
 
-    /// `(list path inside the entry, value)` for each added value.
     /// `entry` without what this bypass added (one occurrence of each value), as it was
     /// before the bypass: what the canary is judged against while the bypass is in place.
     pub fn removed_from(&self, entry: &Value) -> Value {
@@ -377,6 +389,7 @@ impl Added {
         out
     }
 
+    /// `(list path inside the entry, value)` for each added value.
     pub fn parts(&self) -> Vec<([&'static str; 2], &Value)> {
         let mut parts = Vec::new();
         if let Some(v) = &self.match_condition {
@@ -555,6 +568,7 @@ pub fn negation(selected: &Requirement) -> Value {
 /// What the loop knows about one listed webhook at `now`.
 #[derive(Debug, Clone, Copy)]
 pub struct Situation<'a> {
+    /// The webhook as listed in initguard's configuration.
     pub config: &'a WebhookConfig,
     /// The configuration and the entry's index in it; None when either is absent.
     pub entry: Option<(&'a Configuration, usize)>,
@@ -565,11 +579,13 @@ pub struct Situation<'a> {
     pub tombstone: bool,
     /// The configuration carries [`NO_BYPASS_ANNOTATION`]: no new bypass.
     pub paused: bool,
+    /// The owner's state as last observed.
     pub owner: OwnerState,
     /// Bypasses undone by another writer within [`FLAP_WINDOW`] before `now`.
     pub undone_recently: usize,
     /// Whether a bypass would let anything through ([`let_through`]); never bypassed if not.
     pub lets_through: bool,
+    /// The instant this describes.
     pub now: SystemTime,
 }
 
@@ -732,7 +748,7 @@ pub(crate) fn intercepts_creates(entry: &Value, resource: &str) -> bool {
 }
 
 /// How many `matchConditions` of `entry` are its own (not the bypass's).
-pub(crate) fn own_match_conditions(entry: &Value) -> usize {
+pub fn own_match_conditions(entry: &Value) -> usize {
     list_at(entry, ["matchConditions", ""]).map_or(0, |l| {
         l.iter()
             .filter(|c| c["name"].as_str() != Some(MATCH_CONDITION_NAME))
@@ -741,7 +757,7 @@ pub(crate) fn own_match_conditions(entry: &Value) -> usize {
 }
 
 /// Whether a `LabelSelector` (JSON; absent or null selects everything) selects `labels`.
-pub(crate) fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> Result<bool, String> {
+pub fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> Result<bool, String> {
     use kube::core::SelectorExt;
     if selector.is_null() {
         return Ok(true);

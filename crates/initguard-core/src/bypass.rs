@@ -76,7 +76,7 @@ pub fn record_entry(initializer: &str, reason: Reason, at: SystemTime) -> String
 
 /// `at` as RFC 3339 in UTC with whole seconds. Clocks outside 1970..=9999 are clamped to that
 /// range so a record is always well-formed.
-pub(crate) fn rfc3339_seconds(at: SystemTime) -> String {
+pub fn rfc3339_seconds(at: SystemTime) -> String {
     let timestamp = if at < SystemTime::UNIX_EPOCH {
         jiff::Timestamp::UNIX_EPOCH
     } else {
@@ -90,8 +90,11 @@ pub(crate) fn rfc3339_seconds(at: SystemTime) -> String {
 /// One parsed record of [`BYPASSED_ANNOTATION`]. Fields are kept as written.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct BypassRecord {
+    /// The bypassed initializer's name.
     pub initializer: String,
+    /// Why it was bypassed: `deadline`, `owner_down` or `pileup`.
     pub reason: String,
+    /// When, as RFC 3339 in UTC.
     pub at: String,
 }
 
@@ -137,6 +140,7 @@ pub struct Removal<'a> {
     pub index: usize,
     /// Name expected at `index`.
     pub initializer: &'a str,
+    /// Why it is removed (recorded in [`BYPASSED_ANNOTATION`]).
     pub reason: Reason,
 }
 

@@ -26,9 +26,13 @@ pub const CAP_WINDOW: Duration = Duration::from_secs(3600);
 /// A pod, as the sweep needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodFacts {
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub name: String,
+    /// The pod's `metadata.uid`.
     pub uid: String,
+    /// The pod's labels.
     pub labels: BTreeMap<String, String>,
     /// `creationTimestamp`, on the API server's clock.
     pub created: Option<SystemTime>,
@@ -45,15 +49,20 @@ pub struct PodFacts {
 /// A pod's controlling owner.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Controller {
+    /// The controller's kind, e.g. `ReplicaSet`.
     pub kind: String,
+    /// The controller's name.
     pub name: String,
+    /// The controller's `metadata.uid`.
     pub uid: String,
 }
 
 /// The bypass window on the API server's clock, both ends included.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Window {
+    /// When the bypass was made.
     pub from: SystemTime,
+    /// The restore plus [`PROPAGATION_MARGIN`].
     pub to: SystemTime,
 }
 

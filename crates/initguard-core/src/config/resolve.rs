@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::fmt::Display;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::error::LocatedError;
@@ -56,18 +56,28 @@ pub const MAX_IN_FLIGHT_LIMIT: usize = 1024;
 /// `timestamp + duration` arithmetic far from overflow everywhere downstream.
 pub const MAX_DURATION: Duration = Duration::from_secs(31_557_600);
 
+/// Reads the files a configuration names (TLS certificates and keys), so that the core
+/// checks them without touching the file system itself.
+pub trait ReadFile {
+    /// The whole content of the file at `path`.
+    fn read(&self, path: &Path) -> std::io::Result<Vec<u8>>;
+}
+
 /// Collects located problems.
 pub(super) struct Findings<'a> {
     file: &'a str,
     layout: &'a Layout,
+    /// Where the TLS files the configuration names are read from.
+    files: &'a dyn ReadFile,
     pub list: Vec<LocatedError>,
 }
 
 impl<'a> Findings<'a> {
-    pub(super) fn new(file: &'a str, layout: &'a Layout) -> Findings<'a> {
+    pub(super) fn new(file: &'a str, layout: &'a Layout, files: &'a dyn ReadFile) -> Findings<'a> {
         Findings {
             file,
             layout,
+            files,
             list: Vec::new(),
         }
     }
@@ -416,7 +426,9 @@ fn http_owner(problems: &mut Findings<'_>, path: &str, raw: RawHttp) -> Option<O
             problems.value(&p, "expected the path of a PEM file, got an empty string");
             return None;
         }
-        let read = std::fs::read(&text)
+        let read = problems
+            .files
+            .read(Path::new(&text))
             .map_err(|e| format!("cannot read {text:?}: {e}"))
             .and_then(|bytes| check(&bytes).map_err(|e| format!("{text:?}: {e}")));
         match read {
@@ -468,7 +480,9 @@ fn serving_cert(
         return ServingCert::SelfSigned;
     }
     let mut file = |key: &str, text: String, check: fn(&[u8]) -> Result<(), String>| {
-        let read = std::fs::read(&text)
+        let read = problems
+            .files
+            .read(Path::new(&text))
             .map_err(|e| format!("cannot read {text:?}: {e}"))
             .and_then(|bytes| check(&bytes).map_err(|e| format!("{text:?}: {e}")));
         match read {
@@ -505,8 +519,8 @@ fn serving_cert(
 
 /// At least one PEM `CERTIFICATE` block, every one well formed.
 fn check_certificates(pem: &[u8]) -> Result<(), String> {
-    use rustls::pki_types::CertificateDer;
-    use rustls::pki_types::pem::PemObject as _;
+    use rustls_pki_types::CertificateDer;
+    use rustls_pki_types::pem::PemObject as _;
     let mut count = 0;
     for cert in CertificateDer::pem_slice_iter(pem) {
         cert.map_err(|e| format!("not a valid PEM certificate file: {e}"))?;
@@ -520,8 +534,8 @@ fn check_certificates(pem: &[u8]) -> Result<(), String> {
 
 /// One PEM private key (PKCS#8, PKCS#1 or SEC1).
 fn check_private_key(pem: &[u8]) -> Result<(), String> {
-    use rustls::pki_types::PrivateKeyDer;
-    use rustls::pki_types::pem::PemObject as _;
+    use rustls_pki_types::PrivateKeyDer;
+    use rustls_pki_types::pem::PemObject as _;
     PrivateKeyDer::from_pem_slice(pem)
         .map(drop)
         .map_err(|e| format!("no usable PEM private key: {e}"))

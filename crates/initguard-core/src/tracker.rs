@@ -1,8 +1,7 @@
 //! The waiting pods: per initializer, per controlling owner, and how each wait ended.
 //!
-//! Pure bookkeeping fed by the pod watch; no I/O, and `now` is passed in. The one clock read
-//! is the monotonic instant that [`crate::client::ServerClock`] needs to convert a
-//! `creationTimestamp` to this process's clock.
+//! Pure bookkeeping fed by the pod watch; no I/O, and `now` is passed in. The API server's
+//! clock, which brings a `creationTimestamp` into this process's, comes through [`LocalTime`].
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::ops::Bound;
@@ -12,11 +11,39 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use crate::bypass::parse_records;
-use crate::client::ServerClock;
 use crate::config::{Config, Mechanism};
-use crate::metrics::WaitEnd;
 use crate::pod::SlimPod;
 use crate::policy::{ControllerRef, PodView};
+
+/// How a wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WaitEnd {
+    /// The initializer's owner removed it.
+    Initialized,
+    /// initguard removed it.
+    Bypassed,
+    /// The pod went away while waiting.
+    Deleted,
+}
+
+impl WaitEnd {
+    /// The `outcome` label of `initguard_wait_seconds`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WaitEnd::Initialized => "initialized",
+            WaitEnd::Bypassed => "bypassed",
+            WaitEnd::Deleted => "deleted",
+        }
+    }
+}
+
+/// The API server's clock as this process knows it (the `initguard` crate's `ServerClock`
+/// reads it from responses' `Date` headers).
+pub trait LocalTime: std::fmt::Debug + Send + Sync {
+    /// `server_time` (e.g. a `creationTimestamp`) in this process's wall clock at `now`: never
+    /// earlier than the true local time of that event. None before the server's clock is known.
+    fn to_local(&self, server_time: SystemTime, now: SystemTime) -> Option<SystemTime>;
+}
 
 /// `namespace/name`.
 pub type PodKey = String;
@@ -24,10 +51,15 @@ pub type PodKey = String;
 /// One pod that waits on at least one initializer.
 #[derive(Debug, Clone)]
 pub struct TrackedPod {
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub name: String,
+    /// The pod's `metadata.uid`.
     pub uid: String,
+    /// `metadata.resourceVersion` as last read.
     pub resource_version: String,
+    /// The pod's labels as last read.
     pub labels: BTreeMap<String, String>,
     /// Whether its namespace matches `optIn.namespaceSelector`, as last observed.
     pub namespace_selected: bool,
@@ -40,11 +72,15 @@ pub struct TrackedPod {
     pub controller: Option<ControllerRef>,
     /// The Job between the pod and `controller` when `controller` is its CronJob.
     pub via: Option<ControllerRef>,
+    /// Pending initializer names in API order.
     pub pending: Vec<String>,
     /// When the current head became the head (legacy), or was first observed as the head.
     pub head_since: SystemTime,
+    /// Whether `metadata.annotations` exists (as a map).
     pub annotations_present: bool,
+    /// The value of [`crate::bypass::BYPASSED_ANNOTATION`], if set.
     pub bypassed_record: Option<String>,
+    /// Whether its label or namespace opts it in, before any initializer's own `optIn`.
     pub opted_in: bool,
 }
 
@@ -68,8 +104,11 @@ impl TrackedPod {
 /// A wait that ended, for `initguard_wait_duration_seconds`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Finished {
+    /// The initializer the pod waited on.
     pub initializer: String,
+    /// How the wait ended.
     pub outcome: WaitEnd,
+    /// How long it lasted (zero for a legacy entry that never became the head).
     pub waited: Duration,
 }
 
@@ -106,7 +145,7 @@ pub struct Tracker {
     /// [`Tracker::take_moved_earlier`]: their other pods may have to act sooner than planned.
     moved_earlier: HashSet<String>,
     /// The API server's clock, to bring `creationTimestamp` into ours; None: trust ours.
-    clock: Option<ServerClock>,
+    clock: Option<Arc<dyn LocalTime>>,
     /// Job uid → the CronJob controlling it, from the Jobs watch.
     job_owners: HashMap<String, ControllerRef>,
     /// Job uid → tracked pods whose controlling owner is that Job (to regroup them when the
@@ -173,8 +212,8 @@ impl Tracker {
 
     /// Measure waits from `creationTimestamp` against `clock` (the API server's clock), so
     /// that clock skew never makes a wait look longer than it is.
-    pub fn with_clock(mut self, clock: ServerClock) -> Tracker {
-        self.clock = Some(clock);
+    pub fn with_clock(mut self, clock: impl LocalTime + 'static) -> Tracker {
+        self.clock = Some(Arc::new(clock));
         self
     }
 
@@ -186,7 +225,7 @@ impl Tracker {
         match &self.clock {
             None => pod.created,
             Some(clock) => clock
-                .to_local(pod.created, now, tokio::time::Instant::now())
+                .to_local(pod.created, now)
                 .unwrap_or_else(|| pod.created.max(pod.first_seen)),
         }
     }
@@ -833,6 +872,16 @@ mod tests {
         .unwrap()
     }
 
+    /// A server clock with no response seen yet.
+    #[derive(Debug)]
+    struct NoSample;
+
+    impl LocalTime for NoSample {
+        fn to_local(&self, _: SystemTime, _: SystemTime) -> Option<SystemTime> {
+            None
+        }
+    }
+
     fn t(secs: u64) -> SystemTime {
         SystemTime::from(jiff::Timestamp::from_second(1_795_255_200).unwrap())
             + Duration::from_secs(secs)
@@ -844,8 +893,7 @@ mod tests {
     #[test]
     fn before_any_clock_sample_a_wait_counts_from_first_sight_if_later() {
         let l = json!({"initguard.io/bypass": "y"});
-        let mut clocked = Tracker::new(config(Mechanism::SchedulingGates))
-            .with_clock(crate::client::ServerClock::default());
+        let mut clocked = Tracker::new(config(Mechanism::SchedulingGates)).with_clock(NoSample);
         clocked.apply(&pod("seen-late", "u1", None, &["g"], l.clone()), t(100));
         let seen_late = clocked.get("ns/seen-late").unwrap();
         assert_eq!(clocked.created_local(seen_late, t(100)), t(100));

@@ -15,21 +15,30 @@ use crate::config::{Config, Mechanism, OptInMode, PileupAction, Trigger};
 /// The pod's controlling owner (ownerReference with `controller: true`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 pub struct ControllerRef {
+    /// The owner's kind, e.g. `ReplicaSet`.
     pub kind: String,
+    /// The owner's name.
     pub name: String,
+    /// The owner's `metadata.uid`.
     pub uid: String,
 }
 
 /// What the policy needs to know about one waiting pod.
 #[derive(Debug, Clone, Copy)]
 pub struct PodView<'a> {
+    /// The pod's namespace.
     pub namespace: &'a str,
+    /// The pod's name.
     pub name: &'a str,
+    /// The pod's `metadata.uid`.
     pub uid: &'a str,
+    /// The pod's labels (the opt-in label among them).
     pub labels: &'a BTreeMap<String, String>,
     /// Whether the pod's namespace, as last observed, matches `optIn.namespaceSelector`.
     pub namespace_selected: bool,
+    /// `creationTimestamp`: where a wait for scheduling gates starts.
     pub created: SystemTime,
+    /// The controller the pod's piles are grouped under; None without one.
     pub controller: Option<&'a ControllerRef>,
     /// Pending initializer names in API order.
     pub pending: &'a [String],
@@ -44,10 +53,14 @@ pub struct PodView<'a> {
 pub enum OwnerState {
     /// Never observed yet (or the initializer has no owner): counts as up, never triggers a bypass.
     Unknown,
+    /// Up, as observed since `since`.
     Up {
+        /// When the owner was observed to come up.
         since: SystemTime,
     },
+    /// Down, as observed since `since`: `ownerDownGrace` counts from then.
     Down {
+        /// When the owner was observed to go down.
         since: SystemTime,
     },
 }
@@ -79,8 +92,11 @@ pub trait Environment {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Reason {
+    /// The pod has waited the initializer's deadline.
     Deadline,
+    /// The initializer's owner has been down for its `ownerDownGrace`.
     OwnerDown,
+    /// The pod is part of a pile and `pileup.action` is `bypass`.
     Pileup,
 }
 
@@ -98,9 +114,13 @@ impl Reason {
 /// Remove `initializer`, found at `index` of the pending list, now.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Decision {
+    /// The initializer to remove.
     pub initializer: String,
+    /// Its index in the pending list as read.
     pub index: usize,
+    /// The trigger that holds.
     pub reason: Reason,
+    /// How long the pod has waited on it (zero for a legacy entry behind the head).
     #[serde(with = "humantime_serde")]
     pub waited: Duration,
 }
@@ -110,16 +130,24 @@ pub struct Decision {
 #[serde(rename_all = "camelCase", tag = "action")]
 pub enum Plan {
     /// Bypass now.
-    Bypass { reason: Reason },
+    Bypass {
+        /// The trigger that holds.
+        reason: Reason,
+    },
     /// Bypass at `at` unless the pod is initialized first.
     BypassAt {
+        /// When the bypass falls due.
         #[serde(with = "humantime_serde")]
         at: SystemTime,
+        /// The trigger that will hold then.
         reason: Reason,
     },
     /// The guard will not act on this initializer; `why` says why (one of the `Plan::NEVER_*`
     /// texts).
-    Never { why: &'static str },
+    Never {
+        /// One of the `Plan::NEVER_*` texts.
+        why: &'static str,
+    },
 }
 
 impl Plan {
@@ -169,19 +197,25 @@ impl RefusedBy {
 /// A bypass the rule would have made now, refused by the initializer's own keys.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Refusal {
+    /// The initializer left pending.
     pub initializer: String,
+    /// The trigger that held.
     pub reason: Reason,
+    /// Which of the initializer's keys refused the bypass.
     pub refused_by: RefusedBy,
 }
 
 /// Per pending initializer: its wait so far and the plan.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct InitializerPlan {
+    /// The pending initializer's name.
     pub initializer: String,
+    /// Its index in the pending list.
     pub index: usize,
     /// None when its clock does not run (legacy non-head).
     #[serde(with = "humantime_serde")]
     pub waited: Option<Duration>,
+    /// What the guard will do about it.
     pub plan: Plan,
 }
 
@@ -406,7 +440,9 @@ pub fn decide(
 /// waited, and what the guard will do about it (README "Observe").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Notice {
+    /// The initializer the pod waits on.
     pub initializer: String,
+    /// How long the pod has waited on it.
     pub waited: Duration,
     /// The plan `decide` made for it: never `Plan::Bypass` (nothing is due now).
     pub plan: Plan,

@@ -8,6 +8,7 @@ pub const MAX_REPORTED_ERRORS: usize = 50;
 #[derive(Debug, thiserror::Error)]
 #[error("{}", .errors.iter().map(|e| e.to_string()).collect::<Vec<_>>().join("\n"))]
 pub struct ConfigError {
+    /// The problems, one `FILE:LINE:COL: message` each.
     pub errors: Vec<LocatedError>,
 }
 
@@ -16,10 +17,13 @@ pub struct ConfigError {
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("{file}{}: {message}", if *.line == 0 { String::new() } else { format!(":{line}:{column}") })]
 pub struct LocatedError {
+    /// The file, as the caller named it.
     pub file: String,
     /// 1-based; 0 when only the key path is known (then `message` names the path).
     pub line: usize,
+    /// 1-based; 0 when `line` is 0.
     pub column: usize,
+    /// What is wrong.
     pub message: String,
 }
 
@@ -40,7 +44,8 @@ impl LocatedError {
 }
 
 impl ConfigError {
-    pub(super) fn single(
+    /// An error with one problem, at `line`:`column` of `file` (0, 0: no position).
+    pub fn single(
         file: &str,
         line: usize,
         column: usize,

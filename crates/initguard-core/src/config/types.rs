@@ -15,14 +15,21 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Config {
+    /// `mechanism`: where pending initializers live on a pod (default `schedulingGates`).
     pub mechanism: Mechanism,
+    /// `optIn`: which pods may be modified.
     pub opt_in: OptIn,
+    /// `defaults`: values for initializers that do not set their own.
     pub defaults: Defaults,
     /// Listed initializers; each has its deadline resolved (own or default).
     pub initializers: Vec<InitializerConfig>,
+    /// `unlistedInitializers`: what to do with initializers not listed (default `ignore`).
     pub unlisted_initializers: UnlistedPolicy,
+    /// `pileup`: when one controller's waiting pods make a pile, and what to do about it.
     pub pileup: Pileup,
+    /// `leaderElection`: the Lease whose holder alone modifies pods.
     pub leader_election: LeaderElection,
+    /// `listen`: address of `/metrics`, `/healthz`, `/readyz` and `/status` (plain HTTP).
     pub listen: SocketAddr,
     /// The HTTPS listener, where `/metrics` and `/status` need a token that TokenReview
     /// authenticates and SubjectAccessReview allows. When set, `listen` serves only the
@@ -30,6 +37,7 @@ pub struct Config {
     pub secure_listen: Option<SocketAddr>,
     /// The HTTPS listener's certificate.
     pub tls: ServingCert,
+    /// `dryRun`: log and count every decision without writing to the API server.
     pub dry_run: bool,
     /// Whether each bypass patch is recorded with a Warning Event on the pod.
     pub events: EventsMode,
@@ -59,6 +67,7 @@ pub struct WebhookConfig {
     pub restore_grace: Duration,
     /// Namespaces no longer sent to the webhook while it is bypassed (its own pods).
     pub exempt_namespaces: Vec<String>,
+    /// `bypassVia`: how a bypass keeps opted-in objects away from the webhook.
     pub bypass_via: BypassVia,
     /// Which objects may opt in to pass this webhook while it is bypassed
     /// (`exemptNamespaces` always do).
@@ -139,6 +148,7 @@ impl WebhookKind {
 /// `KIND/CONFIGURATION/WEBHOOK`: one entry of one webhook configuration.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct WebhookId {
+    /// Which kind of configuration object holds the entry.
     pub kind: WebhookKind,
     /// The configuration object's name.
     pub configuration: String,
@@ -175,10 +185,13 @@ pub struct Canary {
     /// The entry whose calls the verdict reads (`failed calling webhook "NAME"`).
     #[serde(skip)]
     pub webhook: String,
+    /// `namespace`: where the dry-run canary is created.
     pub namespace: String,
+    /// `resource`: what the canary creates (default `pods`).
     pub resource: CanaryResource,
     /// Besides [`CANARY_LABEL`], so that the entry's objectSelector selects the canary.
     pub labels: BTreeMap<String, String>,
+    /// `interval`: how often the canary is sent (default 10s, at least 1s).
     #[serde(with = "humantime_serde")]
     pub interval: Duration,
 }
@@ -187,7 +200,9 @@ pub struct Canary {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CanaryResource {
+    /// A minimal pod, which meets the `restricted` Pod Security Standard.
     Pods,
+    /// A minimal ConfigMap.
     Configmaps,
 }
 
@@ -205,11 +220,15 @@ impl CanaryResource {
 /// `serviceaccount:NS:NAME` or `serviceaccount:NS:*`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum Requester {
+    /// `group:G`: requests by members of group G.
     Group(String),
+    /// `user:U`: requests by user U.
     User(String),
     /// `name` None: every ServiceAccount of the namespace.
     ServiceAccount {
+        /// The ServiceAccount's namespace.
         namespace: String,
+        /// The ServiceAccount's name; None for `*`.
         name: Option<String>,
     },
 }
@@ -292,9 +311,13 @@ impl Serialize for Requester {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum Operation {
+    /// Creating an object.
     Create,
+    /// Updating an object.
     Update,
+    /// Deleting an object or a collection.
     Delete,
+    /// Connecting to a subresource (`exec`, `attach`, `portforward`, `proxy`).
     Connect,
 }
 
@@ -328,7 +351,9 @@ pub enum ServingCert {
     SelfSigned,
     /// PEM files, read at start-up.
     Files {
+        /// `tls.certFile`: the PEM certificate chain.
         cert_file: PathBuf,
+        /// `tls.keyFile`: the PEM private key.
         key_file: PathBuf,
     },
 }
@@ -352,10 +377,13 @@ pub struct OptIn {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Defaults {
+    /// `defaults.deadline`: bypass after a pod has waited this long; 0s bypasses at once.
     #[serde(with = "humantime_serde")]
     pub deadline: Duration,
+    /// `defaults.ownerDownGrace`: bypass once the owner has been down this long without a break.
     #[serde(with = "humantime_serde")]
     pub owner_down_grace: Duration,
+    /// `defaults.probeInterval`: how often http owners are probed.
     #[serde(with = "humantime_serde")]
     pub probe_interval: Duration,
 }
@@ -364,6 +392,7 @@ pub struct Defaults {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct InitializerConfig {
+    /// `name`: the legacy initializer or scheduling gate name (unique in the list).
     pub name: String,
     /// Resolved: the initializer's own deadline or `defaults.deadline`.
     #[serde(with = "humantime_serde")]
@@ -424,8 +453,11 @@ impl OptInMode {
 )]
 #[serde(rename_all = "snake_case")]
 pub enum Trigger {
+    /// The pod has waited the initializer's `deadline`.
     Deadline,
+    /// The initializer's owner has been down for `ownerDownGrace`.
     OwnerDown,
+    /// The pod is part of a pile and `pileup.action` is `bypass`.
     Pileup,
 }
 
@@ -460,7 +492,12 @@ pub enum OwnerSpec {
     #[serde(rename = "service")]
     WebhookService(ObjectRef),
     /// Up while at least one matching pod is Ready.
-    Pods { namespace: String, selector: String },
+    Pods {
+        /// `namespace`: where the pods run.
+        namespace: String,
+        /// `selector`: a label selector in Kubernetes syntax (`app=quota,tier in (controller)`).
+        selector: String,
+    },
     /// A canary for a webhook: a server-side dry-run create through the API server every
     /// `interval`, judged by how the webhook's call went.
     Apiserver(Canary),
@@ -468,6 +505,7 @@ pub enum OwnerSpec {
     /// against `ca_file` when given (else the platform's roots), and `cert_file`/`key_file`
     /// (both or neither) are presented as the client certificate.
     Http {
+        /// The URL probed with GET (`http` or `https`).
         url: String,
         /// PEM CA bundle (`caFile`).
         #[serde(rename = "caFile", skip_serializing_if = "Option::is_none")]
@@ -498,7 +536,9 @@ impl OwnerSpec {
 /// `namespace/name`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
 pub struct ObjectRef {
+    /// The object's namespace.
     pub namespace: String,
+    /// The object's name.
     pub name: String,
 }
 
@@ -516,14 +556,19 @@ pub enum EventsMode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum UnlistedPolicy {
+    /// Never bypass them (they still appear in metrics).
     Ignore,
+    /// Bypass them after `defaults.deadline`.
     Deadline,
 }
 
+/// `pileup`: when one controller's pods waiting on one initializer make a pile.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Pileup {
+    /// `pileup.threshold`: how many pods of one controller make a pile (default 3).
     pub threshold: u32,
+    /// `pileup.action`: what to do about a pile (default `alert`).
     pub action: PileupAction,
     /// A pod counts toward a pile only once it has itself waited this long (README "What it guarantees": never early):
     /// a healthy owner's fresh batch is not a pile.
@@ -531,19 +576,27 @@ pub struct Pileup {
     pub min_wait: Duration,
 }
 
+/// `pileup.action`: what to do about a pile.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub enum PileupAction {
+    /// Only report it (`initguard_pileups`).
     Alert,
+    /// Also remove the initializer from the pile's pods that have each waited `minWait`.
     Bypass,
 }
 
+/// `leaderElection`: run several replicas; only the holder of the Lease modifies pods.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct LeaderElection {
+    /// `leaderElection.enabled`: elect a leader (default true); when false, every replica acts.
     pub enabled: bool,
+    /// `leaderElection.namespace`: the Lease's namespace (default `kube-system`).
     pub namespace: String,
+    /// `leaderElection.name`: the Lease's name (default `initguard`).
     pub name: String,
+    /// `leaderElection.leaseDuration`: the Lease's duration, whole seconds (default 15s).
     #[serde(with = "humantime_serde")]
     pub lease_duration: Duration,
 }
