@@ -377,10 +377,12 @@ fn missing_owners(kubeconfig: &Path, config: &Config) -> Result<Vec<String>, Exi
             // Reachability first: "could not check" for every owner would bury the cause.
             Ok(conn) => match conn.client.apiserver_version().await {
                 Ok(_) => {
-                    let mut lines = initguard::owners::missing_owners(&conn.client, config).await;
-                    lines.extend(restore::orphaned_records(&conn.client, config).await);
+                    // One read of `/apis` for the three checks.
+                    let discovery = initguard::discovery::Discovery::new(conn.client);
+                    let mut lines = initguard::owners::missing_owners(&discovery, config).await;
+                    lines.extend(restore::orphaned_records(&discovery, config).await);
                     lines.extend(
-                        initguard::guard::webhooks::canary_findings(&conn.client, config).await,
+                        initguard::guard::webhooks::canary_findings(&discovery, config).await,
                     );
                     Ok(lines)
                 }

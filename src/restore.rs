@@ -11,6 +11,7 @@ use kube::api::{ApiResource, DynamicObject};
 use serde::Serialize;
 
 use crate::config::{Config, WebhookConfig, WebhookId, WebhookKind};
+use crate::discovery::Discovery;
 use crate::guard::webhooks::{default_failure_policy, patch_request};
 use crate::guard::write::{self, Refusal};
 use crate::webhook::patch::restore_with_tombstone;
@@ -231,8 +232,9 @@ async fn restore_one(
 /// For `check-config --kubeconfig`: one warning per bypass recorded on a configuration for an
 /// entry the config does not list (a guard reconfigured, or uninstalled without its hook, left
 /// it behind: no guard will ever restore it), and one when the configurations cannot be read.
-pub async fn orphaned_records(client: &kube::Client, config: &Config) -> Vec<String> {
-    let surface = match kube_common::ApiSurface::read(client).await {
+pub async fn orphaned_records(discovery: &Discovery, config: &Config) -> Vec<String> {
+    let client = discovery.client();
+    let surface = match discovery.surface().await {
         Ok(s) => s,
         Err(e) => {
             return vec![format!(

@@ -1038,7 +1038,8 @@ mod sim {
             .unwrap();
         let dir = tempfile::tempdir().unwrap();
         let kubeconfig = dir.path().join("kubeconfig");
-        h.sim.write_kubeconfig(&kubeconfig, "tester").unwrap();
+        // A user of its own, so its requests are told apart from the harness's watchers'.
+        h.sim.write_kubeconfig(&kubeconfig, "checker").unwrap();
         let config = dir.path().join("config.yaml");
         std::fs::write(
             &config,
@@ -1087,6 +1088,17 @@ mod sim {
             .filter(|l| l.starts_with("warning: owner "))
             .collect();
         assert_eq!(warnings.len(), 3, "{stdout}");
+        // The owners, the bypass records and the canaries share one read of discovery.
+        let discovery_reads = h
+            .sim
+            .requests()
+            .iter()
+            .filter(|r| r.user == "checker" && r.path == "/apis")
+            .count();
+        assert_eq!(
+            discovery_reads, 1,
+            "check-config read /apis {discovery_reads} times"
+        );
         assert!(
             warnings[0]
                 .contains("deployment kube-system/gate-ownr (of typo.example.com) does not exist"),

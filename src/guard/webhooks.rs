@@ -990,9 +990,10 @@ async fn canary_namespaces(client: &kube::Client, config: &Config) -> Namespaces
 
 /// For `check-config --kubeconfig`: one warning per listed webhook whose canary does not reach
 /// it, or cannot be fully checked ([`crate::webhook::canary_reach`]).
-pub async fn canary_findings(client: &kube::Client, config: &Config) -> Vec<String> {
+pub async fn canary_findings(discovery: &Discovery, config: &Config) -> Vec<String> {
+    let client = discovery.client();
     let canary = |w: &WebhookConfig| matches!(w.owner, Some(OwnerSpec::Apiserver(_)));
-    let read = read_configurations(client, &Discovery::new(client.clone()), config, canary).await;
+    let read = read_configurations(client, discovery, config, canary).await;
     let namespaces = canary_namespaces(client, config).await;
     let mut lines = Vec::new();
     for listed in config.webhooks.iter().filter(|w| canary(w)) {

@@ -118,7 +118,8 @@ pub(super) fn start(task: Task, client: &kube::Client, spec: &OwnerSpec, failure
 /// (a Deployment or Lease not found, a pods selector matching no pod) or that could not be
 /// checked (e.g. forbidden), config order, each owner once. http owners are not checked: the
 /// guard probes them from where it runs, which the machine running check-config may not reach.
-pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<String> {
+pub async fn missing_owners(discovery: &Discovery, config: &Config) -> Vec<String> {
+    let client = discovery.client();
     let mut seen = std::collections::HashSet::new();
     let mut lines = Vec::new();
     let users = config
@@ -131,8 +132,9 @@ pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<Strin
                 .iter()
                 .filter_map(|w| Some((w.id.to_string(), w.owner.as_ref()?))),
         );
-    // Discovery once, and only when a Deployment, Lease or Service owner needs it.
-    let mut surface: Option<ApiSurface> = None;
+    // Discovery only when a Deployment, Lease or Service owner needs it (shared with the other
+    // checks of check-config, so `/apis` is read once).
+    let mut surface: Option<&ApiSurface> = None;
     for (used_by, spec) in users {
         if !seen.insert(spec) {
             continue;
@@ -143,7 +145,7 @@ pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<Strin
             OwnerSpec::Deployment(_) | OwnerSpec::Lease(_) | OwnerSpec::Service(_)
         ) && surface.is_none()
         {
-            match ApiSurface::read(client).await {
+            match discovery.surface().await {
                 Ok(read) => surface = Some(read),
                 Err(e) => {
                     lines.push(format!(
@@ -167,7 +169,7 @@ pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<Strin
                         ),
                         _ => (ApiSurface::leases, "Lease", lease_group_versions()),
                     };
-                match surface.as_ref().and_then(pick) {
+                match surface.and_then(pick) {
                     Some(resource) => Api::<DynamicObject>::namespaced_with(
                         client.clone(),
                         &r.namespace,
@@ -191,7 +193,7 @@ pub async fn missing_owners(client: &kube::Client, config: &Config) -> Vec<Strin
                 .map(|s| s.is_some()),
             // Where the guard will read the endpoints: EndpointSlices, or core/v1 Endpoints
             // before 1.21.
-            OwnerSpec::Service(r) => match surface.as_ref().map(ApiSurface::service_endpoints) {
+            OwnerSpec::Service(r) => match surface.map(ApiSurface::service_endpoints) {
                 Some(resource) if resource.kind == "EndpointSlice" => {
                     named_api::<EndpointSlice>(client, r)
                         .list_metadata(&kube::api::ListParams {
@@ -273,18 +275,23 @@ impl ProbeTls {
     /// kube's rustls setup: verification against `caFile` (re-read about once a minute, for CA
     /// rotation) when given, else the platform's roots; the client certificate when given.
     /// `accept_invalid_certs` stays false: no certificate is ever accepted unchecked.
-    fn kube_config(&self, uri: &Uri) -> Result<kube::Config, String> {
+    fn kube_config(&self, uri: &Uri) -> Result<kube::Config, ProbeError> {
         let mut config = kube::Config::new(uri.clone());
         if let Some(ca) = &self.ca_file {
-            let pem =
-                std::fs::read(ca).map_err(|e| format!("reading caFile {}: {e}", ca.display()))?;
+            let pem = std::fs::read(ca).map_err(|source| ProbeError::ReadCa {
+                path: ca.clone(),
+                source,
+            })?;
             let mut roots = Vec::new();
             for cert in CertificateDer::pem_slice_iter(&pem) {
-                let cert = cert.map_err(|e| format!("caFile {}: {e}", ca.display()))?;
+                let cert = cert.map_err(|source| ProbeError::Pem {
+                    path: ca.clone(),
+                    source,
+                })?;
                 roots.push(cert.to_vec());
             }
             if roots.is_empty() {
-                return Err(format!("caFile {}: no PEM certificate", ca.display()));
+                return Err(ProbeError::NoCa(ca.clone()));
             }
             config.root_cert = Some(roots);
             config.root_cert_file = Some(ca.clone());
@@ -621,9 +628,10 @@ impl Task {
         };
         let builder = HttpClient::builder(TokioExecutor::new());
         if uri.scheme_str() == Some("https") {
-            let connector = tls
-                .kube_config(&uri)
-                .and_then(|c| c.rustls_https_connector().map_err(|e| error_chain(&e)));
+            let connector = tls.kube_config(&uri).and_then(|c| {
+                c.rustls_https_connector()
+                    .map_err(|e| ProbeError::Tls(error_chain(&e)))
+            });
             match connector {
                 Ok(connector) => self.probe_loop(builder.build(connector), uri).await,
                 Err(reason) => self.cannot_probe(&url, &reason),
@@ -634,11 +642,11 @@ impl Task {
     }
 
     /// Config validation should have refused such a URL; never judge an owner we cannot ask.
-    fn cannot_probe(&self, url: &str, reason: &str) {
+    fn cannot_probe(&self, url: &str, reason: &ProbeError) {
         error!(
             initializers = %self.handle.owner().initializer_list,
             url,
-            reason,
+            %reason,
             "http owner cannot be probed; its state stays unknown"
         );
     }
@@ -670,7 +678,7 @@ impl Task {
                 }
                 Err(reason) => {
                     self.handle.inner.metrics.owner_probed("http", "down");
-                    self.handle.observe(Observed::Down, reason)
+                    self.handle.observe(Observed::Down, reason.to_string())
                 }
             }
         }
@@ -755,13 +763,47 @@ pub(super) fn canary_verdict(webhook: &str, answer: Result<(), kube::Error>) -> 
     }
 }
 
+/// Why an http owner could not be asked, or gave no answer; the owner's detail in `/status`.
+#[derive(Debug, thiserror::Error)]
+enum ProbeError {
+    #[error("invalid URL: {0}")]
+    Url(#[from] http::uri::InvalidUri),
+    #[error("URL has no host")]
+    NoHost,
+    #[error("only http:// and https:// URLs can be probed")]
+    Scheme,
+    #[error("reading caFile {}: {source}", path.display())]
+    ReadCa {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("caFile {}: {source}", path.display())]
+    Pem {
+        path: PathBuf,
+        source: rustls::pki_types::pem::Error,
+    },
+    #[error("caFile {}: no PEM certificate", .0.display())]
+    NoCa(PathBuf),
+    #[error("TLS setup: {0}")]
+    Tls(String),
+    #[error("building request: {0}")]
+    Request(#[from] http::Error),
+    #[error("the server's TLS certificate was rejected ({0}); check the owner's caFile")]
+    Rejected(String),
+    /// The transport's error chain, outermost first.
+    #[error("{0}")]
+    Transport(String),
+    #[error("no answer within {}", humantime::format_duration(PROBE_TIMEOUT))]
+    Timeout,
+}
+
 /// An `http://` or `https://` URL with a host.
-fn parse_probe_url(url: &str) -> Result<Uri, String> {
-    let uri: Uri = url.parse().map_err(|e| format!("invalid URL: {e}"))?;
+fn parse_probe_url(url: &str) -> Result<Uri, ProbeError> {
+    let uri: Uri = url.parse()?;
     match uri.scheme_str() {
         Some("http" | "https") if uri.host().is_some_and(|h| !h.is_empty()) => Ok(uri),
-        Some("http" | "https") => Err("URL has no host".to_owned()),
-        _ => Err("only http:// and https:// URLs can be probed".to_owned()),
+        Some("http" | "https") => Err(ProbeError::NoHost),
+        _ => Err(ProbeError::Scheme),
     }
 }
 
@@ -769,7 +811,7 @@ fn parse_probe_url(url: &str) -> Result<Uri, String> {
 async fn probe_once<C>(
     client: &HttpClient<C, Empty<Bytes>>,
     uri: &Uri,
-) -> Result<StatusCode, String>
+) -> Result<StatusCode, ProbeError>
 where
     C: Connect + Clone + Send + Sync + 'static,
 {
@@ -778,21 +820,15 @@ where
             header::USER_AGENT,
             concat!("initguard/", env!("CARGO_PKG_VERSION")),
         )
-        .body(Empty::new())
-        .map_err(|e| format!("building request: {e}"))?;
+        .body(Empty::new())?;
     match tokio::time::timeout(PROBE_TIMEOUT, client.request(request)).await {
         // The body is not needed; dropping it closes the connection.
         Ok(Ok(response)) => Ok(response.status()),
         Ok(Err(err)) => Err(match rejected_certificate(&err) {
-            Some(why) => format!(
-                "the server's TLS certificate was rejected ({why}); check the owner's caFile"
-            ),
-            None => error_chain(&err),
+            Some(why) => ProbeError::Rejected(why),
+            None => ProbeError::Transport(error_chain(&err)),
         }),
-        Err(_) => Err(format!(
-            "no answer within {}",
-            humantime::format_duration(PROBE_TIMEOUT)
-        )),
+        Err(_) => Err(ProbeError::Timeout),
     }
 }
 
@@ -887,11 +923,17 @@ mod tests {
         assert!(parse_probe_url("not a url").is_err());
         // A scheme we speak but no host: the host check, not the scheme check, refuses it.
         assert_eq!(
-            parse_probe_url("http://:8080/healthz").err().as_deref(),
+            parse_probe_url("http://:8080/healthz")
+                .err()
+                .map(|e| e.to_string())
+                .as_deref(),
             Some("URL has no host")
         );
         assert_eq!(
-            parse_probe_url("ftp://example.com/").err().as_deref(),
+            parse_probe_url("ftp://example.com/")
+                .err()
+                .map(|e| e.to_string())
+                .as_deref(),
             Some("only http:// and https:// URLs can be probed")
         );
     }

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use kube_common::yaml;
 
-pub use error::{ConfigError, LocatedError, MAX_REPORTED_ERRORS};
+pub use error::{ConfigError, InvalidValue, LocatedError, MAX_REPORTED_ERRORS};
 pub use kube_common::Mechanism;
 pub use kube_common::names;
 pub use kube_common::selector::{LabelSelector, Requirement, SelectorError, SelectorOp};

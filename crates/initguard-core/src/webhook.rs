@@ -757,15 +757,30 @@ pub fn own_match_conditions(entry: &Value) -> usize {
 }
 
 /// Whether a `LabelSelector` (JSON; absent or null selects everything) selects `labels`.
-pub fn selects(selector: &Value, labels: &BTreeMap<String, String>) -> Result<bool, String> {
+pub fn selects(
+    selector: &Value,
+    labels: &BTreeMap<String, String>,
+) -> Result<bool, InvalidSelector> {
     use kube::core::SelectorExt;
     if selector.is_null() {
         return Ok(true);
     }
     let parsed: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector =
-        serde_json::from_value(selector.clone()).map_err(|e| e.to_string())?;
-    let selector = kube::core::Selector::try_from(parsed).map_err(|e| e.to_string())?;
+        serde_json::from_value(selector.clone())?;
+    let selector = kube::core::Selector::try_from(parsed)?;
     Ok(selector.matches(labels))
+}
+
+/// A webhook's selector that the API server would not have stored; callers decide whether
+/// such an entry counts as selecting.
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidSelector {
+    /// Not a `LabelSelector` at all.
+    #[error("not a LabelSelector: {0}")]
+    Shape(#[from] serde_json::Error),
+    /// A `matchExpressions` entry with an unknown operator or values it does not take.
+    #[error("{0}")]
+    Expression(#[from] kube::core::ParseExpressionError),
 }
 
 /// One listed webhook in `/status` and `initguard status`.

@@ -26,9 +26,7 @@ fn is_dns_label_shape(s: &str) -> bool {
         && s.chars().all(|c| is_lower_alnum(c) || c == '-')
 }
 
-/// A DNS-1123 label such as a namespace name: at most 63 lowercase letters, digits and '-',
-/// starting and ending with a letter or digit.
-pub fn validate_dns1123_label(s: &str) -> Result<(), String> {
+fn dns1123_label_problem(s: &str) -> Result<(), String> {
     if s.is_empty() {
         return Err(
             "expected a DNS-1123 label such as \"kube-system\", got an empty string".into(),
@@ -49,9 +47,7 @@ pub fn validate_dns1123_label(s: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A DNS-1123 subdomain such as most object names: at most 253 characters, dot-separated
-/// DNS-1123 labels.
-pub fn validate_dns1123_subdomain(s: &str) -> Result<(), String> {
+fn dns1123_subdomain_problem(s: &str) -> Result<(), String> {
     if s.is_empty() {
         return Err(
             "expected a DNS-1123 subdomain such as \"example.com\", got an empty string".into(),
@@ -104,9 +100,7 @@ fn check_qualified_name_part(name: &str, whole: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// A Kubernetes qualified name, the syntax of label keys and scheduling gate names:
-/// an optional DNS-1123 subdomain prefix and '/', then a name of at most 63 characters.
-pub fn validate_qualified_name(s: &str) -> Result<(), String> {
+fn qualified_name_problem(s: &str) -> Result<(), String> {
     if s.is_empty() {
         return Err(
             "expected a qualified name such as \"initguard.io/bypass\", got an empty string".into(),
@@ -128,9 +122,7 @@ pub fn validate_qualified_name(s: &str) -> Result<(), String> {
     check_qualified_name_part(name, s).map_err(|e| format!("invalid qualified name: {e}"))
 }
 
-/// A label value: empty, or at most 63 letters, digits, '-', '_' and '.', starting and ending
-/// with a letter or digit.
-pub fn validate_label_value(s: &str) -> Result<(), String> {
+fn label_value_problem(s: &str) -> Result<(), String> {
     if s.is_empty() {
         return Ok(());
     }
@@ -142,11 +134,7 @@ pub fn validate_label_value(s: &str) -> Result<(), String> {
     })
 }
 
-/// An initializer name: a legacy initializer name (`sidecar.example.com`) or a scheduling gate
-/// name (`kueue.x-k8s.io/admission`). Non-empty, at most 316 characters of letters, digits,
-/// '-', '_', '.' and '/', starting and ending with a letter or digit. The character set also
-/// keeps the name safe inside the `NAME=REASON@TIME` bypass annotation.
-pub fn validate_initializer_name(s: &str) -> Result<(), String> {
+fn initializer_name_problem(s: &str) -> Result<(), String> {
     if s.is_empty() {
         return Err("expected a non-empty initializer name such as \"sidecar.example.com\"".into());
     }
@@ -167,6 +155,43 @@ pub fn validate_initializer_name(s: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// A name that breaks Kubernetes' syntax; the message says which rule and shows the name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidName(String);
+
+/// A DNS-1123 label such as a namespace name: at most 63 lowercase letters, digits and '-',
+/// starting and ending with a letter or digit.
+pub fn validate_dns1123_label(s: &str) -> Result<(), InvalidName> {
+    dns1123_label_problem(s).map_err(InvalidName)
+}
+
+/// A DNS-1123 subdomain such as most object names: at most 253 characters, dot-separated
+/// DNS-1123 labels.
+pub fn validate_dns1123_subdomain(s: &str) -> Result<(), InvalidName> {
+    dns1123_subdomain_problem(s).map_err(InvalidName)
+}
+
+/// A Kubernetes qualified name, the syntax of label keys and scheduling gate names:
+/// an optional DNS-1123 subdomain prefix and '/', then a name of at most 63 characters.
+pub fn validate_qualified_name(s: &str) -> Result<(), InvalidName> {
+    qualified_name_problem(s).map_err(InvalidName)
+}
+
+/// A label value: empty, or at most 63 letters, digits, '-', '_' and '.', starting and ending
+/// with a letter or digit.
+pub fn validate_label_value(s: &str) -> Result<(), InvalidName> {
+    label_value_problem(s).map_err(InvalidName)
+}
+
+/// An initializer name: a legacy initializer name (`sidecar.example.com`) or a scheduling gate
+/// name (`kueue.x-k8s.io/admission`). Non-empty, at most 316 characters of letters, digits,
+/// '-', '_', '.' and '/', starting and ending with a letter or digit. The character set also
+/// keeps the name safe inside the `NAME=REASON@TIME` bypass annotation.
+pub fn validate_initializer_name(s: &str) -> Result<(), InvalidName> {
+    initializer_name_problem(s).map_err(InvalidName)
 }
 
 #[cfg(test)]

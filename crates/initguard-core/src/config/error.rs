@@ -79,3 +79,9 @@ impl ConfigError {
         ConfigError { errors }
     }
 }
+
+/// A value that breaks a rule of the configuration; the message says which rule and shows the
+/// value, as `check-config` prints it after the key's location.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidValue(pub(super) String);

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use super::error::LocatedError;
+use super::error::{InvalidValue, LocatedError};
 use super::raw::{
     Count, HumanDuration, RawConfig, RawHttp, RawInitializer, RawOwner, RawTls, RawWebhook,
 };
@@ -153,7 +153,11 @@ fn duration(
 }
 
 /// `namespace/name`, with a DNS-1123 label namespace and a DNS-1123 subdomain name.
-pub fn parse_object_ref(text: &str) -> Result<ObjectRef, String> {
+pub fn parse_object_ref(text: &str) -> Result<ObjectRef, InvalidValue> {
+    parse_object_ref_text(text).map_err(InvalidValue)
+}
+
+fn parse_object_ref_text(text: &str) -> Result<ObjectRef, String> {
     let mut parts = text.split('/');
     let (Some(namespace), Some(name), None) = (parts.next(), parts.next(), parts.next()) else {
         return Err(format!("expected \"namespace/name\", got {text:?}"));
@@ -169,7 +173,11 @@ pub fn parse_object_ref(text: &str) -> Result<ObjectRef, String> {
 }
 
 /// An `http://` or `https://` URL with a host.
-pub fn validate_http_url(text: &str) -> Result<(), String> {
+pub fn validate_http_url(text: &str) -> Result<(), InvalidValue> {
+    validate_http_url_text(text).map_err(InvalidValue)
+}
+
+fn validate_http_url_text(text: &str) -> Result<(), String> {
     let expected = "expected an http:// or https:// URL with a host, such as \
                     \"http://10.0.0.5:8080/healthz\"";
     let url = url::Url::parse(text).map_err(|e| format!("{expected}, got {text:?} ({e})"))?;
@@ -614,7 +622,11 @@ fn bypass_on(problems: &mut Findings<'_>, path: &str, raw: Option<Vec<Trigger>>)
 
 /// `KIND/CONFIGURATION/WEBHOOK`: KIND `validating` or `mutating`, CONFIGURATION a DNS-1123
 /// subdomain (an object name), WEBHOOK a DNS-1123 subdomain (the entry's name).
-pub fn parse_webhook_id(text: &str) -> Result<WebhookId, String> {
+pub fn parse_webhook_id(text: &str) -> Result<WebhookId, InvalidValue> {
+    parse_webhook_id_text(text).map_err(InvalidValue)
+}
+
+fn parse_webhook_id_text(text: &str) -> Result<WebhookId, String> {
     let expected = "expected \"KIND/CONFIGURATION/WEBHOOK\" with KIND validating or mutating, \
                     such as \"validating/pod-policy/pods.policy.example.com\"";
     let mut parts = text.split('/');
@@ -800,6 +812,12 @@ fn webhook(
 /// its negation to the webhook's `namespaceSelector`, which only `matchExpressions` of
 /// `In`, `NotIn`, `Exists` and `DoesNotExist` can say.
 pub fn webhook_namespace_requirement(
+    selector: &LabelSelector,
+) -> Result<&kube_common::selector::Requirement, InvalidValue> {
+    namespace_requirement(selector).map_err(InvalidValue)
+}
+
+fn namespace_requirement(
     selector: &LabelSelector,
 ) -> Result<&kube_common::selector::Requirement, String> {
     use kube_common::selector::SelectorOp;

@@ -11,6 +11,8 @@ use kube_common::Mechanism;
 use kube_common::selector::LabelSelector;
 use serde::{Deserialize, Serialize};
 
+use super::error::InvalidValue;
+
 /// The validated configuration with every default filled in.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -237,7 +239,11 @@ impl Requester {
     /// Parse `group:G`, `user:U`, `serviceaccount:NS:NAME` or `serviceaccount:NS:*`. Names go
     /// into single-quoted CEL literals, so quotes, backslashes and control characters are
     /// refused.
-    pub fn parse(text: &str) -> Result<Requester, String> {
+    pub fn parse(text: &str) -> Result<Requester, InvalidValue> {
+        Requester::parse_text(text).map_err(InvalidValue)
+    }
+
+    fn parse_text(text: &str) -> Result<Requester, String> {
         let expected = "expected group:GROUP, user:USER, serviceaccount:NAMESPACE:NAME or \
                         serviceaccount:NAMESPACE:*";
         let plain = |what: &str, name: &str| -> Result<String, String> {
