@@ -1056,6 +1056,9 @@ mod sim {
     owner: { pods: { namespace: quota-system, selector: app=nobody } }
   - name: legacy.example.com
     owner: { http: \"http://127.0.0.1:1/healthz\" }
+webhooks:
+  - name: validating/pod-policy/pods.policy.example.com
+    owner: { apiserver: { namespace: quota-system } }
 ",
         )
         .unwrap();
@@ -1088,7 +1091,8 @@ mod sim {
             .filter(|l| l.starts_with("warning: owner "))
             .collect();
         assert_eq!(warnings.len(), 3, "{stdout}");
-        // The owners, the bypass records and the canaries share one read of discovery.
+        // The owners, the bypass records and the canary (of the listed webhook) share one read
+        // of discovery.
         let discovery_reads = h
             .sim
             .requests()

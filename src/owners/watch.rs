@@ -36,7 +36,7 @@ use crate::supervise::{self, Failures};
 
 use super::model::{
     CoreEndpointsModel, EndpointsModel, Model, Observed, PodsModel, ServedDeploymentModel,
-    ServedLeaseModel, ServicePresence, judge, observation, observe, webhook_service,
+    ServedLeaseModel, ServicePresence, fold, judge, observation, webhook_service,
 };
 use super::state::{Handle, owner_target};
 
@@ -441,7 +441,7 @@ impl Task {
                 () = self.cancel.cancelled() => return,
                 () = timer => true,
                 event = events.next() => match event {
-                    Some(Ok(event)) => observe(observation(event), &mut live, &mut relist, Instant::now()),
+                    Some(Ok(event)) => fold(observation(event), &mut live, &mut relist, Instant::now()),
                     Some(Err(err)) => {
                         self.watch_failed(resource, &err);
                         false
@@ -539,10 +539,10 @@ impl Task {
                 () = self.cancel.cancelled() => return,
                 event = events.next() => match event {
                     Some(Change::Service(Ok(e))) => {
-                        observe(observation(e), &mut service, &mut service_relist, Instant::now())
+                        fold(observation(e), &mut service, &mut service_relist, Instant::now())
                     }
                     Some(Change::Slice(Ok(e))) => {
-                        observe(observation(e), &mut endpoints, &mut endpoints_relist, Instant::now())
+                        fold(observation(e), &mut endpoints, &mut endpoints_relist, Instant::now())
                     }
                     // Without the right to read Services (RBAC from before this owner read
                     // them), judge by the endpoints alone, as before.

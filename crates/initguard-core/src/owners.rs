@@ -104,6 +104,7 @@ pub trait Model<K>: Default {
 }
 
 /// A model's verdict at one instant, with what it rests on.
+#[derive(Debug)]
 pub struct Evaluation {
     /// Up or Down when an object is held; Unknown when there is none.
     pub verdict: Observed,
@@ -147,7 +148,7 @@ pub fn judge(evaluation: Evaluation, seen: &mut bool, what: &str) -> (Observed, 
 pub struct DeploymentModel(Option<DeploymentSummary>);
 
 /// What [`DeploymentModel`] keeps of the Deployment.
-pub struct DeploymentSummary {
+struct DeploymentSummary {
     up: bool,
     available: i32,
 }
@@ -191,7 +192,7 @@ impl Model<Deployment> for DeploymentModel {
 pub struct LeaseModel(Option<LeaseSummary>);
 
 /// What [`LeaseModel`] keeps of the Lease.
-pub struct LeaseSummary {
+struct LeaseSummary {
     record: LeaseRecord,
     /// When we last saw `record` renewed (or first saw it).
     observed: Instant,
@@ -448,7 +449,7 @@ pub enum Observation<K> {
 /// the first complete list `live` is None and stays so until `RelistDone`; a relist is
 /// collected in `relist` and replaces `live` at once, so objects gone meanwhile disappear with
 /// it.
-pub fn observe<K, M: Model<K>>(
+pub fn fold<K, M: Model<K>>(
     observation: Observation<K>,
     live: &mut Option<M>,
     relist: &mut Option<M>,
@@ -788,15 +789,15 @@ mod tests {
         let record = || held("a", "2024-05-01T10:00:00.000000Z", 10);
         let mut live: Option<LeaseModel> = None;
         let mut relist = None;
-        observe(Observation::RelistStart, &mut live, &mut relist, t0);
-        observe(Observation::Listed(record()), &mut live, &mut relist, t0);
-        observe(Observation::RelistDone, &mut live, &mut relist, t0);
+        fold(Observation::RelistStart, &mut live, &mut relist, t0);
+        fold(Observation::Listed(record()), &mut live, &mut relist, t0);
+        fold(Observation::RelistDone, &mut live, &mut relist, t0);
         for event in [
             Observation::RelistStart,
             Observation::Listed(record()),
             Observation::RelistDone,
         ] {
-            observe(event, &mut live, &mut relist, t0 + secs(8));
+            fold(event, &mut live, &mut relist, t0 + secs(8));
         }
         let model = live.as_ref().unwrap();
         assert_eq!(model.evaluate(t0 + secs(10)).verdict, Observed::Down);
@@ -807,7 +808,7 @@ mod tests {
             Observation::Listed(renewed),
             Observation::RelistDone,
         ] {
-            observe(event, &mut live, &mut relist, t0 + secs(11));
+            fold(event, &mut live, &mut relist, t0 + secs(11));
         }
         assert_eq!(
             live.as_ref().unwrap().evaluate(t0 + secs(20)).verdict,
@@ -843,58 +844,38 @@ mod tests {
         let up = |live: &Option<PodsModel>| live.as_ref().unwrap().evaluate(now).verdict;
         let mut live: Option<PodsModel> = None;
         let mut relist = None;
-        assert!(!observe(
-            Observation::RelistStart,
-            &mut live,
-            &mut relist,
-            now
-        ));
-        assert!(!observe(
+        assert!(!fold(Observation::RelistStart, &mut live, &mut relist, now));
+        assert!(!fold(
             Observation::Listed(pod("a", "True", false)),
             &mut live,
             &mut relist,
             now
         ));
         assert!(live.is_none(), "nothing is known before the list completes");
-        assert!(observe(
-            Observation::RelistDone,
-            &mut live,
-            &mut relist,
-            now
-        ));
+        assert!(fold(Observation::RelistDone, &mut live, &mut relist, now));
         assert_eq!(up(&live), Observed::Up);
 
         // A relist in which pod a is gone: the old view holds until the relist is complete.
-        assert!(!observe(
-            Observation::RelistStart,
-            &mut live,
-            &mut relist,
-            now
-        ));
-        assert!(!observe(
+        assert!(!fold(Observation::RelistStart, &mut live, &mut relist, now));
+        assert!(!fold(
             Observation::Listed(pod("b", "False", false)),
             &mut live,
             &mut relist,
             now
         ));
         assert_eq!(up(&live), Observed::Up);
-        assert!(observe(
-            Observation::RelistDone,
-            &mut live,
-            &mut relist,
-            now
-        ));
+        assert!(fold(Observation::RelistDone, &mut live, &mut relist, now));
         assert_eq!(up(&live), Observed::Down);
         assert_eq!(live.as_ref().unwrap().0.keys().collect::<Vec<_>>(), ["b"]);
 
-        assert!(observe(
+        assert!(fold(
             Observation::Applied(pod("b", "True", false)),
             &mut live,
             &mut relist,
             now
         ));
         assert_eq!(up(&live), Observed::Up);
-        assert!(observe(
+        assert!(fold(
             Observation::Deleted(pod("b", "True", false)),
             &mut live,
             &mut relist,
@@ -926,13 +907,13 @@ mod tests {
             let now = Instant::now();
             let (mut live, mut relist): (Option<M>, Option<M>) = (None, None);
             let mut seen = false;
-            observe(Observation::RelistStart, &mut live, &mut relist, now);
-            observe(Observation::Listed(object()), &mut live, &mut relist, now);
-            observe(Observation::RelistDone, &mut live, &mut relist, now);
+            fold(Observation::RelistStart, &mut live, &mut relist, now);
+            fold(Observation::Listed(object()), &mut live, &mut relist, now);
+            fold(Observation::RelistDone, &mut live, &mut relist, now);
             let model = live.as_ref().expect("listed");
             let (first, _) = judge(model.evaluate(now), &mut seen, "owner");
             assert_eq!(first, Observed::Up);
-            assert!(observe(
+            assert!(fold(
                 Observation::Deleted(object()),
                 &mut live,
                 &mut relist,

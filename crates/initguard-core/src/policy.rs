@@ -36,7 +36,8 @@ pub struct PodView<'a> {
     pub labels: &'a BTreeMap<String, String>,
     /// Whether the pod's namespace, as last observed, matches `optIn.namespaceSelector`.
     pub namespace_selected: bool,
-    /// `creationTimestamp`: where a wait for scheduling gates starts.
+    /// `creationTimestamp` brought into this process's clock (never earlier than the truth):
+    /// where a wait for scheduling gates starts.
     pub created: SystemTime,
     /// The controller the pod's piles are grouped under; None without one.
     pub controller: Option<&'a ControllerRef>,

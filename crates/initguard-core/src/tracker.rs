@@ -27,7 +27,7 @@ pub enum WaitEnd {
 }
 
 impl WaitEnd {
-    /// The `outcome` label of `initguard_wait_seconds`.
+    /// The `outcome` label of `initguard_wait_duration_seconds`.
     pub fn as_str(self) -> &'static str {
         match self {
             WaitEnd::Initialized => "initialized",
@@ -145,7 +145,7 @@ pub struct Tracker {
     /// [`Tracker::take_moved_earlier`]: their other pods may have to act sooner than planned.
     moved_earlier: HashSet<String>,
     /// The API server's clock, to bring `creationTimestamp` into ours; None: trust ours.
-    clock: Option<Arc<dyn LocalTime>>,
+    clock: Option<Box<dyn LocalTime>>,
     /// Job uid → the CronJob controlling it, from the Jobs watch.
     job_owners: HashMap<String, ControllerRef>,
     /// Job uid → tracked pods whose controlling owner is that Job (to regroup them when the
@@ -213,7 +213,7 @@ impl Tracker {
     /// Measure waits from `creationTimestamp` against `clock` (the API server's clock), so
     /// that clock skew never makes a wait look longer than it is.
     pub fn with_clock(mut self, clock: impl LocalTime + 'static) -> Tracker {
-        self.clock = Some(Arc::new(clock));
+        self.clock = Some(Box::new(clock));
         self
     }
 
