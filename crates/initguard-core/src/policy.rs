@@ -1,8 +1,6 @@
-//! The decision rule (README "What it guarantees") as a pure function of (pod, owners' states, pileups, config, now).
-//! No I/O, no clock of its own.
-//!
-//! CONTRACT (owned by the policy helper; the guard, /status and `initguard status` rely on these
-//! public types and on `decide`).
+//! The decision rule (README "What it guarantees") as a pure function of (pod, owners' states,
+//! pileups, config, now). No I/O, no clock of its own. The guard's control loop, `/status` and
+//! `initguard status` all decide through [`decide`].
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::{Duration, SystemTime};
