@@ -1698,6 +1698,90 @@ fn chart_files_are_current_copies_of_their_sources() {
     assert_eq!(files, copies, "every file in files/ is made by sync-files");
 }
 
+/// helm-docs' arguments in `charts/initguard/sync-files`: this chart only, values in file order.
+const HELM_DOCS_ARGS: &[&str] = &[
+    "--chart-search-root",
+    ".",
+    "--template-files",
+    "README.md.gotmpl",
+    "--sort-values-order",
+    "file",
+];
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap_or_else(|e| panic!("{}: {e}", to.display()));
+    for entry in std::fs::read_dir(from).unwrap_or_else(|e| panic!("{}: {e}", from.display())) {
+        let path = entry.expect("directory entry").path();
+        let target = to.join(path.file_name().expect("a file name"));
+        if path.is_dir() {
+            copy_dir(&path, &target);
+        } else {
+            std::fs::copy(&path, &target).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        }
+    }
+}
+
+/// charts/initguard/README.md is what helm-docs (the test bed's, built by tests/testbed/build)
+/// makes of the chart now: its values table is values.yaml's comments.
+#[test]
+fn chart_readme_is_what_helm_docs_generates() {
+    const TEST: &str = "chart_readme_is_what_helm_docs_generates";
+    let chart = repo().join("charts/initguard");
+    let script = read(&chart.join("sync-files"));
+    assert!(
+        script.contains(&HELM_DOCS_ARGS.join(" ")),
+        "sync-files no longer runs helm-docs with {HELM_DOCS_ARGS:?}: update this test"
+    );
+    let helm_docs = match std::env::var_os("HELM_DOCS") {
+        Some(path) => PathBuf::from(path),
+        None => {
+            let version = initguard_test_support::testbed::Version::Current
+                .pinned()
+                .expect("tests/testbed/build pins a version");
+            repo().join(format!("tests/testbed/.cache/{version}/bin/helm-docs"))
+        }
+    };
+    if !helm_docs.exists() {
+        initguard_test_support::tools::missing(TEST, "helm-docs", "tests/testbed/build");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("initguard");
+    copy_dir(&chart, &copy);
+    std::fs::remove_file(copy.join("README.md")).expect("the chart has a README.md");
+    let mut command = Command::new(&helm_docs);
+    command
+        .current_dir(&copy)
+        .args(HELM_DOCS_ARGS)
+        .args(["--log-level", "warning"]);
+    // helm-docs reads options from these too; sync-files passes none on.
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("HELM_DOCS_") {
+            command.env_remove(name);
+        }
+    }
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", helm_docs.display()));
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "helm-docs failed or warned: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let generated = read(&copy.join("README.md"));
+    let committed = read(&chart.join("README.md"));
+    let first_difference = generated
+        .lines()
+        .zip(committed.lines())
+        .position(|(g, c)| g != c)
+        .map_or_else(|| "one is longer".to_owned(), |i| format!("line {}", i + 1));
+    assert!(
+        generated == committed,
+        "charts/initguard/README.md is not what helm-docs generates from the chart (first \
+         difference: {first_difference}): run charts/initguard/sync-files"
+    );
+}
+
 /// Maps under these keys are Kubernetes objects or free label sets: any keys.
 const FREE_VALUES: &[&str] = &[
     "resources",
