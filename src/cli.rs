@@ -41,9 +41,14 @@ pub enum Command {
     },
     /// One-shot, read-only report: waiting pods, waits, owner states, planned actions.
     Status {
-        /// Path of the YAML configuration.
-        #[arg(long, default_value = DEFAULT_CONFIG)]
-        config: PathBuf,
+        /// Path of the YAML configuration; default: /etc/initguard/config.yaml inside the
+        /// guard's pod, else the chart's ConfigMap (see --config-map).
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The ConfigMap (NAMESPACE/NAME) whose config.yaml is the configuration; default: the
+        /// one labelled app.kubernetes.io/name=initguard that holds config.yaml.
+        #[arg(long, value_parser = crate::config::parse_object_ref, conflicts_with = "config")]
+        config_map: Option<crate::config::ObjectRef>,
         /// Kubeconfig file; default $KUBECONFIG or ~/.kube/config, then in-cluster.
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
@@ -90,7 +95,8 @@ pub enum Command {
         output: WebhooksOutput,
     },
     /// Why one pod waits, from what your own kubeconfig may read: its pending initializers,
-    /// initguard's bypass record and initguard's Events about it (`kubectl initguard why`).
+    /// initguard's bypass record and initguard's Events about it (`kubectl initguard why`);
+    /// where you may read the guard's configuration and owners, also its plan for the pod.
     Why {
         /// The pod's name.
         pod: String,
@@ -101,9 +107,18 @@ pub enum Command {
         #[arg(long)]
         kubeconfig: Option<PathBuf>,
         /// Where pending initializers live: schedulingGates, or initializers (Kubernetes
-        /// 1.7-1.13, whose initializing pods only such reads see).
-        #[arg(long, value_enum, default_value_t = MechanismArg::SchedulingGates)]
-        mechanism: MechanismArg,
+        /// 1.7-1.13, whose initializing pods only such reads see); default: the
+        /// configuration's, else schedulingGates.
+        #[arg(long, value_enum)]
+        mechanism: Option<MechanismArg>,
+        /// Path of the guard's configuration; default: the chart's ConfigMap (see
+        /// --config-map), where you may read it.
+        #[arg(long)]
+        config: Option<PathBuf>,
+        /// The ConfigMap (NAMESPACE/NAME) whose config.yaml is the guard's configuration;
+        /// default: the one labelled app.kubernetes.io/name=initguard that holds config.yaml.
+        #[arg(long, value_parser = crate::config::parse_object_ref, conflicts_with = "config")]
+        config_map: Option<crate::config::ObjectRef>,
     },
     /// Validate a configuration file: exit 0 with a summary, or 2 with located errors.
     CheckConfig {

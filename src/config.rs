@@ -9,8 +9,8 @@ pub use initguard_core::config::*;
 struct Disk;
 
 impl ReadFile for Disk {
-    fn read(&self, path: &Path) -> std::io::Result<Vec<u8>> {
-        std::fs::read(path)
+    fn read(&self, path: &Path) -> std::io::Result<Option<Vec<u8>>> {
+        std::fs::read(path).map(Some)
     }
 }
 

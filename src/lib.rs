@@ -8,6 +8,7 @@ pub mod client;
 pub mod config;
 #[cfg(feature = "sim")]
 pub mod demo;
+pub mod deployed;
 pub mod discovery;
 pub mod environment;
 pub mod guard;

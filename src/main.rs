@@ -5,10 +5,12 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use initguard::cli::DEFAULT_CONFIG;
 #[cfg(feature = "sim")]
 use initguard::cli::DemoMechanism;
 use initguard::cli::{Command, LogFormat, Output, StatusOutput, WebhooksOutput};
-use initguard::config::Config;
+use initguard::config::{Config, Mechanism};
+use initguard::deployed::{self, Source};
 use initguard::guard::Guard;
 use initguard::{inventory, restore, status};
 
@@ -34,11 +36,13 @@ fn main() -> ExitCode {
         }
         Command::Status {
             config,
+            config_map,
             kubeconfig,
             output,
         } => {
             init_logging(format, "info");
-            status_report(&config, kubeconfig.as_deref(), output)
+            let source = Source::from_args(config, config_map, Path::new(DEFAULT_CONFIG));
+            status_report(&source, kubeconfig.as_deref(), output)
         }
         Command::Webhooks {
             config,
@@ -53,13 +57,17 @@ fn main() -> ExitCode {
             namespace,
             kubeconfig,
             mechanism,
+            config,
+            config_map,
         } => {
             init_logging(format, "warn");
+            let source = Source::from_args(config, config_map, Path::new(DEFAULT_CONFIG));
             why(
                 &pod,
                 namespace.as_deref(),
                 kubeconfig.as_deref(),
-                mechanism.into(),
+                mechanism.map(Into::into),
+                &source,
             )
         }
         Command::Restore {
@@ -169,18 +177,31 @@ fn run(path: &Path, kubeconfig: Option<&Path>, dry_run: bool) -> ExitCode {
     })
 }
 
-/// `initguard why POD`: 0 explained, 1 could not read the pod.
+/// `initguard why POD`: 0 explained, 1 could not read the pod. The guard's configuration is
+/// an addition: where it cannot be read, the explanation says why and goes on.
 fn why(
     pod: &str,
     namespace: Option<&str>,
     kubeconfig: Option<&Path>,
-    mechanism: initguard::config::Mechanism,
+    mechanism: Option<Mechanism>,
+    source: &Source,
 ) -> ExitCode {
     let rt = match runtime() {
         Ok(rt) => rt,
         Err(code) => return code,
     };
     rt.block_on(async move {
+        // ConfigMaps read the same on every version: a client without legacy parameters.
+        let deployed = match status::connect_for(kubeconfig, Mechanism::SchedulingGates).await {
+            Ok(c) => deployed::read(&c.client, source).await,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::from(1);
+            }
+        };
+        let mechanism = mechanism
+            .or_else(|| deployed.as_ref().ok().map(|d| d.config.mechanism))
+            .unwrap_or(Mechanism::SchedulingGates);
         let connection = match status::connect_for(kubeconfig, mechanism).await {
             Ok(c) => c,
             Err(e) => {
@@ -191,9 +212,10 @@ fn why(
         let namespace = namespace
             .map(str::to_owned)
             .unwrap_or_else(|| connection.client.default_namespace().to_owned());
-        match initguard::why::gather(connection.client, mechanism, &namespace, pod).await {
+        match initguard::why::gather(connection.client.clone(), mechanism, &namespace, pod).await {
             Ok(found) => {
-                print!("{}", initguard::why::render(&found));
+                let found = initguard::why::plan(found, connection, deployed).await;
+                print!("{}", initguard::why::render(&found, SystemTime::now()));
                 ExitCode::SUCCESS
             }
             Err(e) => {
@@ -204,10 +226,14 @@ fn why(
     })
 }
 
-fn status_report(path: &Path, kubeconfig: Option<&Path>, output: StatusOutput) -> ExitCode {
-    let config = match load(path) {
-        Ok(c) => Arc::new(c),
-        Err(code) => return code,
+fn status_report(source: &Source, kubeconfig: Option<&Path>, output: StatusOutput) -> ExitCode {
+    // A file is checked before any connection, as `run` does (exit 2 on a bad one).
+    let file = match source {
+        Source::File(path) => match load(path) {
+            Ok(c) => Some(c),
+            Err(code) => return code,
+        },
+        _ => None,
     };
     let rt = match runtime() {
         Ok(rt) => rt,
@@ -215,8 +241,25 @@ fn status_report(path: &Path, kubeconfig: Option<&Path>, output: StatusOutput) -
     };
     rt.block_on(async move {
         let report = async {
-            let client = status::connect(kubeconfig, &config).await?;
-            status::gather(client, config).await
+            let config = match file {
+                Some(config) => config,
+                None => {
+                    let c = status::connect_for(kubeconfig, Mechanism::SchedulingGates)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    deployed::read(&c.client, source)
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .config
+                }
+            };
+            let config = Arc::new(config);
+            let client = status::connect(kubeconfig, &config)
+                .await
+                .map_err(|e| e.to_string())?;
+            status::gather(client, config)
+                .await
+                .map_err(|e| e.to_string())
         };
         match report.await {
             Ok(report) => {

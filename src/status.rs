@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
+use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ListParams};
 use tokio_util::sync::CancellationToken;
 
@@ -86,12 +87,35 @@ pub async fn gather(
     connection: impl Into<Connection>,
     config: Arc<Config>,
 ) -> Result<Report, StatusError> {
-    let Connection { client, clock } = connection.into();
+    gather_from(connection.into(), config, None).await
+}
+
+/// The report restricted to one pod already read (`why`): its plan, and the owners its pending
+/// initializers wait on. Neither other pods nor webhook configurations are read, so it needs
+/// no rights beyond the pod's namespace and the owners.
+pub async fn gather_pod(
+    connection: impl Into<Connection>,
+    config: Arc<Config>,
+    pod: &SlimPod,
+) -> Result<Report, StatusError> {
+    let pending = pod.pending(config.mechanism).to_vec();
+    let mut report = gather_from(connection.into(), config, Some(pod)).await?;
+    report.owners.retain(|o| pending.contains(&o.initializer));
+    Ok(report)
+}
+
+async fn gather_from(
+    connection: Connection,
+    config: Arc<Config>,
+    one: Option<&SlimPod>,
+) -> Result<Report, StatusError> {
+    let Connection { client, clock } = connection;
     let discovery = crate::discovery::Discovery::new(client.clone());
     // One read of the listed webhook configurations serves their status and the owners of
     // those without one (their Service, as in the running guard).
+    let all = one.is_none();
     let configurations =
-        crate::guard::webhooks::read_configurations(&client, &discovery, &config, |_| true).await;
+        crate::guard::webhooks::read_configurations(&client, &discovery, &config, |_| all).await;
     let derived = crate::guard::webhooks::service_owners(&config, &configurations);
     let config = if derived.is_empty() {
         config
@@ -117,33 +141,47 @@ pub async fn gather(
     );
     let _ = tokio::time::timeout(OWNER_SYNC_TIMEOUT, owners.wait_synced()).await;
 
-    let api: Api<SlimPod> = Api::all(client.clone());
     let mut tracker = Tracker::new(config.clone()).with_clock(clock);
+    let now = SystemTime::now();
     if config.opt_in.selector.is_some() {
         // Which namespaces optIn.namespaceSelector opts in; unreadable: none (never early).
-        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
-        match namespaces.list(&ListParams::default()).await {
+        let namespaces: Api<Namespace> = Api::all(client.clone());
+        let read = match one.and_then(|pod| pod.metadata.namespace.as_deref()) {
+            Some(namespace) => namespaces.get(namespace).await.map(|ns| vec![ns]),
+            None => namespaces
+                .list(&ListParams::default())
+                .await
+                .map(|list| list.items),
+        };
+        match read {
             Ok(list) => {
-                for ns in list.items {
+                for ns in list {
                     let labels = ns.metadata.labels.unwrap_or_default();
                     let name = ns.metadata.name.unwrap_or_default();
                     tracker.set_namespace_selected(&name, config.selects_namespace(&labels));
                 }
             }
             Err(e) => tracing::warn!(error = %e,
-                "cannot list Namespaces: no pod counts as opted in by optIn.namespaceSelector"),
+                "cannot read Namespaces: no pod counts as opted in by optIn.namespaceSelector"),
         }
     }
-    let mut params = ListParams::default().limit(PAGE);
-    let now = SystemTime::now();
-    loop {
-        let page = api.list(&params).await.map_err(StatusError::List)?;
-        for pod in &page.items {
+    match one {
+        Some(pod) => {
             tracker.apply(pod, now);
         }
-        match page.metadata.continue_.filter(|c| !c.is_empty()) {
-            Some(token) => params = params.continue_token(&token),
-            None => break,
+        None => {
+            let api: Api<SlimPod> = Api::all(client.clone());
+            let mut params = ListParams::default().limit(PAGE);
+            loop {
+                let page = api.list(&params).await.map_err(StatusError::List)?;
+                for pod in &page.items {
+                    tracker.apply(pod, now);
+                }
+                match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                    Some(token) => params = params.continue_token(&token),
+                    None => break,
+                }
+            }
         }
     }
     // A one-shot report has no history of when each legacy head became the head.
@@ -218,7 +256,7 @@ pub fn render_table(report: &Report, now: SystemTime) -> String {
     align(&out)
 }
 
-fn state_words(state: OwnerState, detail: &str, now: SystemTime) -> String {
+pub(crate) fn state_words(state: OwnerState, detail: &str, now: SystemTime) -> String {
     let ago = |t: SystemTime| short(now.duration_since(t).unwrap_or_default());
     match state {
         // Why it is unknown (not found, forbidden…) is what the reader needs to act.
@@ -228,7 +266,7 @@ fn state_words(state: OwnerState, detail: &str, now: SystemTime) -> String {
     }
 }
 
-fn plan_words(plan: &Plan, now: SystemTime) -> String {
+pub(crate) fn plan_words(plan: &Plan, now: SystemTime) -> String {
     match plan {
         Plan::Bypass { reason } => format!("bypass now ({})", reason.as_str()),
         Plan::BypassAt { at, reason } => {
@@ -242,7 +280,7 @@ fn plan_words(plan: &Plan, now: SystemTime) -> String {
     }
 }
 
-fn short(d: Duration) -> String {
+pub(crate) fn short(d: Duration) -> String {
     humantime::format_duration(Duration::from_secs(d.as_secs())).to_string()
 }
 

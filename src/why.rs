@@ -1,19 +1,28 @@
 //! `initguard why POD` (also `kubectl initguard why POD`): why one pod waits, from what the
 //! caller may read with their own kubeconfig and RBAC: the pod (its pending initializers and
 //! initguard's bypass record) and initguard's Events about it in its namespace
-//! (`InitializerWaiting`, `InitializerBypassed`). What the caller may not read is said, not
-//! guessed.
+//! (`InitializerWaiting`, `InitializerBypassed`). With the right to read the guard's
+//! configuration (the chart's ConfigMap, or `--config`) and the owners, it adds what the guard
+//! plans for the pod and each owner's state, as `status` computes them. What the caller may not
+//! read is said, not guessed.
 
 use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::Event;
 use kube::api::{Api, ListParams};
 
 use crate::bypass::{BYPASSED_ANNOTATION, BypassRecord, parse_records};
+use crate::client::Connection;
 use crate::config::Mechanism;
+use crate::deployed::{Deployed, DeployedError};
 use crate::guard::actuator::BYPASS_EVENT_REASON;
 use crate::guard::waiting::WAITING_EVENT_REASON;
+use crate::owners::OwnerReport;
 use crate::pod::SlimPod;
+use crate::report::PodStatus;
+use crate::status::{plan_words, short, state_words};
 
 /// Why `why` could not explain the pod.
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +75,45 @@ pub struct Why {
     pub bypassed: Vec<BypassRecord>,
     /// initguard's Events about this pod, oldest first; Err: why they could not be read.
     pub said: Result<Vec<Said>, String>,
+    /// The pod as read, for [`plan`].
+    pub pod: SlimPod,
+    /// What the guard's configuration plans for it; Err: why it could not be read. None: not
+    /// asked for yet.
+    pub plan: Option<Result<Planned, String>>,
+}
+
+/// What the guard's configuration plans for the pod, from the owners the caller may read.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    /// Where the configuration was read (a file, or `ConfigMap NAMESPACE/NAME`).
+    pub from: String,
+    /// The pod, if the configuration tracks it (it has pending initializers).
+    pub pod: Option<PodStatus>,
+    /// The owners of its pending initializers.
+    pub owners: Vec<OwnerReport>,
+}
+
+/// Adds what the guard's configuration `deployed` plans for the pod of `why`.
+pub async fn plan(
+    mut why: Why,
+    connection: Connection,
+    deployed: Result<Deployed, DeployedError>,
+) -> Why {
+    let planned = match deployed {
+        Err(e) => Err(format!("{e}")),
+        Ok(Deployed { config, from }) => {
+            match crate::status::gather_pod(connection, Arc::new(config), &why.pod).await {
+                Ok(report) => Ok(Planned {
+                    from,
+                    pod: report.waiting_pods.into_iter().next(),
+                    owners: report.owners,
+                }),
+                Err(e) => Err(format!("from {from}: {e}")),
+            }
+        }
+    };
+    why.plan = Some(planned);
+    why
 }
 
 /// Read the pod `namespace/name` and initguard's Events about it.
@@ -158,11 +206,13 @@ pub async fn gather(
         pending: pod.pending(mechanism).to_vec(),
         bypassed,
         said,
+        pod,
+        plan: None,
     })
 }
 
-/// The explanation as text.
-pub fn render(why: &Why) -> String {
+/// The explanation as text; `now` is this machine's clock, for ages.
+pub fn render(why: &Why, now: SystemTime) -> String {
     let mut out = String::new();
     let kind = crate::guard::waiting::entry_noun(why.mechanism);
     let pod = format!("{}/{}", why.namespace, why.name);
@@ -189,8 +239,7 @@ pub fn render(why: &Why) -> String {
                 out,
                 "initguard has said nothing about it: it explains a wait once the pod has waited \
                  half an initializer's deadline or the owner is down, and only for initializers \
-                 its configuration guards (`kubectl initguard status` shows its plan, with the \
-                 guard's configuration)."
+                 its configuration guards."
             );
         }
         Ok(said) => {
@@ -203,7 +252,53 @@ pub fn render(why: &Why) -> String {
             let _ = writeln!(out, "initguard's Events: {why_not}");
         }
     }
+    match &why.plan {
+        None => {}
+        Some(Err(why_not)) => {
+            let _ = writeln!(out, "initguard's configuration: {why_not}");
+        }
+        Some(Ok(planned)) => render_plan(&mut out, planned, now),
+    }
     out
+}
+
+fn render_plan(out: &mut String, planned: &Planned, now: SystemTime) {
+    let _ = writeln!(out, "initguard's configuration ({}):", planned.from);
+    let Some(pod) = &planned.pod else {
+        let _ = writeln!(out, "  plans nothing for it: it waits on nothing.");
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "  the pod is {}",
+        if pod.opted_in {
+            "opted in"
+        } else {
+            "not opted in: initguard never changes it"
+        }
+    );
+    for plan in &pod.initializers {
+        let _ = writeln!(
+            out,
+            "  {}: waited {}; {}",
+            plan.initializer,
+            plan.waited.map_or_else(|| "-".to_owned(), short),
+            plan_words(&plan.plan, now)
+        );
+        for owner in planned
+            .owners
+            .iter()
+            .filter(|o| o.initializer == plan.initializer)
+        {
+            let _ = writeln!(
+                out,
+                "    owner {} {}: {}",
+                owner.owner_kind,
+                owner.target,
+                state_words(owner.state, &owner.detail, now)
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -218,19 +313,24 @@ mod tests {
             pending: pending.iter().map(|s| s.to_string()).collect(),
             bypassed: Vec::new(),
             said,
+            pod: SlimPod::default(),
+            plan: None,
         }
     }
 
     #[test]
     fn it_says_what_waits_and_what_initguard_said() {
-        let text = render(&why(
-            &["gates.example.com/warden"],
-            Ok(vec![Said {
-                at: "2026-11-26T12:00:03Z".into(),
-                reason: "InitializerWaiting".into(),
-                message: "Waiting 45s on scheduling gate gates.example.com/warden".into(),
-            }]),
-        ));
+        let text = render(
+            &why(
+                &["gates.example.com/warden"],
+                Ok(vec![Said {
+                    at: "2026-11-26T12:00:03Z".into(),
+                    reason: "InitializerWaiting".into(),
+                    message: "Waiting 45s on scheduling gate gates.example.com/warden".into(),
+                }]),
+            ),
+            SystemTime::UNIX_EPOCH,
+        );
         assert_eq!(
             text,
             "pod team-a/web-1 waits on 1 scheduling gate(s): gates.example.com/warden\n\
@@ -241,19 +341,78 @@ mod tests {
 
     #[test]
     fn it_says_what_it_may_not_read_and_when_nothing_was_said() {
-        let text = render(&why(
-            &["a.example.com"],
-            Err("you may not list Events".into()),
-        ));
+        let text = render(
+            &why(&["a.example.com"], Err("you may not list Events".into())),
+            SystemTime::UNIX_EPOCH,
+        );
         assert!(
             text.ends_with("initguard's Events: you may not list Events\n"),
             "{text}"
         );
-        let text = render(&why(&[], Ok(Vec::new())));
+        let text = render(&why(&[], Ok(Vec::new())), SystemTime::UNIX_EPOCH);
         assert!(
             text.starts_with("pod team-a/web-1 waits on no scheduling gate.\n")
                 && text.contains("has said nothing about it"),
             "{text}"
+        );
+    }
+
+    #[test]
+    fn with_the_configuration_it_says_the_plan_and_each_owners_state() {
+        use crate::policy::{OwnerState, Plan, Reason};
+        use std::time::Duration;
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let mut w = why(&["a.example.com", "b.example.com"], Ok(Vec::new()));
+        let plan = |initializer: &str, index, waited, plan| crate::policy::InitializerPlan {
+            initializer: initializer.into(),
+            index,
+            waited,
+            plan,
+        };
+        w.plan = Some(Ok(Planned {
+            from: "ConfigMap ops/guard".into(),
+            pod: Some(PodStatus {
+                namespace: "team-a".into(),
+                name: "web-1".into(),
+                opted_in: true,
+                controller: None,
+                via: None,
+                created: now,
+                initializers: vec![
+                    plan(
+                        "a.example.com",
+                        0,
+                        Some(Duration::from_secs(65)),
+                        Plan::BypassAt {
+                            at: now + Duration::from_secs(30),
+                            reason: Reason::Deadline,
+                        },
+                    ),
+                    plan("b.example.com", 1, None, Plan::Never { why: "not listed" }),
+                ],
+            }),
+            owners: vec![OwnerReport {
+                initializer: "a.example.com".into(),
+                owner_kind: "deployment",
+                target: "ops/a".into(),
+                state: OwnerState::Down {
+                    since: now - Duration::from_secs(90),
+                },
+                detail: "0 of 1 available".into(),
+            }],
+        }));
+        let text = render(&w, now);
+        assert!(
+            text.ends_with(
+                "initguard's configuration (ConfigMap ops/guard):\n  the pod is opted in\n  \
+                 a.example.com: waited 1m 5s; bypass in 30s (deadline)\n    owner deployment \
+                 ops/a: DOWN for 1m 30s\n  b.example.com: waited -; none: not listed\n"
+            ),
+            "{text}"
+        );
+        w.plan = Some(Err("you may not list ConfigMaps".into()));
+        assert!(
+            render(&w, now).ends_with("initguard's configuration: you may not list ConfigMaps\n")
         );
     }
 

@@ -31,5 +31,7 @@ mod versions;
 mod waiting;
 #[path = "e2e/webhooks.rs"]
 mod webhooks;
+#[path = "e2e/why.rs"]
+mod why;
 #[path = "e2e/writes.rs"]
 mod writes;

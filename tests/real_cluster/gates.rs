@@ -515,5 +515,67 @@ pub(crate) async fn waiting_pod_is_explained_in_kubectl_describe(tb: Arc<Testbed
             && said.contains(&format!("you may not list Events in namespace {ns}")),
         "{said}{err}"
     );
+    // A tenant may not read the guard's configuration: said, and the rest still explained.
+    assert!(
+        said.contains("initguard's configuration: you may not list ConfigMaps in all namespaces")
+            && said.contains("pass --config FILE or --config-map NAMESPACE/NAME"),
+        "{said}"
+    );
+    // An operator who may read it (a ConfigMap, as the chart deploys it) and the owner's
+    // Deployments also sees the plan and the owner's state, computed from the real server.
+    tb.kubectl_stdin(
+        &["apply", "-f", "-"],
+        Some(
+            &serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": { "name": "guard-config", "namespace": ns },
+                "data": { "config.yaml": guard_config },
+            })
+            .to_string(),
+        ),
+    );
+    let operator = "operator";
+    tb.kubectl(&["create", "serviceaccount", operator, "-n", ns]);
+    tb.kubectl(&[
+        "create",
+        "role",
+        operator,
+        "--verb=get,list,watch",
+        "--resource=pods,events,configmaps,deployments.apps",
+        "-n",
+        ns,
+    ]);
+    tb.kubectl(&[
+        "create",
+        "rolebinding",
+        operator,
+        &format!("--role={operator}"),
+        &format!("--serviceaccount={ns}:{operator}"),
+        "-n",
+        ns,
+    ]);
+    let (code, said, err) = plugin_run(
+        operator,
+        &[
+            "tenant",
+            "-n",
+            ns,
+            "--config-map",
+            &format!("{ns}/guard-config"),
+        ],
+    );
+    assert_eq!(code, Some(0), "{said}{err}");
+    for says in [
+        format!("initguard's configuration (ConfigMap {ns}/guard-config):"),
+        "the pod is not opted in: initguard never changes it".to_owned(),
+        format!("{gate}: waited "),
+        format!("owner deployment {ns}/absent: unknown (deployment not found)"),
+    ] {
+        assert!(
+            said.contains(&says),
+            "kubectl initguard why lacks {says:?}:\n{said}"
+        );
+    }
     cleanup(&tb, ns);
 }

@@ -29,8 +29,8 @@ pub use resolve::{
     DEFAULT_DEADLINE, DEFAULT_LEASE_DURATION, DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE,
     DEFAULT_LISTEN, DEFAULT_MAX_IN_FLIGHT, DEFAULT_OPT_IN_LABEL, DEFAULT_OWNER_DOWN_GRACE,
     DEFAULT_PILEUP_MIN_WAIT, DEFAULT_PILEUP_THRESHOLD, DEFAULT_PROBE_INTERVAL,
-    DEFAULT_RESTORE_GRACE, MAX_DURATION, MAX_IN_FLIGHT_LIMIT, ReadFile, parse_object_ref,
-    parse_webhook_id, validate_http_url, webhook_namespace_requirement,
+    DEFAULT_RESTORE_GRACE, Elsewhere, MAX_DURATION, MAX_IN_FLIGHT_LIMIT, ReadFile,
+    parse_object_ref, parse_webhook_id, validate_http_url, webhook_namespace_requirement,
 };
 pub use types::{
     AfterRestore, BypassVia, CANARY_LABEL, Canary, CanaryResource, Config, Defaults, EventsMode,
@@ -527,6 +527,41 @@ mod tests {
         );
     }
 
+    #[test]
+    fn files_elsewhere_keep_their_paths_unchecked_and_everything_else_checked() {
+        let text = "secureListen: 0.0.0.0:9778\n\
+                    tls: { certFile: /etc/initguard/tls/tls.crt, keyFile: /etc/initguard/tls/tls.key }\n\
+                    initializers:\n\
+                    - name: a\n\
+                    \x20 owner: { http: { url: https://owner:8443/, caFile: /etc/ca.pem } }\n";
+        let err = Config::from_yaml_str(text, "t.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("cannot read"), "on this machine: {err}");
+        let config = Config::from_yaml_with(text, "cluster", &Elsewhere).unwrap();
+        assert_eq!(
+            config.tls,
+            ServingCert::Files {
+                cert_file: "/etc/initguard/tls/tls.crt".into(),
+                key_file: "/etc/initguard/tls/tls.key".into(),
+            }
+        );
+        assert!(
+            matches!(&config.initializers[0].owner, Some(OwnerSpec::Http { ca_file: Some(f), .. }) if f == std::path::Path::new("/etc/ca.pem")),
+            "{:?}",
+            config.initializers[0].owner
+        );
+        // Only the contents go unchecked: a half-given pair is still refused.
+        let err = Config::from_yaml_with(
+            "secureListen: 0.0.0.0:9778\ntls: { certFile: /x.crt }\n",
+            "cluster",
+            &Elsewhere,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("both certFile and keyFile"), "{err}");
+    }
+
     /// The classic "billion laughs": nine levels of nine aliases each.
     fn alias_bomb() -> String {
         let mut text = String::from("a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
@@ -576,8 +611,8 @@ mod tests {
         pub(crate) fn from_yaml_str(text: &str, file: &str) -> Result<Config, ConfigError> {
             struct Disk;
             impl ReadFile for Disk {
-                fn read(&self, path: &std::path::Path) -> std::io::Result<Vec<u8>> {
-                    std::fs::read(path)
+                fn read(&self, path: &std::path::Path) -> std::io::Result<Option<Vec<u8>>> {
+                    std::fs::read(path).map(Some)
                 }
             }
             Config::from_yaml_with(text, file, &Disk)
