@@ -131,6 +131,9 @@ const SCENARIOS: &[(&str, Scenario)] = &[
             ))
         },
     ),
+    ("chart::chart_upgrades_from_the_previous_version", |tb| {
+        Box::pin(chart::chart_upgrades_from_the_previous_version(tb))
+    }),
     (
         "deploy::chart_webhook_rbac_is_exactly_what_the_webhooks_need",
         |tb| Box::pin(deploy::chart_webhook_rbac_is_exactly_what_the_webhooks_need(tb)),

@@ -730,3 +730,140 @@ pub(crate) async fn chart_helm_test_checks_the_config_and_reads_status(tb: Arc<T
     );
     tb.kubectl(&["delete", "namespace", namespace, "--wait=false"]);
 }
+
+/// `helm upgrade` from the previous chart version (tests/fixtures/charts: the package a user
+/// would have installed) to the chart in the tree, with the values the release was installed
+/// with, succeeds: no immutable field changes, the schema accepts the old values. Judged from
+/// the server's objects: the release's Deployment is the new chart's and keeps its selector,
+/// and the leader-election Role lost the `patch` verb that 0.2.0 dropped.
+pub(crate) async fn chart_upgrades_from_the_previous_version(tb: Arc<Testbed>) {
+    let helm = tb.bin.join("helm");
+    let (release, namespace) = ("upgrade", "initguard-chart-upgrade");
+    let admin = tb.kubeconfig("admin");
+    let admin = admin.to_str().expect("UTF-8 path");
+    let previous = crate::deploy::repo().join("tests/fixtures/charts/initguard-0.1.0.tgz");
+    let values = tb.dir.join("upgrade-values.yaml");
+    std::fs::write(
+        &values,
+        "image: { repository: registry.test/initguard }\n\
+         replicaCount: 2\n\
+         config:\n  dryRun: false\n  initializers:\n    - name: gates.example.com/warden\n      \
+         deadline: 1m\n      owner: { deployment: kube-system/warden }\n\
+         metrics: { service: { enabled: true } }\n",
+    )
+    .expect("write the values");
+    let values = values.to_str().expect("UTF-8 path");
+    let leader_verbs = || {
+        tb.get(
+            "role",
+            namespace,
+            &format!("{release}-initguard-leader-election"),
+        )
+        .and_then(|role| {
+            // The rule on the guard's own Lease (the other one creates it).
+            role["rules"]
+                .as_array()?
+                .iter()
+                .find(|r| r.get("resourceNames").is_some())
+                .map(|r| r["verbs"].clone())
+        })
+    };
+    let deployment = || {
+        tb.get("deployment", namespace, &format!("{release}-initguard"))
+            .expect("the release's Deployment")
+    };
+    let helm_args = |verb: &str, chart: &str| -> Vec<String> {
+        [
+            "--kubeconfig",
+            admin,
+            verb,
+            release,
+            chart,
+            "--namespace",
+            namespace,
+            "-f",
+            values,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect()
+    };
+    let args = helm_args("install", previous.to_str().expect("UTF-8 path"));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run(
+        "helm install of the previous version",
+        &helm,
+        &[&args[..], &["--create-namespace"]].concat(),
+        None,
+    );
+    let before = deployment();
+    assert_eq!(
+        before["metadata"]["labels"]["helm.sh/chart"], "initguard-0.1.0",
+        "the fixture is the previous version"
+    );
+    assert_eq!(
+        leader_verbs(),
+        Some(serde_json::json!(["get", "update", "patch"])),
+        "the previous version's leader Role"
+    );
+
+    let current = chart();
+    let args = helm_args("upgrade", current.to_str().expect("UTF-8 path"));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run("helm upgrade to the chart in the tree", &helm, &args, None);
+    let after = deployment();
+    let version = std::fs::read_to_string(current.join("Chart.yaml"))
+        .expect("Chart.yaml")
+        .lines()
+        .find_map(|l| l.strip_prefix("version: ").map(str::to_owned))
+        .expect("Chart.yaml has a version");
+    assert_ne!(version, "0.1.0", "the tree's chart is a later version");
+    assert_eq!(
+        after["metadata"]["labels"]["helm.sh/chart"],
+        format!("initguard-{version}").as_str(),
+        "the Deployment is the new chart's"
+    );
+    assert_eq!(
+        after["spec"]["selector"], before["spec"]["selector"],
+        "a Deployment's selector is immutable"
+    );
+    assert_eq!(after["spec"]["replicas"], 2, "the values were kept");
+    assert_eq!(
+        leader_verbs(),
+        Some(serde_json::json!(["get", "update"])),
+        "the upgrade applied the new leader Role"
+    );
+    let history = run(
+        "helm history",
+        &helm,
+        &[
+            "--kubeconfig",
+            admin,
+            "history",
+            release,
+            "--namespace",
+            namespace,
+            "--output",
+            "json",
+        ],
+        None,
+    );
+    let history: serde_json::Value = serde_json::from_str(&history).expect("helm history JSON");
+    assert_eq!(history[1]["status"], "deployed", "{history:#}");
+    assert_eq!(history[1]["chart"], format!("initguard-{version}").as_str());
+    run(
+        "helm uninstall",
+        &helm,
+        &[
+            "--kubeconfig",
+            admin,
+            "uninstall",
+            release,
+            "--namespace",
+            namespace,
+            "--wait",
+        ],
+        None,
+    );
+    tb.kubectl(&["delete", "namespace", namespace, "--wait=false"]);
+}
