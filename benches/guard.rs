@@ -9,6 +9,7 @@
 //! Prints Markdown on stdout (progress on stderr). Usage:
 //! `cargo bench --bench guard -- [--quick] [--only pileup,latency,cost] [--pileup-seconds N] …`
 
+use initguard_sim::SimClients as _;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpStream};
@@ -550,10 +551,10 @@ fn guard_removals(history: &[ObjectChange]) -> Vec<(SystemTime, String, Vec<Stri
 
 mod pileup {
     use super::*;
-    use kube_sim::controllers::{
+    use initguard_sim::controllers::{
         Creator, CreatorHandle, CreatorOptions, GateOwner, GateOwnerOptions, dns_name, pile_report,
     };
-    use kube_sim::scenario::{creator_user, owner_user};
+    use initguard_sim::scenario::{creator_user, owner_user};
 
     /// The initializer whose owner dies.
     const INIT: &str = "sidecar.example.com";

@@ -10,6 +10,7 @@
 //!
 //! Prints Markdown on stdout. Usage: `cargo bench --bench pile -- [--pods N]` (default 10000).
 
+use initguard_sim::SimClients as _;
 use std::collections::BTreeMap;
 use std::process::ExitCode;
 use std::sync::Arc;

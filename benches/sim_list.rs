@@ -5,6 +5,7 @@
 //! the figures as Markdown. A printed benchmark, not a timed test. Usage:
 //! `cargo bench --bench sim_list -- [--pods N] [--rounds N]`
 
+use initguard_sim::SimClients as _;
 use std::process::ExitCode;
 use std::time::Duration;
 

@@ -133,7 +133,7 @@ pub enum Command {
     },
     /// The simulated API server alone (plain HTTP); writes a kubeconfig for any client.
     #[cfg(feature = "sim")]
-    Sim(kube_sim::cli::SimArgs),
+    Sim(initguard_sim::cli::SimArgs),
     /// Embedded simulated cluster and guard, narrated: one owner outage without, then with the
     /// guard, and a side-by-side table. No cluster needed.
     #[cfg(feature = "sim")]

@@ -6,8 +6,6 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use initguard::cli::DEFAULT_CONFIG;
-#[cfg(feature = "sim")]
-use initguard::cli::DemoMechanism;
 use initguard::cli::{Command, LogFormat, Output, StatusOutput, WebhooksOutput};
 use initguard::config::{Config, Mechanism};
 use initguard::deployed::{self, Source};
@@ -90,7 +88,7 @@ fn main() -> ExitCode {
         #[cfg(feature = "sim")]
         Command::Sim(args) => {
             init_logging(format, "info,kube_client=off");
-            kube_sim::cli::run(args)
+            initguard_sim::cli::run(args)
         }
         #[cfg(feature = "sim")]
         Command::Demo {
@@ -102,7 +100,7 @@ fn main() -> ExitCode {
             // client logs every error response, and the simulated 504s of legacy creates are
             // expected here.
             init_logging(format, "warn,kube_client::client::builder=off");
-            demo(mechanism, serve, plot.as_deref())
+            initguard::demo::main(mechanism.into(), serve, plot.as_deref())
         }
     }
 }
@@ -440,37 +438,4 @@ fn missing_owners(kubeconfig: &Path, config: &Config) -> Result<Vec<String>, Exi
             }
         }
     })
-}
-
-#[cfg(feature = "sim")]
-fn demo(mechanism: DemoMechanism, serve: bool, plot: Option<&Path>) -> ExitCode {
-    // A plot file that cannot be written is a usage error, found before a minute of demo.
-    if let Some(path) = plot
-        && let Err(e) = std::fs::File::create(path)
-    {
-        eprintln!("error: --plot {}: {e}", path.display());
-        return ExitCode::from(2);
-    }
-    let rt = match runtime() {
-        Ok(rt) => rt,
-        Err(code) => return code,
-    };
-    let opts = initguard::demo::DemoOptions {
-        mechanism: mechanism.into(),
-        serve,
-        ..Default::default()
-    };
-    match rt.block_on(initguard::demo::run(opts)) {
-        Ok(summary) => match plot.map(|path| initguard::demo::plot::write_svg(&summary, path)) {
-            Some(Err(e)) => {
-                eprintln!("error: {e}");
-                ExitCode::from(1)
-            }
-            _ => ExitCode::SUCCESS,
-        },
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(1)
-        }
-    }
 }

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use initguard::config::Mechanism;
-use initguard::demo::{DemoError, DemoOptions, run_with_output};
+use initguard::demo::DemoGuard;
+use initguard_sim::demo::{DemoError, DemoOptions, run_with_output};
 
 const BIN: &str = env!("CARGO_BIN_EXE_initguard");
 
@@ -192,7 +193,9 @@ async fn legacy_initializers_demo_through_the_library() {
         serve: false,
         time_scale: 0.5,
     };
-    let summary = run_with_output(opts, Box::new(out.clone())).await.unwrap();
+    let summary = run_with_output(opts, &DemoGuard, Box::new(out.clone()))
+        .await
+        .unwrap();
     let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
     let (a, b) = (&summary.without_guard, &summary.with_guard);
 
@@ -232,7 +235,7 @@ async fn out_of_range_time_scale_is_refused() {
             time_scale: scale,
             ..DemoOptions::default()
         };
-        let err = run_with_output(opts, Box::new(Shared::default()))
+        let err = run_with_output(opts, &DemoGuard, Box::new(Shared::default()))
             .await
             .unwrap_err();
         assert!(matches!(err, DemoError::TimeScale(_)), "{err}");

@@ -227,6 +227,7 @@ fn crates() -> Vec<Crate> {
         load("initguard-core", &root.join("crates/initguard-core/src")),
         load("kube-common", &root.join("crates/kube-common/src")),
         load("kube-sim", &root.join("crates/kube-sim/src")),
+        load("initguard-sim", &root.join("crates/initguard-sim/src")),
         load(
             "initguard-test-support",
             &root.join("crates/test-support/src"),
@@ -295,15 +296,25 @@ fn the_simulator_and_the_shared_crate_never_depend_on_the_guard() {
         "crates/kube-sim/Cargo.toml",
         "crates/kube-common/Cargo.toml",
         "crates/initguard-core/Cargo.toml",
+        "crates/initguard-sim/Cargo.toml",
     ] {
         let text = manifest(path);
+        // `initguard = …` or `initguard.workspace = true`; initguard-core is not the guard.
         assert!(
             !text
                 .lines()
-                .any(|l| l.trim_start().starts_with("initguard")),
+                .any(|l| l.trim_start().split(['=', '.', ' ']).next() == Some("initguard")),
             "{path} depends on the guard"
         );
     }
+    // Nor does the server know initguard's simulated world.
+    let text = manifest("crates/kube-sim/Cargo.toml");
+    assert!(
+        !text
+            .lines()
+            .any(|l| l.trim_start().starts_with("initguard")),
+        "crates/kube-sim/Cargo.toml depends on an initguard crate"
+    );
 }
 
 #[test]
@@ -329,7 +340,8 @@ fn the_product_reaches_the_simulator_only_behind_the_sim_feature() {
             }
             let lines: Vec<&str> = text.lines().collect();
             for (i, line) in lines.iter().enumerate() {
-                if !line.contains("kube_sim") || line.trim_start().starts_with("//") {
+                let sim = line.contains("kube_sim") || line.contains("initguard_sim");
+                if !sim || line.trim_start().starts_with("//") {
                     continue;
                 }
                 let gated = (i.saturating_sub(3)..i)
@@ -412,6 +424,28 @@ fn the_core_has_no_client_runtime_or_server_in_its_dependency_tree() {
     assert!(found.is_empty(), "the pure core depends on {found:?}");
 }
 
+/// kube-sim is the API server alone: no kube-rs client or runtime, no command line, no global
+/// logger (those are initguard-sim's and the binary's).
+#[test]
+fn the_simulated_server_has_no_client_cli_or_logger_in_its_dependency_tree() {
+    let tree = dependency_tree("kube-sim", &[]);
+    assert!(
+        has_crate(&tree, "hyper") && has_crate(&tree, "tokio"),
+        "kube-sim's tree lacks the HTTP server it is; is the check blind?\n{tree}"
+    );
+    let found: Vec<&str> = [
+        "kube-client",
+        "kube-runtime",
+        "clap",
+        "tracing-subscriber",
+        "initguard-core",
+    ]
+    .into_iter()
+    .filter(|c| has_crate(&tree, c))
+    .collect();
+    assert!(found.is_empty(), "kube-sim depends on {found:?}");
+}
+
 /// What its dependencies cannot show: the core's code reads no clock, opens no file or socket
 /// and prints nothing (its unit tests may). A module's unit tests, and anything after them, are
 /// left out. Paths are matched as written (`fs::` also catches a grouped `use std::{fs, …}`).
@@ -459,14 +493,14 @@ fn the_core_reads_no_clock_and_no_file() {
 #[test]
 fn the_build_without_the_sim_feature_has_no_simulator_in_its_dependency_tree() {
     let tree = |features: &[&str]| dependency_tree("initguard", features);
-    let has_sim = |tree: &str| has_crate(tree, "kube-sim");
+    let has_sim = |tree: &str| has_crate(tree, "kube-sim") || has_crate(tree, "initguard-sim");
     assert!(
         has_sim(&tree(&[])),
         "the default build should include the simulator (demo, sim); is the check blind?"
     );
     assert!(
         !has_sim(&tree(&["--no-default-features"])),
-        "the product build pulls in kube-sim"
+        "the product build pulls in the simulator"
     );
 }
 

@@ -1,6 +1,7 @@
 //! Owners' liveness end to end: http probes against a local axum server, and watches against
 //! the simulated API server.
 
+use initguard_sim::SimClients as _;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 

@@ -2,6 +2,7 @@
 //! server over real HTTP. No guard runs here: these tests show the failure the guard exists
 //! for (the pileup) and that the controllers behave like real ones.
 
+use initguard_sim::SimClients as _;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -10,14 +11,14 @@ use initguard_test_support::wait;
 use wait::eventually_async;
 
 use initguard::config::Mechanism;
+use initguard_sim::controllers::{
+    Creator, CreatorKind, CreatorOptions, GateOwner, GateOwnerOptions, pending_names, pile_report,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSchedulingGate, PodSpec};
 use kube::Api;
 use kube::api::{ListParams, ObjectMeta, PostParams};
-use kube_sim::controllers::{
-    Creator, CreatorKind, CreatorOptions, GateOwner, GateOwnerOptions, pending_names, pile_report,
-};
 use kube_sim::{Sim, SimOptions};
 use serde_json::Value;
 
@@ -467,11 +468,12 @@ mod scenarios {
     use std::time::{Duration, Instant};
 
     use initguard::config::Mechanism;
+    use initguard_sim::SimClients as _;
+    use initguard_sim::controllers::pile_report;
+    use initguard_sim::scenario::{Action, Scenario, ScenarioError, Step, run_scenario};
     use k8s_openapi::api::core::v1::Pod;
     use kube::api::ListParams;
     use kube::{Api, Client};
-    use kube_sim::controllers::pile_report;
-    use kube_sim::scenario::{Action, Scenario, ScenarioError, Step, run_scenario};
     use kube_sim::{Sim, SimOptions};
     use tokio_util::sync::CancellationToken;
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use initguard::config::Mechanism;
 use initguard::guard::Guard;
-use kube_sim::controllers::dns_name;
+use initguard_sim::controllers::dns_name;
 use kube_sim::{PolicyRule, Rbac};
 use serde_json::Value;
 

@@ -2,6 +2,7 @@
 //! the guard's user, pods, owners and guards, and readers of the server's request log and object
 //! history.
 
+use initguard_sim::SimClients as _;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -9,7 +10,7 @@ use initguard::bypass::{BYPASSED_ANNOTATION, parse_records};
 use initguard::config::{Config, Mechanism};
 use initguard::guard::Guard;
 use initguard::policy::OwnerState;
-use kube_sim::controllers::{GateOwner, GateOwnerHandle, GateOwnerOptions, dns_name};
+use initguard_sim::controllers::{GateOwner, GateOwnerHandle, GateOwnerOptions, dns_name};
 use kube_sim::{ChangeType, KubeVersion, Rbac, RequestRecord, Sim, SimOptions};
 use serde_json::{Value, json};
 

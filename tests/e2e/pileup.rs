@@ -1,10 +1,11 @@
 //! The pileup the guard exists to prevent: creators that keep making pods while an initializer's
 //! owner is dead.
 
+use initguard_sim::SimClients as _;
 use std::time::Duration;
 
 use initguard::config::Mechanism;
-use kube_sim::controllers::{
+use initguard_sim::controllers::{
     Creator, CreatorHandle, CreatorKind, CreatorOptions, pending_names, pile_report,
 };
 

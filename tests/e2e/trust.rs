@@ -92,7 +92,7 @@ async fn bypass_on_owner_down_ignores_the_deadline_until_the_owner_dies(mechanis
             "initializers:\n\
              \x20 - {{ name: {SIDECAR}, deadline: 0s, ownerDownGrace: 500ms, bypassOn: [owner_down], \
              owner: {{ deployment: kube-system/{} }} }}\n",
-            kube_sim::controllers::dns_name(SIDECAR)
+            initguard_sim::controllers::dns_name(SIDECAR)
         ),
     );
     let guard = c.guard(&config).await;

@@ -5,6 +5,7 @@
 use initguard::config::Mechanism;
 use initguard::guard::Guard;
 use initguard::guard::leader::{LEADER_ANNOTATION, LeaderRecord};
+use initguard_sim::SimClients as _;
 use kube_sim::{KubeVersion, Rbac};
 use serde_json::{Value, json};
 

@@ -55,8 +55,9 @@ async fn waiting_pods_are_explained_once_across_a_failover_and_a_restart(mechani
     const DEADLINE: Duration = Duration::from_secs(3);
     let c = Cluster::start(mechanism).await;
     // Up, but slow: nothing is removed while the test runs but by the guard.
-    let slow =
-        |o: &mut kube_sim::controllers::GateOwnerOptions| o.latency = Duration::from_secs(3600);
+    let slow = |o: &mut initguard_sim::controllers::GateOwnerOptions| {
+        o.latency = Duration::from_secs(3600)
+    };
     let _sidecar = c.owner(SIDECAR, slow).await;
     let _audit = c.owner(AUDIT, slow).await;
     let config = config(
@@ -169,8 +170,8 @@ async fn waiting_messages_follow_each_initializers_opt_in_mode() {
             "initializers:\n  - {{ name: {SIDECAR}, deadline: 1h, optIn: namespaces, owner: {{ \
              deployment: kube-system/{} }} }}\n  - {{ name: {AUDIT}, deadline: 1h, optIn: none, \
              owner: {{ deployment: kube-system/{} }} }}\n",
-            kube_sim::controllers::dns_name(SIDECAR),
-            kube_sim::controllers::dns_name(AUDIT)
+            initguard_sim::controllers::dns_name(SIDECAR),
+            initguard_sim::controllers::dns_name(AUDIT)
         ),
     );
     let guard: Guard = c.guard(&config).await;

@@ -3,6 +3,7 @@
 //! one by tests/real_cluster/differential.rs). Judged from the server's object history.
 
 use initguard::config::Mechanism;
+use initguard_sim::SimClients as _;
 use kube_sim::ObjectChange;
 use serde_json::{Value, json};
 

@@ -4,6 +4,7 @@
 //! test unless tests/real_cluster/differences.md lists it (by step) with why it does not
 //! matter; a listed difference that is gone fails too, so the table stays true.
 
+use initguard_sim::SimClients as _;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::Arc;

@@ -5,6 +5,7 @@
 //! tests/real_cluster_legacy/differences.md lists it with why it does not matter; a listed
 //! difference that is gone fails too.
 
+use initguard_sim::SimClients as _;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;

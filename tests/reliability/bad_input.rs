@@ -2,6 +2,7 @@
 //! The guard (the released binary) must skip or handle each, keep /healthz at 200, touch only
 //! what it decided, and still bypass a normal opted-in pod at its deadline afterwards.
 
+use initguard_sim::SimClients as _;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};

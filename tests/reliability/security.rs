@@ -8,13 +8,14 @@
 //!   level or format, on success, on 401, on an unreachable server or a malformed kubeconfig,
 //!   nor `/status` or `/metrics`.
 
+use initguard_sim::SimClients as _;
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use initguard::config::Mechanism;
-use kube_sim::controllers::{GateOwner, GateOwnerOptions, dns_name};
+use initguard_sim::controllers::{GateOwner, GateOwnerOptions, dns_name};
 use kube_sim::{Sim, SimOptions};
 use rand::Rng;
 use serde_json::json;

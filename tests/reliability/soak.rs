@@ -29,6 +29,7 @@
 //! `INITGUARD_SOAK_SECONDS` sets the chaos phase (default 60 s; the legacy variant runs a third
 //! of it, at least 20 s); `INITGUARD_SOAK_SEED` replays a chaos schedule (the seed is printed).
 
+use initguard_sim::SimClients as _;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -38,10 +39,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use initguard::config::Mechanism;
 use initguard::pod::SlimPod;
-use kube::api::{Api, DeleteParams, ListParams};
-use kube_sim::controllers::{
+use initguard_sim::controllers::{
     Creator, CreatorHandle, CreatorOptions, GateOwner, GateOwnerHandle, GateOwnerOptions, dns_name,
 };
+use kube::api::{Api, DeleteParams, ListParams};
 use kube_sim::{ChangeType, ObjectChange, RequestRecord, Sim, SimOptions};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};

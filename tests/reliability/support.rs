@@ -1,6 +1,7 @@
 //! Shared pieces: the guard binary as a child process, plain HTTP probes, metric parsing, the
 //! shipped RBAC and object-history readers.
 
+use initguard_sim::SimClients as _;
 use std::fs::File;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

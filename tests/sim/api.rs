@@ -1,5 +1,6 @@
 //! CRUD, conflicts, patches, selectors, pagination, subresources, scheduling gates, restart.
 
+use initguard_sim::SimClients as _;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;

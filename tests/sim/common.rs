@@ -1,5 +1,6 @@
 //! Helpers shared by the simulator tests.
 
+use initguard_sim::SimClients as _;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSchedulingGate, PodSpec};

@@ -1,5 +1,6 @@
 //! The real kubectl against the simulator (skipped with a message when it is not installed).
 
+use initguard_sim::SimClients as _;
 use std::path::Path;
 use std::process::Stdio;
 

@@ -2,6 +2,7 @@
 //! CREATE that times out with 504 while the pod stays stored, initialization making the pod
 //! visible.
 
+use initguard_sim::SimClients as _;
 use std::time::Duration;
 
 use futures::StreamExt;

@@ -1,5 +1,6 @@
 //! RBAC enforcement for one user, from rules or from deploy/rbac.yaml.
 
+use initguard_sim::SimClients as _;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;

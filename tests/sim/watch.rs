@@ -1,6 +1,7 @@
 //! Watches: ordering, selectors, bookmarks, 410 Gone, and kube-rs watchers surviving
 //! dropped watches, forced 410s and server restarts.
 
+use initguard_sim::SimClients as _;
 use std::collections::BTreeSet;
 use std::time::Duration;
 

@@ -18,6 +18,9 @@
 //! Users are identified by bearer token: `user:NAME` is user `NAME`, no token is
 //! `system:anonymous`. It is never meant for production use.
 //!
+//! It is the server alone, spoken to over HTTP: kube-rs clients of it, the simulated
+//! controllers, scenarios, the demo and the `initguard sim` command are initguard-sim's.
+//!
 //! Known simplifications, each harmless for kube-rs and kubectl:
 //! * list continuations read the current state after the last key served (as an expired
 //!   snapshot would) while reporting the first page's resourceVersion;
@@ -36,9 +39,6 @@
 //!   (`Testing value /path failed`, `Unable to access invalid index: N`), as servers before
 //!   the 422 mapping did (1.11 and 1.13 answer 422, as the real 1.13 server does).
 
-pub mod cli;
-pub mod client;
-pub mod controllers;
 pub(crate) mod discovery;
 pub mod error;
 pub mod faults;
@@ -50,7 +50,7 @@ pub(crate) mod protobuf;
 pub mod rbac;
 pub mod record;
 pub(crate) mod resources;
-pub mod scenario;
+pub(crate) mod scheduler;
 pub mod selectors;
 pub(crate) mod server;
 pub(crate) mod shared;
@@ -61,7 +61,6 @@ pub(crate) mod table;
 pub mod version;
 pub(crate) mod watch;
 
-pub use client::client_for;
 pub use error::SimError;
 pub use faults::Faults;
 pub use options::SimOptions;

@@ -33,7 +33,7 @@ pub(crate) struct Writer<'a> {
     pub ctx: WriteCtx<'a>,
 }
 
-fn meta_str<'a>(obj: &'a Value, key: &str) -> &'a str {
+pub(crate) fn meta_str<'a>(obj: &'a Value, key: &str) -> &'a str {
     obj["metadata"][key].as_str().unwrap_or_default()
 }
 
@@ -518,83 +518,6 @@ pub(crate) fn list(
         next: if more { last } else { None },
         remaining: if more { remaining } else { None },
     }
-}
-
-/// Apply a pod's schedulable transition: the first commit binds it to the node (scheduler),
-/// the second marks it running and ready (kubelet). Returns the changes made.
-pub(crate) fn schedule_pod(
-    store: &mut Store,
-    namespace: &str,
-    name: &str,
-    uid: &str,
-    node: &str,
-    now: &str,
-    pod_ip: &str,
-) -> Vec<Arc<Change>> {
-    let Some(pod) = store.get(Storage::Pods, namespace, name).cloned() else {
-        return Vec::new();
-    };
-    if meta_str(&pod, "uid") != uid || !kinds::wants_scheduling(&pod) {
-        return Vec::new();
-    }
-    let mut changes = Vec::new();
-    let mut bound = (*pod).clone();
-    if bound["spec"]["nodeName"].as_str().is_none_or(str::is_empty) {
-        bound["spec"]["nodeName"] = json!(node);
-    }
-    let mut conditions: Vec<Value> = bound["status"]["conditions"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    conditions.retain(|c| c["type"] != "PodScheduled");
-    conditions.push(condition("PodScheduled", now));
-    bound["status"]["conditions"] = json!(conditions);
-    changes.push(store.put(Storage::Pods, bound.clone(), "system:kube-scheduler"));
-
-    let mut running = bound;
-    let statuses: Vec<Value> = running["spec"]["containers"]
-        .as_array()
-        .map(|cs| {
-            cs.iter()
-                .map(|c| {
-                    json!({
-                        "name": c["name"],
-                        "image": c["image"],
-                        "imageID": "",
-                        "containerID": format!("containerd://{}", new_uid().replace('-', "")),
-                        "ready": true,
-                        "started": true,
-                        "restartCount": 0,
-                        "state": { "running": { "startedAt": now } },
-                        "lastState": {},
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    running["status"] = json!({
-        "phase": "Running",
-        "conditions": [
-            condition("PodReadyToStartContainers", now),
-            condition("Initialized", now),
-            condition("Ready", now),
-            condition("ContainersReady", now),
-            condition("PodScheduled", now),
-        ],
-        "hostIP": "10.0.0.1",
-        "hostIPs": [{ "ip": "10.0.0.1" }],
-        "podIP": pod_ip,
-        "podIPs": [{ "ip": pod_ip }],
-        "startTime": now,
-        "containerStatuses": statuses,
-        "qosClass": "BestEffort",
-    });
-    changes.push(store.put(Storage::Pods, running, &format!("system:node:{node}")));
-    changes
-}
-
-fn condition(kind: &str, now: &str) -> Value {
-    json!({ "type": kind, "status": "True", "lastProbeTime": null, "lastTransitionTime": now })
 }
 
 #[cfg(test)]

@@ -21,14 +21,12 @@ use super::options::SimOptions;
 use super::rbac::Rbac;
 use super::record::RequestRecord;
 use super::resources::{ResourceInfo, Storage};
+use super::scheduler;
 use super::store::{Change, Store};
 use super::table::{self, IncludeObject};
 
 /// Response body type of every handler.
 pub(crate) type RespBody = UnsyncBoxBody<Bytes, Infallible>;
-
-/// Node every pod is scheduled to.
-pub(crate) const SIM_NODE: &str = "sim-node-1";
 
 /// How a response presents objects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -252,6 +250,8 @@ impl ServerState {
         }
     }
 
+    /// Binds the pod of `c` (just made schedulable) after the configured delay, unless it
+    /// changed meanwhile.
     fn schedule_later(self: &Arc<Self>, c: &Change) {
         let weak = Arc::downgrade(self);
         let (ns, name) = (c.namespace.clone(), c.name.clone());
@@ -269,12 +269,12 @@ impl ServerState {
             let ip = format!("10.244.{}.{}", (n / 250) % 250, n % 250 + 2);
             let changes = {
                 let mut store = shared.store();
-                ops::schedule_pod(
+                scheduler::schedule_pod(
                     &mut store,
                     &ns,
                     &name,
                     &uid,
-                    SIM_NODE,
+                    scheduler::SIM_NODE,
                     &shared.now_rfc3339(),
                     &ip,
                 )

@@ -129,55 +129,6 @@ impl Sim {
         })
     }
 
-    /// A kube-rs configuration reaching this server as `user` (kube's defaults otherwise,
-    /// including its retry of 429/503/504 — set `default_retry = false` to see those raw).
-    pub fn kube_config(&self, user: &str) -> kube::Config {
-        let uri = http::Uri::builder()
-            .scheme("http")
-            .authority(self.addr().to_string())
-            .path_and_query("/")
-            .build()
-            .expect("a socket address is always a valid URI authority");
-        let mut config = kube::Config::new(uri);
-        config.default_namespace = "default".to_string();
-        config.auth_info.token = Some(format!("user:{user}").into());
-        config
-    }
-
-    /// Create namespace `name` through the API, as `user`; one that exists already is fine.
-    pub async fn ensure_namespace(&self, user: &str, name: &str) -> Result<(), kube::Error> {
-        use k8s_openapi::api::core::v1::Namespace;
-        use kube::api::{Api, ObjectMeta, PostParams};
-
-        let api: Api<Namespace> = Api::all(self.client(user));
-        let ns = Namespace {
-            metadata: ObjectMeta {
-                name: Some(name.to_string()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        match api.create(&PostParams::default(), &ns).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
-            Err(e) => Err(e),
-        }
-    }
-
-    /// A plain kube-rs client for `user` (without the `includeUninitialized` layer; use
-    /// [`crate::client_for`]`(sim.kube_config(user), mechanism)` where legacy visibility matters). Call it inside a Tokio runtime, as kube clients spawn a task.
-    pub fn client(&self, user: &str) -> kube::Client {
-        let config = self.kube_config(user);
-        match kube::Client::try_from(config.clone()) {
-            Ok(c) => c,
-            Err(e) => {
-                // Only the TLS stack can fail here, and plain HTTP does not need it.
-                tracing::warn!(error = %e, "kube client builder failed; using a bare HTTP client");
-                plain_client(&config, user)
-            }
-        }
-    }
-
     /// Fault injection switches.
     pub fn faults(&self) -> &Faults {
         &self.shared().faults
@@ -324,26 +275,4 @@ impl Sim {
             l.stop().await;
         }
     }
-}
-
-/// A kube client over bare HTTP with a static bearer token (no TLS stack needed).
-fn plain_client(config: &kube::Config, user: &str) -> kube::Client {
-    use hyper_util::client::legacy::Client as HyperClient;
-    use hyper_util::rt::TokioExecutor;
-    use kube::client::ConfigExt;
-    use tower::ServiceBuilder;
-
-    let token = http::HeaderValue::from_str(&format!("Bearer user:{user}")).ok();
-    let http = HyperClient::builder(TokioExecutor::new()).build_http::<kube::client::Body>();
-    let service = ServiceBuilder::new()
-        .layer(config.base_uri_layer())
-        .map_request(move |mut req: http::Request<kube::client::Body>| {
-            if let Some(t) = &token {
-                req.headers_mut()
-                    .insert(http::header::AUTHORIZATION, t.clone());
-            }
-            req
-        })
-        .service(http);
-    kube::Client::new(service, config.default_namespace.clone())
 }

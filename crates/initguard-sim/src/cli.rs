@@ -6,11 +6,11 @@ use std::process::ExitCode;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::options::SimOptions;
 use crate::scenario::{Scenario, ScenarioError, run_scenario};
-use crate::sim::Sim;
-use crate::version::KubeVersion;
 use kube_common::Mechanism;
+use kube_sim::KubeVersion;
+use kube_sim::Sim;
+use kube_sim::SimOptions;
 
 /// The user the written kubeconfig authenticates as.
 pub const KUBECONFIG_USER: &str = "admin";
@@ -56,10 +56,9 @@ pub fn parse_mechanism(s: &str) -> Result<Mechanism, String> {
     }
 }
 
-/// Runs `initguard sim` on a new Tokio runtime, logging to stderr; returns the process exit
-/// code (0 ok, 1 runtime failure, 2 usage or configuration error).
+/// Runs `initguard sim` on a new Tokio runtime (logging is the caller's); returns the process
+/// exit code (0 ok, 1 runtime failure, 2 usage or configuration error).
 pub fn run(args: SimArgs) -> ExitCode {
-    init_logging();
     match tokio::runtime::Runtime::new() {
         Ok(rt) => rt.block_on(run_async(args)),
         Err(e) => {
@@ -69,25 +68,7 @@ pub fn run(args: SimArgs) -> ExitCode {
     }
 }
 
-/// Logs to stderr; `RUST_LOG` refines the default. kube's per-request error lines are off by
-/// default: the simulated creators get 504s by design (that is the pileup), and each would be
-/// logged as an error.
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,kube_client=off"));
-    // Colour only on a terminal and never with NO_COLOR (no-color.org).
-    use std::io::IsTerminal as _;
-    let ansi = std::io::stderr().is_terminal()
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
-    // Already initialized by an embedding program (`initguard sim`): keep its subscriber.
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(ansi)
-        .try_init();
-}
-
-/// [`run`] for callers already inside a Tokio runtime (does not set up logging).
+/// [`run`] for callers already inside a Tokio runtime.
 pub async fn run_async(args: SimArgs) -> ExitCode {
     let scenario = match &args.scenario {
         Some(path) => match Scenario::load(path) {

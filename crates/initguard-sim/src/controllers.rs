@@ -1472,7 +1472,7 @@ pub struct PileReport {
 
 /// Samples the pile from the server's store.
 /// Pods of a Job controlled by a CronJob count toward the CronJob's pile.
-pub fn pile_report(sim: &crate::sim::Sim, mechanism: Mechanism) -> PileReport {
+pub fn pile_report(sim: &kube_sim::Sim, mechanism: Mechanism) -> PileReport {
     let jobs: BTreeMap<String, String> = sim
         .list_objects("jobs")
         .iter()

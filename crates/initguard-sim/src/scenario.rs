@@ -23,12 +23,13 @@ use std::time::Duration;
 use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
+use crate::SimClients as _;
 use crate::controllers::{
     ControllerError, Creator, CreatorHandle, CreatorKind, CreatorOptions, GateOwner,
     GateOwnerHandle, GateOwnerOptions, dns_name,
 };
-use crate::sim::Sim;
 use kube_common::Mechanism;
+use kube_sim::Sim;
 
 /// The label key creators put on pods with `optIn: true`, unless the scenario says otherwise.
 pub const DEFAULT_OPT_IN_LABEL: &str = "initguard.io/bypass";
@@ -584,8 +585,8 @@ impl Scenario {
     }
 
     /// The server settings this scenario asks for, on top of `base` (listen address etc.).
-    pub fn sim_options(&self, base: crate::options::SimOptions) -> crate::options::SimOptions {
-        crate::options::SimOptions {
+    pub fn sim_options(&self, base: kube_sim::SimOptions) -> kube_sim::SimOptions {
+        kube_sim::SimOptions {
             mechanism: self.mechanism,
             legacy_initializers: self.initializers.clone(),
             create_timeout: self.create_timeout.unwrap_or(base.create_timeout),
