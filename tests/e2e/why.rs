@@ -26,6 +26,12 @@ async fn initguard(kubeconfig: &Path, args: &[&str]) -> (Option<i32>, String, St
     )
 }
 
+/// `initguard why waiting -n default EXTRA`.
+async fn why(kubeconfig: &Path, extra: &[&str]) -> (Option<i32>, String, String) {
+    let args = [&["why", "waiting", "-n", "default"][..], extra].concat();
+    initguard(kubeconfig, &args).await
+}
+
 /// The guard's configuration as the chart renders it, TLS files included: they exist only in
 /// the guard's pod.
 fn chart_config(deadline: &str) -> String {
@@ -66,7 +72,7 @@ async fn why_and_status_read_the_charts_config_map() {
     c.pod("default", "waiting", true, &[SIDECAR, AUDIT]).await;
 
     // No --mechanism: the configuration's (legacy) is what finds an initializing pod at all.
-    let (code, said, err) = initguard(&kubeconfig, &["why", "waiting", "-n", "default"]).await;
+    let (code, said, err) = why(&kubeconfig, &[]).await;
     assert_eq!(code, Some(0), "{said}{err}");
     for says in [
         format!("pod default/waiting waits on 2 initializer(s): {SIDECAR}, {AUDIT}"),
@@ -97,18 +103,7 @@ async fn why_and_status_read_the_charts_config_map() {
         &config_map("other", "guard", &chart_config("0s")),
     )
     .await;
-    let (code, said, err) = initguard(
-        &kubeconfig,
-        &[
-            "why",
-            "waiting",
-            "-n",
-            "default",
-            "--mechanism",
-            "initializers",
-        ],
-    )
-    .await;
+    let (code, said, err) = why(&kubeconfig, &["--mechanism", "initializers"]).await;
     assert_eq!(code, Some(0), "the pod is still explained: {said}{err}");
     assert!(
         said.contains(
@@ -123,36 +118,14 @@ async fn why_and_status_read_the_charts_config_map() {
         "{said}{err}"
     );
     // Named, the other one: deadline 0s, so the plan is a bypass now.
-    let (code, said, err) = initguard(
-        &kubeconfig,
-        &[
-            "why",
-            "waiting",
-            "-n",
-            "default",
-            "--config-map",
-            "other/guard",
-        ],
-    )
-    .await;
+    let (code, said, err) = why(&kubeconfig, &["--config-map", "other/guard"]).await;
     assert_eq!(code, Some(0), "{said}{err}");
     assert!(
         said.contains("(ConfigMap other/guard)") && said.contains("bypass now"),
         "{said}"
     );
-    // A ConfigMap that is not a valid configuration is said, located.
-    let (code, said, err) = initguard(
-        &kubeconfig,
-        &[
-            "why",
-            "waiting",
-            "-n",
-            "default",
-            "--config-map",
-            "ops/absent",
-        ],
-    )
-    .await;
+    // A ConfigMap that is not there is said; the pod is still explained.
+    let (code, said, err) = why(&kubeconfig, &["--config-map", "ops/absent"]).await;
     assert!(
         code == Some(0) && said.contains("initguard's configuration: no ConfigMap ops/absent"),
         "{said}{err}"

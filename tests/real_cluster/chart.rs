@@ -714,21 +714,7 @@ pub(crate) async fn chart_helm_test_checks_the_config_and_reads_status(tb: Arc<T
         "helm test: {said}{}",
         String::from_utf8_lossy(&done.stderr)
     );
-    run(
-        "helm uninstall",
-        &helm,
-        &[
-            "--kubeconfig",
-            admin,
-            "uninstall",
-            release,
-            "--namespace",
-            namespace,
-            "--wait",
-        ],
-        None,
-    );
-    tb.kubectl(&["delete", "namespace", namespace, "--wait=false"]);
+    uninstall(&tb, &helm, admin, release, namespace);
 }
 
 /// `helm upgrade` from the previous chart version (tests/fixtures/charts: the package a user
@@ -851,18 +837,16 @@ pub(crate) async fn chart_upgrades_from_the_previous_version(tb: Arc<Testbed>) {
     let history: serde_json::Value = serde_json::from_str(&history).expect("helm history JSON");
     assert_eq!(history[1]["status"], "deployed", "{history:#}");
     assert_eq!(history[1]["chart"], format!("initguard-{version}").as_str());
+    uninstall(&tb, &helm, admin, release, namespace);
+}
+
+/// `helm uninstall --wait` of a release of the chart's tests, then its namespace.
+fn uninstall(tb: &Testbed, helm: &Path, admin: &str, release: &str, namespace: &str) {
+    let args = ["--kubeconfig", admin, "uninstall", release];
     run(
         "helm uninstall",
-        &helm,
-        &[
-            "--kubeconfig",
-            admin,
-            "uninstall",
-            release,
-            "--namespace",
-            namespace,
-            "--wait",
-        ],
+        helm,
+        &[&args[..], &["--namespace", namespace, "--wait"]].concat(),
         None,
     );
     tb.kubectl(&["delete", "namespace", namespace, "--wait=false"]);
