@@ -111,8 +111,8 @@ pub enum Command {
         /// configuration's, else schedulingGates.
         #[arg(long, value_enum)]
         mechanism: Option<MechanismArg>,
-        /// Path of the guard's configuration; default: the chart's ConfigMap (see
-        /// --config-map), where you may read it.
+        /// Path of the guard's configuration; default: /etc/initguard/config.yaml inside the
+        /// guard's pod, else the chart's ConfigMap (see --config-map), where you may read it.
         #[arg(long)]
         config: Option<PathBuf>,
         /// The ConfigMap (NAMESPACE/NAME) whose config.yaml is the guard's configuration;

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams};
 
-use crate::config::{Config, ConfigError, Elsewhere, ObjectRef};
+use crate::config::{Config, ConfigError, Elsewhere, ObjectRef, OwnerSpec};
 
 /// The label the chart puts on its objects (with the default `nameOverride`).
 pub const CHART_SELECTOR: &str = "app.kubernetes.io/name=initguard";
@@ -46,6 +46,8 @@ pub struct Deployed {
     pub config: Config,
     /// The file, or `ConfigMap NAMESPACE/NAME`.
     pub from: String,
+    /// What was left out of a configuration read from the cluster, for the reader.
+    pub left_out: Vec<String>,
 }
 
 const ASK: &str = "pass --config FILE or --config-map NAMESPACE/NAME";
@@ -85,6 +87,7 @@ pub async fn read(client: &kube::Client, source: &Source) -> Result<Deployed, De
             return Ok(Deployed {
                 config: crate::config::load(path)?,
                 from: path.display().to_string(),
+                left_out: Vec::new(),
             });
         }
         Source::ConfigMap(object) => {
@@ -161,13 +164,70 @@ pub async fn read(client: &kube::Client, source: &Source) -> Result<Deployed, De
         .as_ref()
         .and_then(|d| d.get(CONFIG_KEY))
         .ok_or_else(|| DeployedError::NoKey(format!("{namespace}/{name}")))?;
-    let config = Config::from_yaml_with(text, &format!("{from} {CONFIG_KEY}"), &Elsewhere)?;
-    Ok(Deployed { config, from })
+    let mut config = Config::from_yaml_with(text, &format!("{from} {CONFIG_KEY}"), &Elsewhere)?;
+    let left_out = without_http_owners(&mut config);
+    Ok(Deployed {
+        config,
+        from,
+        left_out,
+    })
+}
+
+/// http owners of a configuration read from the cluster are the guard pod's to probe: from
+/// here the network differs, and their TLS files would be this machine's (whoever may write a
+/// labelled ConfigMap must not make a reader present its own client certificate somewhere).
+/// An initializer keeps its deadline and loses the owner (unknown here); a webhook whose owner
+/// is http is left out.
+fn without_http_owners(config: &mut Config) -> Vec<String> {
+    let mut left_out = Vec::new();
+    for entry in &mut config.initializers {
+        if let Some(OwnerSpec::Http { url, .. }) = &entry.owner {
+            left_out.push(format!(
+                "the owner of {} (http {url}) is probed from the guard's pod only, not from here: \
+                 the guard's /status says its state",
+                entry.name
+            ));
+            entry.owner = None;
+        }
+    }
+    config.webhooks.retain(|webhook| match &webhook.owner {
+        Some(OwnerSpec::Http { url, .. }) => {
+            left_out.push(format!(
+                "webhook {} is left out: its owner (http {url}) is probed from the guard's pod only",
+                webhook.id
+            ));
+            false
+        }
+        _ => true,
+    });
+    left_out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_configuration_from_the_cluster_probes_no_http_owner_from_here() {
+        let text = "initializers:\n\
+                    - { name: a, owner: { http: { url: https://a.example:8443/, caFile: /ca.pem } } }\n\
+                    - { name: b, owner: { deployment: ops/b } }\n";
+        let mut config = Config::from_yaml_with(text, "cluster", &Elsewhere).unwrap();
+        let left_out = without_http_owners(&mut config);
+        assert_eq!(
+            config.initializers[0].owner, None,
+            "a keeps its deadline only"
+        );
+        assert!(matches!(
+            config.initializers[1].owner,
+            Some(OwnerSpec::Deployment(_))
+        ));
+        assert_eq!(left_out.len(), 1);
+        assert!(
+            left_out[0].contains("owner of a (http https://a.example:8443/)"),
+            "{left_out:?}"
+        );
+    }
 
     #[test]
     fn flags_win_then_the_pods_file_then_the_cluster() {

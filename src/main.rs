@@ -238,26 +238,37 @@ fn status_report(source: &Source, kubeconfig: Option<&Path>, output: StatusOutpu
         Err(code) => return code,
     };
     rt.block_on(async move {
+        // An invalid configuration is a configuration error (2) wherever it was read.
+        let failed = |e: String| (e, ExitCode::from(1));
         let report = async {
             let config = match file {
                 Some(config) => config,
                 None => {
                     let c = status::connect_for(kubeconfig, Mechanism::SchedulingGates)
                         .await
-                        .map_err(|e| e.to_string())?;
-                    deployed::read(&c.client, source)
-                        .await
-                        .map_err(|e| e.to_string())?
-                        .config
+                        .map_err(|e| failed(e.to_string()))?;
+                    let found = deployed::read(&c.client, source).await.map_err(|e| {
+                        let code = match e {
+                            deployed::DeployedError::Invalid(_) => 2,
+                            _ => 1,
+                        };
+                        (e.to_string(), ExitCode::from(code))
+                    })?;
+                    // stdout is the report; where it came from, and what it leaves out, on stderr.
+                    eprintln!("initguard status: the configuration of {}", found.from);
+                    for note in &found.left_out {
+                        eprintln!("initguard status: {note}");
+                    }
+                    found.config
                 }
             };
             let config = Arc::new(config);
             let client = status::connect(kubeconfig, &config)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| failed(e.to_string()))?;
             status::gather(client, config)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| failed(e.to_string()))
         };
         match report.await {
             Ok(report) => {
@@ -275,9 +286,9 @@ fn status_report(source: &Source, kubeconfig: Option<&Path>, output: StatusOutpu
                 }
                 ExitCode::SUCCESS
             }
-            Err(e) => {
+            Err((e, code)) => {
                 eprintln!("error: {e}");
-                ExitCode::from(1)
+                code
             }
         }
     })

@@ -87,28 +87,31 @@ pub async fn gather(
     connection: impl Into<Connection>,
     config: Arc<Config>,
 ) -> Result<Report, StatusError> {
-    gather_from(connection.into(), config, None).await
+    Ok(gather_from(connection.into(), config, None).await?.0)
 }
 
-/// The report restricted to one pod already read (`why`): its plan, and the owners its pending
-/// initializers wait on. Neither other pods nor webhook configurations are read, so it needs
-/// no rights beyond the pod's namespace and the owners.
+/// The report restricted to one pod already read (`why`): its plan, the owners its pending
+/// initializers wait on, and what could not be read (said, not guessed). Only those owners are
+/// read; neither other pods nor webhooks, so it needs no rights beyond the pod's namespace and
+/// its owners.
 pub async fn gather_pod(
     connection: impl Into<Connection>,
-    config: Arc<Config>,
+    config: &Config,
     pod: &SlimPod,
-) -> Result<Report, StatusError> {
-    let pending = pod.pending(config.mechanism).to_vec();
-    let mut report = gather_from(connection.into(), config, Some(pod)).await?;
-    report.owners.retain(|o| pending.contains(&o.initializer));
-    Ok(report)
+) -> Result<(Report, Vec<String>), StatusError> {
+    let pending = pod.pending(config.mechanism);
+    let mut mine = config.clone();
+    mine.initializers.retain(|i| pending.contains(&i.name));
+    mine.webhooks.clear();
+    gather_from(connection.into(), Arc::new(mine), Some(pod)).await
 }
 
 async fn gather_from(
     connection: Connection,
     config: Arc<Config>,
     one: Option<&SlimPod>,
-) -> Result<Report, StatusError> {
+) -> Result<(Report, Vec<String>), StatusError> {
+    let mut unread = Vec::new();
     let Connection { client, clock } = connection;
     let discovery = crate::discovery::Discovery::new(client.clone());
     // One read of the listed webhook configurations serves their status and the owners of
@@ -161,8 +164,14 @@ async fn gather_from(
                     tracker.set_namespace_selected(&name, config.selects_namespace(&labels));
                 }
             }
-            Err(e) => tracing::warn!(error = %e,
-                "cannot read Namespaces: no pod counts as opted in by optIn.namespaceSelector"),
+            Err(e) => {
+                tracing::warn!(error = %e,
+                    "cannot read Namespaces: no pod counts as opted in by optIn.namespaceSelector");
+                unread.push(format!(
+                    "whether optIn.namespaceSelector opts the namespace in: cannot read it ({e}); \
+                     counted as not"
+                ));
+            }
         }
     }
     match one {
@@ -193,12 +202,13 @@ async fn gather_from(
     };
     let waiting_pods = pod_statuses(&tracker, &env, &config, now, usize::MAX);
     let webhooks = crate::guard::webhooks::statuses(&config, &configurations, &owners);
-    Ok(Report {
+    let report = Report {
         mechanism: config.mechanism.as_str(),
         owners: owners.snapshot(),
         waiting_pods,
         webhooks,
-    })
+    };
+    Ok((report, unread))
 }
 
 /// The report as a human table.

@@ -7,7 +7,6 @@
 //! read is said, not guessed.
 
 use std::fmt::Write as _;
-use std::sync::Arc;
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::Event;
@@ -91,6 +90,8 @@ pub struct Planned {
     pub pod: Option<PodStatus>,
     /// The owners of its pending initializers.
     pub owners: Vec<OwnerReport>,
+    /// What the plan could not take from the cluster (counted as unknown or not opted in).
+    pub unread: Vec<String>,
 }
 
 /// Adds what the guard's configuration `deployed` plans for the pod of `why`.
@@ -101,16 +102,22 @@ pub async fn plan(
 ) -> Why {
     let planned = match deployed {
         Err(e) => Err(format!("{e}")),
-        Ok(Deployed { config, from }) => {
-            match crate::status::gather_pod(connection, Arc::new(config), &why.pod).await {
-                Ok(report) => Ok(Planned {
+        Ok(Deployed {
+            config,
+            from,
+            left_out,
+        }) => match crate::status::gather_pod(connection, &config, &why.pod).await {
+            Ok((report, mut unread)) => {
+                unread.extend(left_out);
+                Ok(Planned {
                     from,
                     pod: report.waiting_pods.into_iter().next(),
                     owners: report.owners,
-                }),
-                Err(e) => Err(format!("from {from}: {e}")),
+                    unread,
+                })
             }
-        }
+            Err(e) => Err(format!("from {from}: {e}")),
+        },
     };
     why.plan = Some(planned);
     why
@@ -264,8 +271,18 @@ pub fn render(why: &Why, now: SystemTime) -> String {
 
 fn render_plan(out: &mut String, planned: &Planned, now: SystemTime) {
     let _ = writeln!(out, "initguard's configuration ({}):", planned.from);
+    render_steps(out, planned, now);
+    for unread in &planned.unread {
+        let _ = writeln!(out, "  not known here: {unread}");
+    }
+}
+
+fn render_steps(out: &mut String, planned: &Planned, now: SystemTime) {
     let Some(pod) = &planned.pod else {
-        let _ = writeln!(out, "  plans nothing for it: it waits on nothing.");
+        let _ = writeln!(
+            out,
+            "  plans nothing for it: it tracks only pods that wait and are not being deleted."
+        );
         return;
     };
     let _ = writeln!(
@@ -400,13 +417,15 @@ mod tests {
                 },
                 detail: "0 of 1 available".into(),
             }],
+            unread: vec!["whether optIn.namespaceSelector opts the namespace in".into()],
         }));
         let text = render(&w, now);
         assert!(
             text.ends_with(
                 "initguard's configuration (ConfigMap ops/guard):\n  the pod is opted in\n  \
                  a.example.com: waited 1m 5s; bypass in 30s (deadline)\n    owner deployment \
-                 ops/a: DOWN for 1m 30s\n  b.example.com: waited -; none: not listed\n"
+                 ops/a: DOWN for 1m 30s\n  b.example.com: waited -; none: not listed\n  not \
+                 known here: whether optIn.namespaceSelector opts the namespace in\n"
             ),
             "{text}"
         );

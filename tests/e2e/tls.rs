@@ -39,6 +39,24 @@ async fn identity(dir: &Path, input: Result<&str, u16>, trust: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// What `openssl s_client` says (stdout and stderr) when it verifies the certificate served on
+/// `port` with only the CA file `trust`.
+async fn verification(dir: &Path, port: u16, trust: &str) -> String {
+    let out = tokio::process::Command::new("sh")
+        .args([
+            "-c",
+            &format!(
+                "timeout 10 openssl s_client -connect 127.0.0.1:{port} -CAfile {trust} \
+                 -verify_return_error </dev/null 2>&1"
+            ),
+        ])
+        .current_dir(dir)
+        .output()
+        .await
+        .expect("sh and the openssl CLI");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Makes `cert`/`key` (files in `from`) the content of the Secret volume `dir`, as the kubelet
 /// does: a new timestamped directory, then `..data` switched to it by one rename.
 fn publish(from: &Path, dir: &Path, version: &str, cert: &str, key: &str) {
@@ -100,6 +118,11 @@ async fn rotation(next: &str, next_ca: &str) {
             served(next_ca_file.clone()).await,
             "",
             "a client of the new CA only refuses the first certificate"
+        );
+        let said = verification(p, port, &next_ca_file).await;
+        assert!(
+            said.contains("verify error"),
+            "refused for its issuer, not for a failed connection: {said}"
         );
     }
 

@@ -27,7 +27,7 @@ use crate::controllers::{
 };
 use crate::scenario::{Action, Scenario, ScenarioControllers, ScenarioError, Step, owner_user};
 use initguard_core::bypass::{BYPASSED_ANNOTATION, parse_records};
-use initguard_core::config::{Config, ConfigError, DEFAULT_OPT_IN_LABEL, Elsewhere, Mechanism};
+use initguard_core::config::{Config, ConfigError, DEFAULT_OPT_IN_LABEL, Mechanism, ReadFile};
 use initguard_core::policy::{OwnerState, Reason};
 use kube_sim::{ChangeType, Sim, SimError, SimOptions};
 
@@ -121,6 +121,18 @@ pub enum DemoError {
     Output(#[source] std::io::Error),
     #[error("the guard broke one of its promises: {0}")]
     Broken(String),
+}
+
+/// The demo's configuration names no TLS or CA file; one added by mistake is refused.
+struct NoFiles;
+
+impl ReadFile for NoFiles {
+    fn read(&self, path: &std::path::Path) -> std::io::Result<Option<Vec<u8>>> {
+        Err(std::io::Error::other(format!(
+            "the demo's configuration names no files ({})",
+            path.display()
+        )))
+    }
 }
 
 /// Starts the guard for the demo's second run. The guard is the product crate's, which depends
@@ -247,8 +259,7 @@ pub async fn run_with_output(
     // Held until the guard starts, so that a second demo running meanwhile picks another port.
     let (reservation, listen) = reserve_listen_port();
     let config_text = config_yaml(opts.mechanism, listen, clock);
-    // It names no TLS or CA file.
-    let config = Config::from_yaml_with(&config_text, "<embedded demo config>", &Elsewhere)?;
+    let config = Config::from_yaml_with(&config_text, "<embedded demo config>", &NoFiles)?;
     let scenario = scenario(opts.mechanism, clock)?;
     intro(&mut n, &scenario, clock, &config_text, listen);
 
@@ -1469,7 +1480,7 @@ mod tests {
             for scale in [0.05, 0.5, 1.0, 10.0] {
                 let clock = Clock { scale };
                 let text = config_yaml(mechanism, PREFERRED_LISTEN, clock);
-                let config = Config::from_yaml_with(&text, "demo", &Elsewhere).unwrap();
+                let config = Config::from_yaml_with(&text, "demo", &NoFiles).unwrap();
                 assert!(config.warnings().is_empty(), "{:?}", config.warnings());
                 assert_eq!(config.mechanism, mechanism);
                 assert!(!config.leader_election.enabled);
