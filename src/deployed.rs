@@ -77,6 +77,19 @@ pub enum DeployedError {
     Several(Vec<String>),
     #[error("reading ConfigMap {what}: {source}")]
     Read { what: String, source: kube::Error },
+    #[error(transparent)]
+    Connect(#[from] crate::status::ConnectError),
+}
+
+/// [`read`] with a client of `kubeconfig` (as `status` and `why` resolve it) that sends no
+/// legacy parameters: ConfigMaps read the same on every version.
+pub async fn connect_and_read(
+    kubeconfig: Option<&Path>,
+    source: &Source,
+) -> Result<Deployed, DeployedError> {
+    let connection =
+        crate::status::connect_for(kubeconfig, crate::config::Mechanism::SchedulingGates).await?;
+    read(&connection.client, source).await
 }
 
 /// Reads the configuration from `source`. The TLS and CA files a ConfigMap's configuration

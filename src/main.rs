@@ -189,14 +189,11 @@ fn why(
         Err(code) => return code,
     };
     rt.block_on(async move {
-        // ConfigMaps read the same on every version: a client without legacy parameters.
-        let deployed = match status::connect_for(kubeconfig, Mechanism::SchedulingGates).await {
-            Ok(c) => deployed::read(&c.client, source).await,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(1);
-            }
-        };
+        let deployed = deployed::connect_and_read(kubeconfig, source).await;
+        if let Err(e @ deployed::DeployedError::Connect(_)) = &deployed {
+            eprintln!("error: {e}");
+            return ExitCode::from(1);
+        }
         let mechanism = mechanism
             .or_else(|| deployed.as_ref().ok().map(|d| d.config.mechanism))
             .unwrap_or(Mechanism::SchedulingGates);
@@ -244,16 +241,15 @@ fn status_report(source: &Source, kubeconfig: Option<&Path>, output: StatusOutpu
             let config = match file {
                 Some(config) => config,
                 None => {
-                    let c = status::connect_for(kubeconfig, Mechanism::SchedulingGates)
+                    let found = deployed::connect_and_read(kubeconfig, source)
                         .await
-                        .map_err(|e| failed(e.to_string()))?;
-                    let found = deployed::read(&c.client, source).await.map_err(|e| {
-                        let code = match e {
-                            deployed::DeployedError::Invalid(_) => 2,
-                            _ => 1,
-                        };
-                        (e.to_string(), ExitCode::from(code))
-                    })?;
+                        .map_err(|e| {
+                            let code = match e {
+                                deployed::DeployedError::Invalid(_) => 2,
+                                _ => 1,
+                            };
+                            (e.to_string(), ExitCode::from(code))
+                        })?;
                     // stdout is the report; where it came from, and what it leaves out, on stderr.
                     eprintln!("initguard status: the configuration of {}", found.from);
                     for note in &found.left_out {
