@@ -26,46 +26,50 @@ fn is_dns_label_shape(s: &str) -> bool {
         && s.chars().all(|c| is_lower_alnum(c) || c == '-')
 }
 
-fn dns1123_label_problem(s: &str) -> Result<(), String> {
+/// A DNS-1123 label such as a namespace name: at most 63 lowercase letters, digits and '-',
+/// starting and ending with a letter or digit.
+pub fn validate_dns1123_label(s: &str) -> Result<(), InvalidName> {
     if s.is_empty() {
-        return Err(
+        return Err(InvalidName(
             "expected a DNS-1123 label such as \"kube-system\", got an empty string".into(),
-        );
+        ));
     }
     if s.len() > DNS1123_LABEL_MAX {
-        return Err(format!(
+        return Err(InvalidName(format!(
             "expected a DNS-1123 label of at most {DNS1123_LABEL_MAX} characters, got {} characters",
             s.len()
-        ));
+        )));
     }
     if !is_dns_label_shape(s) {
-        return Err(format!(
+        return Err(InvalidName(format!(
             "expected a DNS-1123 label (lowercase letters, digits and '-', starting and ending \
              with a letter or digit, e.g. \"kube-system\"), got {s:?}"
-        ));
+        )));
     }
     Ok(())
 }
 
-fn dns1123_subdomain_problem(s: &str) -> Result<(), String> {
+/// A DNS-1123 subdomain such as most object names: at most 253 characters, dot-separated
+/// DNS-1123 labels.
+pub fn validate_dns1123_subdomain(s: &str) -> Result<(), InvalidName> {
     if s.is_empty() {
-        return Err(
+        return Err(InvalidName(
             "expected a DNS-1123 subdomain such as \"example.com\", got an empty string".into(),
-        );
+        ));
     }
     if s.len() > DNS1123_SUBDOMAIN_MAX {
-        return Err(format!(
+        return Err(InvalidName(format!(
             "expected a DNS-1123 subdomain of at most {DNS1123_SUBDOMAIN_MAX} characters, got {} \
              characters",
             s.len()
-        ));
+        )));
     }
     if !s.split('.').all(is_dns_label_shape) {
-        return Err(format!(
+        return Err(InvalidName(format!(
             "expected a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', each \
              dot-separated part starting and ending with a letter or digit, e.g. \
              \"sidecar-injector\"), got {s:?}"
-        ));
+        )));
     }
     Ok(())
 }
@@ -100,11 +104,13 @@ fn check_qualified_name_part(name: &str, whole: &str) -> Result<(), String> {
     Ok(())
 }
 
-fn qualified_name_problem(s: &str) -> Result<(), String> {
+/// A Kubernetes qualified name, the syntax of label keys and scheduling gate names:
+/// an optional DNS-1123 subdomain prefix and '/', then a name of at most 63 characters.
+pub fn validate_qualified_name(s: &str) -> Result<(), InvalidName> {
     if s.is_empty() {
-        return Err(
+        return Err(InvalidName(
             "expected a qualified name such as \"initguard.io/bypass\", got an empty string".into(),
-        );
+        ));
     }
     let (prefix, name) = match s.split_once('/') {
         Some((prefix, name)) => (Some(prefix), name),
@@ -112,47 +118,59 @@ fn qualified_name_problem(s: &str) -> Result<(), String> {
     };
     if let Some(prefix) = prefix {
         if name.contains('/') {
-            return Err(format!(
+            return Err(InvalidName(format!(
                 "expected a qualified name with at most one '/' (PREFIX/NAME), got {s:?}"
-            ));
+            )));
         }
-        validate_dns1123_subdomain(prefix)
-            .map_err(|e| format!("the prefix of qualified name {s:?} is invalid: {e}"))?;
+        validate_dns1123_subdomain(prefix).map_err(|e| {
+            InvalidName(format!(
+                "the prefix of qualified name {s:?} is invalid: {e}"
+            ))
+        })?;
     }
-    check_qualified_name_part(name, s).map_err(|e| format!("invalid qualified name: {e}"))
+    check_qualified_name_part(name, s)
+        .map_err(|e| InvalidName(format!("invalid qualified name: {e}")))
 }
 
-fn label_value_problem(s: &str) -> Result<(), String> {
+/// A label value: empty, or at most 63 letters, digits, '-', '_' and '.', starting and ending
+/// with a letter or digit.
+pub fn validate_label_value(s: &str) -> Result<(), InvalidName> {
     if s.is_empty() {
         return Ok(());
     }
     check_qualified_name_part(s, s).map_err(|_| {
-        format!(
+        InvalidName(format!(
             "expected a label value (at most {QUALIFIED_NAME_MAX} letters, digits, '-', '_' and \
              '.', starting and ending with a letter or digit), got {s:?}"
-        )
+        ))
     })
 }
 
-fn initializer_name_problem(s: &str) -> Result<(), String> {
+/// An initializer name: a legacy initializer name (`sidecar.example.com`) or a scheduling gate
+/// name (`kueue.x-k8s.io/admission`). Non-empty, at most 316 characters of letters, digits,
+/// '-', '_', '.' and '/', starting and ending with a letter or digit. The character set also
+/// keeps the name safe inside the `NAME=REASON@TIME` bypass annotation.
+pub fn validate_initializer_name(s: &str) -> Result<(), InvalidName> {
     if s.is_empty() {
-        return Err("expected a non-empty initializer name such as \"sidecar.example.com\"".into());
+        return Err(InvalidName(
+            "expected a non-empty initializer name such as \"sidecar.example.com\"".into(),
+        ));
     }
     if s.chars().count() > INITIALIZER_NAME_MAX {
-        return Err(format!(
+        return Err(InvalidName(format!(
             "expected an initializer name of at most {INITIALIZER_NAME_MAX} characters, got {}",
             s.chars().count()
-        ));
+        )));
     }
     let ok_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/');
     let ends_ok = s.starts_with(|c: char| c.is_ascii_alphanumeric())
         && s.ends_with(|c: char| c.is_ascii_alphanumeric());
     if !ends_ok || !s.chars().all(ok_char) {
-        return Err(format!(
+        return Err(InvalidName(format!(
             "expected an initializer name of letters, digits, '-', '_', '.' and '/', starting \
              and ending with a letter or digit (e.g. \"sidecar.example.com\" or \
              \"kueue.x-k8s.io/admission\"), got {s:?}"
-        ));
+        )));
     }
     Ok(())
 }
@@ -161,38 +179,6 @@ fn initializer_name_problem(s: &str) -> Result<(), String> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct InvalidName(String);
-
-/// A DNS-1123 label such as a namespace name: at most 63 lowercase letters, digits and '-',
-/// starting and ending with a letter or digit.
-pub fn validate_dns1123_label(s: &str) -> Result<(), InvalidName> {
-    dns1123_label_problem(s).map_err(InvalidName)
-}
-
-/// A DNS-1123 subdomain such as most object names: at most 253 characters, dot-separated
-/// DNS-1123 labels.
-pub fn validate_dns1123_subdomain(s: &str) -> Result<(), InvalidName> {
-    dns1123_subdomain_problem(s).map_err(InvalidName)
-}
-
-/// A Kubernetes qualified name, the syntax of label keys and scheduling gate names:
-/// an optional DNS-1123 subdomain prefix and '/', then a name of at most 63 characters.
-pub fn validate_qualified_name(s: &str) -> Result<(), InvalidName> {
-    qualified_name_problem(s).map_err(InvalidName)
-}
-
-/// A label value: empty, or at most 63 letters, digits, '-', '_' and '.', starting and ending
-/// with a letter or digit.
-pub fn validate_label_value(s: &str) -> Result<(), InvalidName> {
-    label_value_problem(s).map_err(InvalidName)
-}
-
-/// An initializer name: a legacy initializer name (`sidecar.example.com`) or a scheduling gate
-/// name (`kueue.x-k8s.io/admission`). Non-empty, at most 316 characters of letters, digits,
-/// '-', '_', '.' and '/', starting and ending with a letter or digit. The character set also
-/// keeps the name safe inside the `NAME=REASON@TIME` bypass annotation.
-pub fn validate_initializer_name(s: &str) -> Result<(), InvalidName> {
-    initializer_name_problem(s).map_err(InvalidName)
-}
 
 #[cfg(test)]
 mod tests {

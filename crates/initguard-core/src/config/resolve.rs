@@ -166,18 +166,22 @@ fn duration(
 
 /// `namespace/name`, with a DNS-1123 label namespace and a DNS-1123 subdomain name.
 pub fn parse_object_ref(text: &str) -> Result<ObjectRef, InvalidValue> {
-    parse_object_ref_text(text).map_err(InvalidValue)
-}
-
-fn parse_object_ref_text(text: &str) -> Result<ObjectRef, String> {
     let mut parts = text.split('/');
     let (Some(namespace), Some(name), None) = (parts.next(), parts.next(), parts.next()) else {
-        return Err(format!("expected \"namespace/name\", got {text:?}"));
+        return Err(InvalidValue(format!(
+            "expected \"namespace/name\", got {text:?}"
+        )));
     };
-    validate_dns1123_label(namespace)
-        .map_err(|e| format!("expected \"namespace/name\", got {text:?}: namespace: {e}"))?;
-    validate_dns1123_subdomain(name)
-        .map_err(|e| format!("expected \"namespace/name\", got {text:?}: name: {e}"))?;
+    validate_dns1123_label(namespace).map_err(|e| {
+        InvalidValue(format!(
+            "expected \"namespace/name\", got {text:?}: namespace: {e}"
+        ))
+    })?;
+    validate_dns1123_subdomain(name).map_err(|e| {
+        InvalidValue(format!(
+            "expected \"namespace/name\", got {text:?}: name: {e}"
+        ))
+    })?;
     Ok(ObjectRef {
         namespace: namespace.to_owned(),
         name: name.to_owned(),
@@ -186,21 +190,20 @@ fn parse_object_ref_text(text: &str) -> Result<ObjectRef, String> {
 
 /// An `http://` or `https://` URL with a host.
 pub fn validate_http_url(text: &str) -> Result<(), InvalidValue> {
-    validate_http_url_text(text).map_err(InvalidValue)
-}
-
-fn validate_http_url_text(text: &str) -> Result<(), String> {
     let expected = "expected an http:// or https:// URL with a host, such as \
                     \"http://10.0.0.5:8080/healthz\"";
-    let url = url::Url::parse(text).map_err(|e| format!("{expected}, got {text:?} ({e})"))?;
+    let url = url::Url::parse(text)
+        .map_err(|e| InvalidValue(format!("{expected}, got {text:?} ({e})")))?;
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!(
+        return Err(InvalidValue(format!(
             "{expected}, got scheme {:?} in {text:?}",
             url.scheme()
-        ));
+        )));
     }
     if url.host_str().is_none_or(str::is_empty) {
-        return Err(format!("{expected}, got {text:?} without a host"));
+        return Err(InvalidValue(format!(
+            "{expected}, got {text:?} without a host"
+        )));
     }
     Ok(())
 }
@@ -641,27 +644,27 @@ fn bypass_on(problems: &mut Findings<'_>, path: &str, raw: Option<Vec<Trigger>>)
 /// `KIND/CONFIGURATION/WEBHOOK`: KIND `validating` or `mutating`, CONFIGURATION a DNS-1123
 /// subdomain (an object name), WEBHOOK a DNS-1123 subdomain (the entry's name).
 pub fn parse_webhook_id(text: &str) -> Result<WebhookId, InvalidValue> {
-    parse_webhook_id_text(text).map_err(InvalidValue)
-}
-
-fn parse_webhook_id_text(text: &str) -> Result<WebhookId, String> {
     let expected = "expected \"KIND/CONFIGURATION/WEBHOOK\" with KIND validating or mutating, \
                     such as \"validating/pod-policy/pods.policy.example.com\"";
     let mut parts = text.split('/');
     let (Some(kind), Some(configuration), Some(webhook), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
     else {
-        return Err(format!("{expected}, got {text:?}"));
+        return Err(InvalidValue(format!("{expected}, got {text:?}")));
     };
     let kind = match kind {
         "validating" => WebhookKind::Validating,
         "mutating" => WebhookKind::Mutating,
-        other => return Err(format!("{expected}, got kind {other:?} in {text:?}")),
+        other => {
+            return Err(InvalidValue(format!(
+                "{expected}, got kind {other:?} in {text:?}"
+            )));
+        }
     };
     validate_dns1123_subdomain(configuration)
-        .map_err(|e| format!("{expected}, got {text:?}: configuration: {e}"))?;
+        .map_err(|e| InvalidValue(format!("{expected}, got {text:?}: configuration: {e}")))?;
     validate_dns1123_subdomain(webhook)
-        .map_err(|e| format!("{expected}, got {text:?}: webhook: {e}"))?;
+        .map_err(|e| InvalidValue(format!("{expected}, got {text:?}: webhook: {e}")))?;
     Ok(WebhookId {
         kind,
         configuration: configuration.to_owned(),
@@ -832,25 +835,19 @@ fn webhook(
 pub fn webhook_namespace_requirement(
     selector: &LabelSelector,
 ) -> Result<&kube_common::selector::Requirement, InvalidValue> {
-    namespace_requirement(selector).map_err(InvalidValue)
-}
-
-fn namespace_requirement(
-    selector: &LabelSelector,
-) -> Result<&kube_common::selector::Requirement, String> {
     use kube_common::selector::SelectorOp;
     match selector.requirements() {
         [one] if !matches!(one.op, SelectorOp::GreaterThan | SelectorOp::LessThan) => Ok(one),
-        [one] => Err(format!(
+        [one] => Err(InvalidValue(format!(
             "expected a requirement a webhook's namespaceSelector can negate (=, !=, in, notin, \
              key, !key) while webhooks are listed, got {one}"
-        )),
-        many => Err(format!(
+        ))),
+        many => Err(InvalidValue(format!(
             "expected a single requirement while webhooks are listed (its negation is added to \
              each bypassed webhook's namespaceSelector, and the negation of several cannot be \
              said there), got {}",
             many.len()
-        )),
+        ))),
     }
 }
 

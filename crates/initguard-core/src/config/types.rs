@@ -240,23 +240,21 @@ impl Requester {
     /// into single-quoted CEL literals, so quotes, backslashes and control characters are
     /// refused.
     pub fn parse(text: &str) -> Result<Requester, InvalidValue> {
-        Requester::parse_text(text).map_err(InvalidValue)
-    }
-
-    fn parse_text(text: &str) -> Result<Requester, String> {
         let expected = "expected group:GROUP, user:USER, serviceaccount:NAMESPACE:NAME or \
                         serviceaccount:NAMESPACE:*";
-        let plain = |what: &str, name: &str| -> Result<String, String> {
+        let plain = |what: &str, name: &str| -> Result<String, InvalidValue> {
             if name.is_empty() {
-                Err(format!("{expected}, got {text:?}: the {what} is empty"))
+                Err(InvalidValue(format!(
+                    "{expected}, got {text:?}: the {what} is empty"
+                )))
             } else if let Some(c) = name
                 .chars()
                 .find(|c| matches!(c, '\'' | '\\') || c.is_control())
             {
-                Err(format!(
+                Err(InvalidValue(format!(
                     "{expected}, got {text:?}: the {what} holds {c:?} (quotes, backslashes and \
                      control characters cannot appear in the generated CEL)"
-                ))
+                )))
             } else {
                 Ok(name.to_owned())
             }
@@ -266,17 +264,19 @@ impl Requester {
             Some(("user", user)) => Ok(Requester::User(plain("user", user)?)),
             Some(("serviceaccount", rest)) => {
                 let Some((namespace, name)) = rest.split_once(':') else {
-                    return Err(format!(
+                    return Err(InvalidValue(format!(
                         "{expected}, got {text:?}: no NAME (or *) after the namespace"
-                    ));
+                    )));
                 };
-                kube_common::names::validate_dns1123_label(namespace)
-                    .map_err(|e| format!("{expected}, got {text:?}: namespace: {e}"))?;
+                kube_common::names::validate_dns1123_label(namespace).map_err(|e| {
+                    InvalidValue(format!("{expected}, got {text:?}: namespace: {e}"))
+                })?;
                 let name = match name {
                     "*" => None,
                     name => {
-                        kube_common::names::validate_dns1123_subdomain(name)
-                            .map_err(|e| format!("{expected}, got {text:?}: name: {e}"))?;
+                        kube_common::names::validate_dns1123_subdomain(name).map_err(|e| {
+                            InvalidValue(format!("{expected}, got {text:?}: name: {e}"))
+                        })?;
                         Some(name.to_owned())
                     }
                 };
@@ -285,7 +285,7 @@ impl Requester {
                     name,
                 })
             }
-            _ => Err(format!("{expected}, got {text:?}")),
+            _ => Err(InvalidValue(format!("{expected}, got {text:?}"))),
         }
     }
 }
