@@ -16,10 +16,9 @@ pub mod inventory;
 pub mod jobs;
 pub mod metrics;
 pub mod owners;
-pub mod report;
 pub mod restore;
 pub mod status;
 pub mod supervise;
 pub mod why;
 
-pub use initguard_core::{bypass, pod, policy, tracker, webhook};
+pub use initguard_core::{bypass, pod, policy, report, tracker, webhook};

@@ -34,8 +34,10 @@ use crate::discovery::Discovery;
 use crate::metrics::Metrics;
 use crate::supervise::{Failures, Readiness};
 
-pub use model::{LeaseRecord, Observed, deployment_up, pod_ready, slice_endpoints};
-pub use state::{OwnerReport, Owners, owner_target};
+pub use model::{
+    LeaseRecord, Observed, OwnerReport, deployment_up, owner_target, pod_ready, slice_endpoints,
+};
+pub use state::Owners;
 pub use watch::{PROBE_TIMEOUT, missing_owners};
 
 use state::Handle;

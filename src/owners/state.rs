@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
 
-use serde::Serialize;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
@@ -18,7 +17,7 @@ use crate::metrics::Metrics;
 use crate::policy::OwnerState;
 use crate::supervise::Readiness;
 
-use super::model::{Observed, round_ms};
+use super::model::{Observed, OwnerReport, owner_target, round_ms};
 
 /// Liveness of every owner named in the config. Cheap to clone.
 #[derive(Clone)]
@@ -58,42 +57,6 @@ pub(super) struct Current {
     pub(super) state: OwnerState,
     /// E.g. `2 available replicas`, `not found`, `watch failing: …`.
     pub(super) detail: String,
-}
-
-/// One initializer's owner and its state, for `/status`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct OwnerReport {
-    pub initializer: String,
-    /// `deployment`, `lease`, `pods` or `http` (the `owner_kind` metric label).
-    pub owner_kind: &'static str,
-    /// The watched object, selector or URL (see [`owner_target`]).
-    pub target: String,
-    /// Serialized inline: `"state": "up", "since": …`.
-    #[serde(flatten)]
-    pub state: OwnerState,
-    /// What was last observed, e.g. `1 of 2 matching pods Ready`; for an unknown owner why
-    /// (`not observed yet`, `deployment not found`, `watch failing: …`).
-    pub detail: String,
-}
-
-/// How an owner is named in logs, `/readyz` and `/status`: `ns/name` for deployments and
-/// leases, `ns/selector` for pods, the URL for http.
-pub fn owner_target(spec: &OwnerSpec) -> String {
-    match spec {
-        OwnerSpec::Deployment(r)
-        | OwnerSpec::Lease(r)
-        | OwnerSpec::Service(r)
-        | OwnerSpec::WebhookService(r) => {
-            format!("{}/{}", r.namespace, r.name)
-        }
-        OwnerSpec::Pods {
-            namespace,
-            selector,
-        } => format!("{namespace}/{selector}"),
-        OwnerSpec::Http { url, .. } => url.clone(),
-        OwnerSpec::Apiserver(c) => format!("{}/{} (dry run)", c.namespace, c.resource.as_str()),
-    }
 }
 
 impl Owners {

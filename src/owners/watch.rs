@@ -34,11 +34,12 @@ use tracing::{error, info, warn};
 use crate::config::{CANARY_LABEL, Canary, CanaryResource, Config, ObjectRef, OwnerSpec};
 use crate::supervise::{self, Failures};
 
+use super::model::owner_target;
 use super::model::{
     CoreEndpointsModel, EndpointsModel, Model, Observed, PodsModel, ServedDeploymentModel,
     ServedLeaseModel, ServicePresence, fold, judge, observation, webhook_service,
 };
-use super::state::{Handle, owner_target};
+use super::state::Handle;
 
 /// An http owner is down unless it answers 2xx within this time (connect included).
 pub const PROBE_TIMEOUT: Duration = Duration::from_secs(1);

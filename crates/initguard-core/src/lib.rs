@@ -12,5 +12,6 @@ pub mod config;
 pub mod owners;
 pub mod pod;
 pub mod policy;
+pub mod report;
 pub mod tracker;
 pub mod webhook;

@@ -11,6 +11,9 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Endpoints, Pod};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
+use crate::config::OwnerSpec;
+use crate::policy::OwnerState;
+
 /// What a watcher or prober concluded from one observation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Observed {
@@ -480,6 +483,43 @@ pub fn fold<K, M: Model<K>>(
 /// Drop sub-millisecond noise from durations shown to people.
 pub fn round_ms(d: Duration) -> Duration {
     Duration::from_millis(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// One initializer's owner and its state, for `/status`.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct OwnerReport {
+    /// The initializer (or listed webhook) this owner serves.
+    pub initializer: String,
+    /// `deployment`, `lease`, `pods` or `http` (the `owner_kind` metric label).
+    pub owner_kind: &'static str,
+    /// The watched object, selector or URL (see [`owner_target`]).
+    pub target: String,
+    /// Serialized inline: `"state": "up", "since": …`.
+    #[serde(flatten)]
+    pub state: OwnerState,
+    /// What was last observed, e.g. `1 of 2 matching pods Ready`; for an unknown owner why
+    /// (`not observed yet`, `deployment not found`, `watch failing: …`).
+    pub detail: String,
+}
+
+/// How an owner is named in logs, `/readyz` and `/status`: `ns/name` for deployments and
+/// leases, `ns/selector` for pods, the URL for http.
+pub fn owner_target(spec: &OwnerSpec) -> String {
+    match spec {
+        OwnerSpec::Deployment(r)
+        | OwnerSpec::Lease(r)
+        | OwnerSpec::Service(r)
+        | OwnerSpec::WebhookService(r) => {
+            format!("{}/{}", r.namespace, r.name)
+        }
+        OwnerSpec::Pods {
+            namespace,
+            selector,
+        } => format!("{namespace}/{selector}"),
+        OwnerSpec::Http { url, .. } => url.clone(),
+        OwnerSpec::Apiserver(c) => format!("{}/{} (dry run)", c.namespace, c.resource.as_str()),
+    }
 }
 
 #[cfg(test)]

@@ -1,15 +1,15 @@
 //! The status report: every waiting pod with what the guard plans for each initializer. One
 //! shape for `/status` (served by a running guard) and `initguard status` (a one-shot read), so
-//! neither depends on the other.
+//! neither depends on the other. Pure: the caller passes the owners' states as an
+//! [`Environment`] and the instant being decided.
 
 use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
 use crate::config::Config;
-use crate::environment::Env;
 use crate::owners::OwnerReport;
-use crate::policy::{self, ControllerRef, InitializerPlan};
+use crate::policy::{self, ControllerRef, Environment, InitializerPlan};
 use crate::tracker::Tracker;
 
 /// Owners and waiting pods with the plan for each: what `initguard status` prints, and what
@@ -17,8 +17,11 @@ use crate::tracker::Tracker;
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Report {
+    /// `initializers` or `schedulingGates`.
     pub mechanism: &'static str,
+    /// Each initializer's owner and its state, in config order.
     pub owners: Vec<OwnerReport>,
+    /// The longest-waiting pods, oldest first.
     pub waiting_pods: Vec<PodStatus>,
     /// Listed admission webhooks, in config order.
     pub webhooks: Vec<crate::webhook::WebhookStatus>,
@@ -28,13 +31,19 @@ pub struct Report {
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StatusReport {
+    /// This replica's leader-election identity.
     pub identity: String,
+    /// Whether this replica holds the Lease.
     pub leader: bool,
+    /// `--dry-run`: decisions are logged, never written.
     pub dry_run: bool,
+    /// What `/readyz` answers.
     pub ready: bool,
+    /// Why not ready, one reason per dependency still initializing.
     pub not_ready: Vec<String>,
     /// Every waiting pod, however many `waitingPods` lists.
     pub waiting_pods_total: usize,
+    /// The report, its keys inline.
     #[serde(flatten)]
     pub report: Report,
 }
@@ -43,23 +52,28 @@ pub struct StatusReport {
 #[derive(Debug, Clone, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PodStatus {
+    /// The pod's namespace.
     pub namespace: String,
+    /// The pod's name.
     pub name: String,
+    /// Whether the opt-in rule selects it.
     pub opted_in: bool,
     /// The pile's controller: the controlling owner, or the CronJob of the controlling Job.
     pub controller: Option<ControllerRef>,
     /// The Job between the pod and `controller` when `controller` is its CronJob.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub via: Option<ControllerRef>,
+    /// `creationTimestamp`.
     #[serde(with = "humantime_serde")]
     pub created: SystemTime,
+    /// Each pending initializer's wait and planned action.
     pub initializers: Vec<InitializerPlan>,
 }
 
 /// The `limit` longest-waiting pods (oldest first) with what the guard plans for each.
 pub fn pod_statuses(
     tracker: &Tracker,
-    env: &Env<'_>,
+    env: &impl Environment,
     config: &Config,
     now: SystemTime,
     limit: usize,
