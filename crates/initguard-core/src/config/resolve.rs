@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use super::error::{InvalidValue, LocatedError};
 use super::raw::{
-    Count, HumanDuration, RawConfig, RawHttp, RawInitializer, RawOwner, RawTls, RawWebhook,
+    Count, HumanDuration, RawConfig, RawDefaults, RawEvents, RawHttp, RawInitializer,
+    RawLeaderElection, RawOptIn, RawOwner, RawPileup, RawSwitch, RawTls, RawWebhook,
 };
 use super::types::{
     AfterRestore, BypassVia, Canary, CanaryResource, Config, Defaults, EventsMode,
@@ -851,10 +852,47 @@ pub fn webhook_namespace_requirement(
     }
 }
 
-/// Fill in defaults and check every rule. Returns the configuration even when problems were
-/// found; the caller discards it then.
+/// Fill in defaults and check every rule, one section at a time. Returns the
+/// configuration even when problems were found; the caller discards it then.
 pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
-    let opt_in = raw.opt_in.map_or_else(
+    let opt_in = opt_in(problems, raw.opt_in);
+    let defaults = defaults(problems, raw.defaults);
+    let initializers = initializers(problems, raw.initializers, &defaults);
+    let pileup = pileup(problems, raw.pileup);
+    let leader_election = leader_election(problems, raw.leader_election);
+    let (listen, secure_listen, tls) = serving(problems, raw.listen, raw.secure_listen, raw.tls);
+    let max_in_flight = count(
+        problems,
+        "maxInFlight",
+        raw.max_in_flight,
+        DEFAULT_MAX_IN_FLIGHT as u64,
+        1..=MAX_IN_FLIGHT_LIMIT as u64,
+    );
+    let webhooks = webhooks(problems, raw.webhooks, &defaults, &opt_in);
+    let (events, waiting_events) = events(problems, raw.events, raw.waiting_events);
+    Config {
+        mechanism: raw.mechanism.unwrap_or(Mechanism::SchedulingGates),
+        opt_in,
+        defaults,
+        initializers,
+        unlisted_initializers: raw.unlisted_initializers.unwrap_or(UnlistedPolicy::Ignore),
+        pileup,
+        leader_election,
+        listen,
+        secure_listen,
+        tls,
+        dry_run: raw.dry_run.unwrap_or(false),
+        events,
+        waiting_events,
+        // Bounded by MAX_IN_FLIGHT_LIMIT above.
+        max_in_flight: usize::try_from(max_in_flight).unwrap_or(DEFAULT_MAX_IN_FLIGHT),
+        webhooks,
+    }
+}
+
+/// `optIn`: the label, the listed namespaces and the namespace selector.
+fn opt_in(problems: &mut Findings<'_>, raw: Option<RawOptIn>) -> OptIn {
+    raw.map_or_else(
         || OptIn {
             label: DEFAULT_OPT_IN_LABEL.to_owned(),
             namespaces: Vec::new(),
@@ -894,13 +932,16 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
                 selector,
             }
         },
-    );
+    )
+}
 
-    let (deadline, grace, probe) = match raw.defaults {
+/// `defaults`: what an initializer or webhook without its own setting uses.
+fn defaults(problems: &mut Findings<'_>, raw: Option<RawDefaults>) -> Defaults {
+    let (deadline, grace, probe) = match raw {
         Some(d) => (d.deadline, d.owner_down_grace, d.probe_interval),
         None => (None, None, None),
     };
-    let defaults = Defaults {
+    Defaults {
         deadline: duration(
             problems,
             "defaults.deadline",
@@ -922,12 +963,19 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
             DEFAULT_PROBE_INTERVAL,
             Minimum::Positive,
         ),
-    };
+    }
+}
 
+/// `initializers`: each entry, and each name once.
+fn initializers(
+    problems: &mut Findings<'_>,
+    raw: Option<Vec<RawInitializer>>,
+    defaults: &Defaults,
+) -> Vec<InitializerConfig> {
     let mut initializers = Vec::new();
     let mut first_index: HashMap<String, usize> = HashMap::new();
-    for (i, raw_init) in raw.initializers.unwrap_or_default().into_iter().enumerate() {
-        let init = initializer(problems, i, raw_init, &defaults);
+    for (i, raw_init) in raw.unwrap_or_default().into_iter().enumerate() {
+        let init = initializer(problems, i, raw_init, defaults);
         if !init.name.is_empty() {
             match first_index.get(&init.name) {
                 Some(&first) => {
@@ -951,8 +999,12 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
         }
         initializers.push(init);
     }
+    initializers
+}
 
-    let pileup = match raw.pileup {
+/// `pileup`: when a controller's stuck pods count as a pile, and what then.
+fn pileup(problems: &mut Findings<'_>, raw: Option<RawPileup>) -> Pileup {
+    match raw {
         None => Pileup {
             threshold: DEFAULT_PILEUP_THRESHOLD,
             action: PileupAction::Alert,
@@ -976,10 +1028,13 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
                 Minimum::Zero,
             ),
         },
-    };
+    }
+}
 
-    let leader_election = {
-        let (enabled, namespace, name, lease) = match raw.leader_election {
+/// `leaderElection`: the Lease and its duration.
+fn leader_election(problems: &mut Findings<'_>, raw: Option<RawLeaderElection>) -> LeaderElection {
+    {
+        let (enabled, namespace, name, lease) = match raw {
             Some(l) => (l.enabled, l.namespace, l.name, l.lease_duration),
             None => (None, None, None, None),
         };
@@ -1003,11 +1058,19 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
                 Minimum::WholeSeconds,
             ),
         }
-    };
+    }
+}
 
-    let raw_has_secure_listen = raw.secure_listen.is_some();
+/// `listen`, `secureListen` and `tls`: the two ports and the serving certificate.
+fn serving(
+    problems: &mut Findings<'_>,
+    listen: Option<String>,
+    secure_listen: Option<String>,
+    tls: Option<RawTls>,
+) -> (SocketAddr, Option<SocketAddr>, ServingCert) {
+    let has_secure_listen = secure_listen.is_some();
     let default_listen = SocketAddr::from(([0, 0, 0, 0], 9777));
-    let listen = match raw.listen {
+    let listen = match listen {
         None => default_listen,
         Some(text) => text.trim().parse().unwrap_or_else(|_| {
             problems.value(
@@ -1021,7 +1084,7 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
         }),
     };
 
-    let secure_listen = raw.secure_listen.and_then(|text| {
+    let secure_listen = secure_listen.and_then(|text| {
         let parsed = text.trim().parse::<SocketAddr>().ok();
         if parsed.is_none() {
             problems.value(
@@ -1039,20 +1102,22 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
             format!("must differ from listen ({listen}): one port serves one protocol"),
         );
     }
-    let tls = serving_cert(problems, raw.tls, raw_has_secure_listen);
+    let tls = serving_cert(problems, tls, has_secure_listen);
+    (listen, secure_listen, tls)
+}
 
-    let max_in_flight = count(
-        problems,
-        "maxInFlight",
-        raw.max_in_flight,
-        DEFAULT_MAX_IN_FLIGHT as u64,
-        1..=MAX_IN_FLIGHT_LIMIT as u64,
-    );
-
+/// `webhooks`: each entry, each webhook once, canaries the bypass cannot reach, and a
+/// namespace selector a webhook's `namespaceSelector` can negate.
+fn webhooks(
+    problems: &mut Findings<'_>,
+    raw: Option<Vec<RawWebhook>>,
+    defaults: &Defaults,
+    opt_in: &OptIn,
+) -> Vec<WebhookConfig> {
     let mut webhooks: Vec<WebhookConfig> = Vec::new();
     let mut first_webhook: HashMap<WebhookId, usize> = HashMap::new();
-    for (i, raw_webhook) in raw.webhooks.unwrap_or_default().into_iter().enumerate() {
-        let Some(resolved) = webhook(problems, i, raw_webhook, &defaults) else {
+    for (i, raw_webhook) in raw.unwrap_or_default().into_iter().enumerate() {
+        let Some(resolved) = webhook(problems, i, raw_webhook, defaults) else {
             continue;
         };
         if let Some(OwnerSpec::Apiserver(canary)) = &resolved.owner
@@ -1103,10 +1168,18 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
     {
         problems.value("optIn.namespaceSelector", e);
     }
+    webhooks
+}
 
-    let events = raw.events.map_or(EventsMode::PerPatch, |e| e.0);
+/// `events` and `waitingEvents`.
+fn events(
+    problems: &mut Findings<'_>,
+    events: Option<RawEvents>,
+    waiting_events: Option<RawSwitch>,
+) -> (EventsMode, bool) {
+    let events = events.map_or(EventsMode::PerPatch, |e| e.0);
     // On by default, off with `events: off`; asking for it with Events off is a contradiction.
-    let waiting_events = match raw.waiting_events.map(|w| w.0) {
+    let waiting_events = match waiting_events.map(|w| w.0) {
         Some(true) if events == EventsMode::Off => {
             problems.value(
                 "waitingEvents",
@@ -1118,23 +1191,5 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
         Some(on) => on,
         None => events == EventsMode::PerPatch,
     };
-
-    Config {
-        mechanism: raw.mechanism.unwrap_or(Mechanism::SchedulingGates),
-        opt_in,
-        defaults,
-        initializers,
-        unlisted_initializers: raw.unlisted_initializers.unwrap_or(UnlistedPolicy::Ignore),
-        pileup,
-        leader_election,
-        listen,
-        secure_listen,
-        tls,
-        dry_run: raw.dry_run.unwrap_or(false),
-        events,
-        waiting_events,
-        // Bounded by MAX_IN_FLIGHT_LIMIT above.
-        max_in_flight: usize::try_from(max_in_flight).unwrap_or(DEFAULT_MAX_IN_FLIGHT),
-        webhooks,
-    }
+    (events, waiting_events)
 }
