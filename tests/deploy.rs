@@ -1885,10 +1885,11 @@ fn generated_values_schema() -> serde_json::Value {
     schema
 }
 
-/// The generated schemas are the committed ones; `INITGUARD_BLESS=1` writes them.
+/// The generated schemas are the committed ones. On a difference the generated file is written
+/// beside the build (`CARGO_TARGET_TMPDIR`), and the failure prints the `cp` that accepts it
+/// after review: the test never writes into the tree.
 #[test]
 fn schemas_are_generated_from_the_config_types_and_values_yaml() {
-    let bless = std::env::var_os("INITGUARD_BLESS").is_some();
     for (file, schema) in [
         (
             "config/initguard.schema.json",
@@ -1901,13 +1902,22 @@ fn schemas_are_generated_from_the_config_types_and_values_yaml() {
     ] {
         let text = serde_json::to_string_pretty(&schema).expect("JSON") + "\n";
         let path = repo().join(file);
-        if bless {
-            std::fs::write(&path, &text).unwrap_or_else(|e| panic!("{file}: {e}"));
+        if std::fs::read_to_string(&path).ok().as_deref() == Some(text.as_str()) {
+            continue;
         }
-        assert!(
-            std::fs::read_to_string(&path).ok().as_deref() == Some(text.as_str()),
-            "{file} is not what the config types and values.yaml give: regenerate it with \
-             INITGUARD_BLESS=1 cargo test --release --test deploy schemas_are_generated"
+        let generated = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join("generated")
+            .join(file);
+        if let Some(dir) = generated.parent() {
+            std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        }
+        std::fs::write(&generated, &text)
+            .unwrap_or_else(|e| panic!("{}: {e}", generated.display()));
+        panic!(
+            "{file} is not what the config types and values.yaml give; after review, accept \
+             the generated one with: cp {} {}",
+            generated.display(),
+            path.display()
         );
     }
 }
