@@ -6,11 +6,11 @@ use initguard_sim::SimClients as _;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use initguard::bypass::{BYPASSED_ANNOTATION, parse_records};
 use initguard::config::{Config, Mechanism};
 use initguard::guard::Guard;
 use initguard::policy::OwnerState;
 use initguard_sim::controllers::{GateOwner, GateOwnerHandle, GateOwnerOptions, dns_name};
+use initguard_test_support::pod;
 use kube_sim::{ChangeType, KubeVersion, Rbac, RequestRecord, Sim, SimOptions};
 use serde_json::{Value, json};
 
@@ -443,11 +443,11 @@ impl Cluster {
             if change.resource != "pods" {
                 continue;
             }
+            // The judge's own reader, not the guard's parser.
             let records = change
                 .after
-                .as_ref()
-                .and_then(|a| a["metadata"]["annotations"][BYPASSED_ANNOTATION].as_str())
-                .map(parse_records)
+                .as_deref()
+                .map(pod::records)
                 .unwrap_or_default();
             for initializer in change.removed_initializers() {
                 let reason = records
@@ -502,7 +502,7 @@ impl Cluster {
     pub(crate) fn pending(&self, namespace: &str, name: &str) -> Vec<String> {
         self.sim
             .get_object("pods", Some(namespace), name)
-            .map(|pod| initguard::bypass::pending_names(self.mechanism, &pod))
+            .map(|stored| pod::pending(self.mechanism, &stored))
             .unwrap_or_default()
     }
 

@@ -7,8 +7,9 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::{Duration, Instant, SystemTime};
 
-use initguard::bypass::{BYPASSED_ANNOTATION, parse_records, pending_names};
+use initguard::bypass::BYPASSED_ANNOTATION;
 use initguard::config::Mechanism;
+use initguard_test_support::pod::{BYPASSED, pending, records_in};
 use kube_sim::{ChangeType, Sim, SimOptions};
 use serde_json::{Value, json};
 
@@ -279,8 +280,11 @@ async fn hostile_pods_through_the_api() {
             c.name
         );
         let annotations = &c.after.as_ref().unwrap()["metadata"]["annotations"];
-        let record = annotations[BYPASSED_ANNOTATION].as_str().unwrap();
-        let records = parse_records(record);
+        let record = annotations[BYPASSED].as_str().unwrap();
+        let records: Vec<_> = records_in(record)
+            .into_iter()
+            .filter(|r| r.well_formed())
+            .collect();
         assert_eq!(records.len(), 1, "{}: {record:?}", c.name);
         assert_eq!(
             (records[0].initializer.as_str(), records[0].reason.as_str()),
@@ -441,7 +445,7 @@ async fn legacy_duplicate_initializers() {
     .await;
     let pending = || {
         sim.get_object("pods", Some(NS), "dup")
-            .map(|p| pending_names(Mechanism::Initializers, &p))
+            .map(|p| pending(Mechanism::Initializers, &p))
             .unwrap_or_default()
     };
     let waited = Instant::now();
@@ -461,8 +465,14 @@ async fn legacy_duplicate_initializers() {
         .collect();
     assert_eq!(changes.len(), 2, "{changes:#?}");
     for c in &changes {
-        let before = pending_names(Mechanism::Initializers, c.before.as_ref().unwrap());
-        let after = pending_names(Mechanism::Initializers, c.after.as_ref().unwrap());
+        let before = initguard_test_support::pod::pending(
+            Mechanism::Initializers,
+            c.before.as_ref().unwrap(),
+        );
+        let after = initguard_test_support::pod::pending(
+            Mechanism::Initializers,
+            c.after.as_ref().unwrap(),
+        );
         assert_eq!(before.len(), after.len() + 1, "one entry per patch");
     }
     let first = secs_between(
@@ -730,10 +740,10 @@ fn record_of_an_odd_name() {
             initguard::bypass::bypass_patch(Mechanism::SchedulingGates, &target, &[removal], now);
         let mut patched = doc.clone();
         json_patch::patch(&mut patched, &patch).unwrap();
-        let record = patched["metadata"]["annotations"][BYPASSED_ANNOTATION]
+        let record = patched["metadata"]["annotations"][BYPASSED]
             .as_str()
             .unwrap();
-        let names: Vec<String> = parse_records(record)
+        let names: Vec<String> = records_in(record)
             .into_iter()
             .map(|r| r.initializer)
             .collect();

@@ -96,7 +96,7 @@ async fn shipped_rbac_allows_every_call() {
     opted_in_pod(&sim, "while-up", &[SIDECAR, QUOTA, AUDIT]).await;
     let pending = |name: &str| {
         sim.get_object("pods", Some(NS), name)
-            .map(|p| initguard::bypass::pending_names(Mechanism::SchedulingGates, &p))
+            .map(|p| initguard_test_support::pod::pending(Mechanism::SchedulingGates, &p))
             .unwrap_or_default()
     };
     until("owners to clear their gates", || {
@@ -153,15 +153,10 @@ async fn shipped_rbac_allows_every_call() {
         .filter(|c| c.user == GUARD_USER && c.resource == "pods" && c.name == "while-down")
         .count();
     assert!((1..=3).contains(&writes), "{writes} writes for three gates");
-    let record = sim
+    let stored = sim
         .get_object("pods", Some(NS), "while-down")
-        .and_then(|p| {
-            p["metadata"]["annotations"][initguard::bypass::BYPASSED_ANNOTATION]
-                .as_str()
-                .map(str::to_owned)
-        })
         .unwrap_or_default();
-    let mut recorded: Vec<(String, String)> = initguard::bypass::parse_records(&record)
+    let mut recorded: Vec<(String, String)> = initguard_test_support::pod::records(&stored)
         .into_iter()
         .map(|r| (r.initializer, r.reason))
         .collect();

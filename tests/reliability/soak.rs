@@ -42,6 +42,7 @@ use initguard::pod::SlimPod;
 use initguard_sim::controllers::{
     Creator, CreatorHandle, CreatorOptions, GateOwner, GateOwnerHandle, GateOwnerOptions, dns_name,
 };
+use initguard_test_support::pod::{Record, pending, records};
 use kube::api::{Api, DeleteParams, ListParams};
 use kube_sim::{ChangeType, ObjectChange, RequestRecord, Sim, SimOptions};
 use rand::rngs::StdRng;
@@ -933,8 +934,10 @@ impl<'a> Judge<'a> {
             if c.resource != "pods" || !is_guard(&c.user) {
                 continue;
             }
-            let after = c.after.as_deref().unwrap_or(&Value::Null);
-            if let Some(r) = records(after).last() {
+            // One patch may remove several initializers: every record it appended counts.
+            let before = records(c.before.as_deref().unwrap_or(&Value::Null)).len();
+            let after = records(c.after.as_deref().unwrap_or(&Value::Null));
+            for r in after.iter().skip(before) {
                 self.bypasses.push((
                     c.uid.clone(),
                     r.initializer.clone(),
@@ -1284,60 +1287,6 @@ impl<'a> Judge<'a> {
     }
 }
 
-/// One `NAME=REASON@TIME` entry of a pod's `initguard.io/bypassed` annotation.
-///
-/// The judge reads records and pending lists with this file's own code, from the format
-/// README documents, never with the guard's parsers: a bug there must not blind both sides.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Record {
-    initializer: String,
-    reason: String,
-    at: String,
-}
-
-/// The bypass records of a stored pod, in order. An entry that is not `NAME=REASON@TIME`
-/// becomes a record whose reason says so, which the judge reports as a violation.
-fn records(pod: &Value) -> Vec<Record> {
-    let Some(text) = pod
-        .pointer("/metadata/annotations/initguard.io~1bypassed")
-        .and_then(Value::as_str)
-    else {
-        return Vec::new();
-    };
-    text.split(',')
-        .map(|entry| {
-            let entry = entry.trim();
-            let parsed = entry.rsplit_once('@').and_then(|(head, at)| {
-                let (name, reason) = head.split_once('=')?;
-                (!name.is_empty() && !reason.is_empty() && !at.is_empty()).then(|| Record {
-                    initializer: name.to_owned(),
-                    reason: reason.to_owned(),
-                    at: at.to_owned(),
-                })
-            });
-            parsed.unwrap_or_else(|| Record {
-                initializer: String::new(),
-                reason: format!("malformed entry {entry:?}"),
-                at: String::new(),
-            })
-        })
-        .collect()
-}
-
-/// The names a stored pod still waits on, in order: `spec.schedulingGates[].name` or
-/// `metadata.initializers.pending[].name`.
-fn pending(mechanism: Mechanism, pod: &Value) -> Vec<String> {
-    let list = match mechanism {
-        Mechanism::SchedulingGates => pod.pointer("/spec/schedulingGates"),
-        Mechanism::Initializers => pod.pointer("/metadata/initializers/pending"),
-    };
-    list.and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e["name"].as_str().map(str::to_owned))
-        .collect()
-}
-
 /// This process's resident set size in KiB (0 when unknown).
 fn own_rss_kib() -> u64 {
     std::fs::read_to_string("/proc/self/status")
@@ -1353,34 +1302,208 @@ fn own_rss_kib() -> u64 {
         .unwrap_or(0)
 }
 
-/// The judge's own readers: records in order, a malformed entry kept (as a violation to
-/// report, never skipped), pending names of either mechanism.
-#[test]
-fn the_judge_reads_records_and_pending_lists_itself() {
-    let pod = serde_json::json!({
-        "metadata": {
-            "annotations": {
-                "initguard.io/bypassed":
-                    "a.example.com=deadline@2026-01-01T00:00:00Z, b.example.com/x=owner_down@2026-01-01T00:00:05Z,junk"
+/// The judge on hand-made histories: a patch that removes several initializers at once.
+#[cfg(test)]
+mod judge_tests {
+    use super::*;
+
+    const T0: Duration = Duration::from_secs(1_800_000_000);
+    const DEADLINE: Duration = Duration::from_secs(10);
+
+    fn scenario(mechanism: Mechanism) -> Scenario {
+        Scenario {
+            mechanism,
+            replicas: 1,
+            chaos: Duration::ZERO,
+            drop_every: Duration::ZERO,
+            restart_every: Duration::ZERO,
+            kill_every: Duration::ZERO,
+            deadlines: [(SIDECAR, DEADLINE), (QUOTA, DEADLINE), (AUDIT, DEADLINE)]
+                .into_iter()
+                .collect(),
+            check_memory: false,
+        }
+    }
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + T0 + Duration::from_secs(secs)
+    }
+
+    fn stamp(t: SystemTime) -> String {
+        jiff::Timestamp::try_from(t).unwrap().to_string()
+    }
+
+    /// A stored opted-in pod waiting on `pending`, with `records` (`NAME=REASON`) bypassed at 20 s.
+    fn pod(mechanism: Mechanism, pending: &[&str], records: &[&str]) -> Arc<Value> {
+        let list: Vec<Value> = pending
+            .iter()
+            .map(|n| serde_json::json!({ "name": n }))
+            .collect();
+        let mut pod = serde_json::json!({
+            "metadata": {
+                "name": "p", "namespace": NS, "uid": "u1",
+                "creationTimestamp": stamp(at(0)),
+                "labels": { OPT_IN: "true" },
+                "annotations": {},
             },
-            "initializers": { "pending": [{ "name": "c.example.com" }] }
-        },
-        "spec": { "schedulingGates": [{ "name": "g1" }, { "name": "g2" }] }
-    });
-    let r = records(&pod);
-    assert_eq!(r.len(), 3, "{r:?}");
-    assert_eq!(
-        (
-            r[0].initializer.as_str(),
-            r[0].reason.as_str(),
-            r[0].at.as_str()
-        ),
-        ("a.example.com", "deadline", "2026-01-01T00:00:00Z")
-    );
-    assert_eq!(r[1].initializer, "b.example.com/x");
-    assert_eq!(r[1].reason, "owner_down");
-    assert!(r[2].reason.starts_with("malformed"), "{:?}", r[2]);
-    assert!(records(&serde_json::json!({})).is_empty());
-    assert_eq!(pending(Mechanism::SchedulingGates, &pod), ["g1", "g2"]);
-    assert_eq!(pending(Mechanism::Initializers, &pod), ["c.example.com"]);
+            "spec": {},
+        });
+        match mechanism {
+            Mechanism::SchedulingGates => pod["spec"]["schedulingGates"] = list.into(),
+            Mechanism::Initializers => {
+                pod["metadata"]["initializers"] = serde_json::json!({ "pending": list })
+            }
+        }
+        if !records.is_empty() {
+            let text: Vec<String> = records
+                .iter()
+                .map(|r| format!("{r}@{}", stamp(at(20))))
+                .collect();
+            pod["metadata"]["annotations"]["initguard.io/bypassed"] = text.join(",").into();
+        }
+        Arc::new(pod)
+    }
+
+    fn change(
+        rv: u64,
+        user: &str,
+        secs: u64,
+        before: Option<Arc<Value>>,
+        after: Arc<Value>,
+    ) -> ObjectChange {
+        ObjectChange {
+            resource_version: rv,
+            resource: "pods".into(),
+            kind: "Pod".into(),
+            namespace: Some(NS.into()),
+            name: "p".into(),
+            uid: "u1".into(),
+            change_type: if before.is_some() {
+                ChangeType::Modified
+            } else {
+                ChangeType::Added
+            },
+            user: user.into(),
+            time: at(secs),
+            before,
+            after: Some(after),
+        }
+    }
+
+    /// The violations and bypass counts of a creation with `was` pending, then one guard
+    /// patch at 20 s leaving `now` pending with `records` appended.
+    fn judge(
+        mechanism: Mechanism,
+        was: &[&str],
+        now: &[&str],
+        records: &[&str],
+    ) -> (Vec<String>, BTreeMap<String, usize>) {
+        let s = scenario(mechanism);
+        let created = pod(mechanism, was, &[]);
+        let history = [
+            change(1, "tenant", 0, None, created.clone()),
+            change(
+                2,
+                &replica_user("a"),
+                20,
+                Some(created),
+                pod(mechanism, now, records),
+            ),
+        ];
+        let judge = Judge::new(&s, &history, &[]);
+        let mut violations = Vec::new();
+        judge.guard_changes(&mut violations);
+        (violations, judge.bypass_counts())
+    }
+
+    #[test]
+    fn a_patch_removing_two_gates_with_two_records_is_accepted_and_counted_twice() {
+        let (violations, counts) = judge(
+            Mechanism::SchedulingGates,
+            &[SIDECAR, AUDIT, QUOTA],
+            &[AUDIT],
+            &[&format!("{SIDECAR}=deadline"), &format!("{QUOTA}=deadline")],
+        );
+        assert!(violations.is_empty(), "{violations:?}");
+        assert_eq!(counts.get("deadline"), Some(&2), "{counts:?}");
+    }
+
+    #[test]
+    fn two_removals_with_one_record_are_a_violation() {
+        let (violations, _) = judge(
+            Mechanism::SchedulingGates,
+            &[SIDECAR, QUOTA],
+            &[],
+            &[&format!("{SIDECAR}=deadline")],
+        );
+        assert!(
+            violations
+                .iter()
+                .any(|v| v.contains("one record per removal")),
+            "{violations:?}"
+        );
+    }
+
+    #[test]
+    fn records_out_of_pending_order_are_a_violation() {
+        let (violations, _) = judge(
+            Mechanism::SchedulingGates,
+            &[SIDECAR, QUOTA],
+            &[],
+            &[&format!("{QUOTA}=deadline"), &format!("{SIDECAR}=deadline")],
+        );
+        assert!(
+            violations.iter().any(|v| v.contains("but recorded")),
+            "{violations:?}"
+        );
+    }
+
+    #[test]
+    fn a_legacy_patch_removing_more_than_the_due_prefix_is_a_violation() {
+        let (violations, _) = judge(
+            Mechanism::Initializers,
+            &[SIDECAR, QUOTA, AUDIT],
+            &[QUOTA],
+            &[&format!("{SIDECAR}=deadline"), &format!("{AUDIT}=deadline")],
+        );
+        assert!(
+            violations.iter().any(|v| v.contains("not a prefix")),
+            "{violations:?}"
+        );
+        let (violations, counts) = judge(
+            Mechanism::Initializers,
+            &[SIDECAR, QUOTA, AUDIT],
+            &[AUDIT],
+            &[&format!("{SIDECAR}=deadline"), &format!("{QUOTA}=deadline")],
+        );
+        assert!(violations.is_empty(), "{violations:?}");
+        assert_eq!(counts.get("deadline"), Some(&2), "{counts:?}");
+    }
+
+    #[test]
+    fn a_multi_removal_before_the_deadline_is_a_violation() {
+        let s = scenario(Mechanism::SchedulingGates);
+        let created = pod(Mechanism::SchedulingGates, &[SIDECAR, QUOTA], &[]);
+        let history = [
+            change(1, "tenant", 0, None, created.clone()),
+            change(
+                2,
+                &replica_user("a"),
+                5,
+                Some(created),
+                pod(
+                    Mechanism::SchedulingGates,
+                    &[],
+                    &[&format!("{SIDECAR}=deadline"), &format!("{QUOTA}=deadline")],
+                ),
+            ),
+        ];
+        let mut violations = Vec::new();
+        Judge::new(&s, &history, &[]).guard_changes(&mut violations);
+        let early = violations
+            .iter()
+            .filter(|v| v.contains("deadline bypass of"))
+            .count();
+        assert_eq!(early, 2, "each removal judged on its own: {violations:?}");
+    }
 }

@@ -8,6 +8,7 @@ pub mod harness_args;
 pub mod http;
 pub mod metrics;
 pub mod pki;
+pub mod pod;
 pub mod promql;
 pub mod rbac;
 pub mod runner;
