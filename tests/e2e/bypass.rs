@@ -30,7 +30,7 @@ async fn healthy_owner_is_never_bypassed(mechanism: Mechanism) {
     let config = config(
         mechanism,
         &format!(
-            "defaults: {{ ownerDownGrace: 500ms }}\ninitializers:\n{}",
+            "defaults: {{ ownerDownGrace: 500ms }}\ninitializers:\n{}  - {{ name: {AUDIT}, deadline: 1s }}\n",
             owned(SIDECAR, "1s")
         ),
     );
@@ -44,18 +44,38 @@ async fn healthy_owner_is_never_bypassed(mechanism: Mechanism) {
         names.iter().all(|n| c.pending("default", n).is_empty())
     })
     .await;
-    // Past every deadline: a late bypass would have been written by now.
-    tokio::time::sleep(millis(1500)).await;
+    // The witness, created after every fast pod with the same deadline and no owner, is
+    // bypassed: the guard's clock passed every fast pod's deadline, and it wrote nothing else.
+    c.pod("default", "witness", true, &[AUDIT]).await;
+    until("the witness bypassed at its deadline", || {
+        !c.bypasses_of("default/witness").is_empty()
+    })
+    .await;
 
-    assert_eq!(c.guard_writes(), vec![], "the guard wrote to the API");
+    assert_eq!(
+        c.guard_writes_besides("witness"),
+        vec![],
+        "the guard wrote to the API"
+    );
     let removals = c.removals();
+    let removals: Vec<_> = removals
+        .into_iter()
+        .filter(|r| r.initializer == SIDECAR)
+        .collect();
     assert_eq!(removals.len(), names.len(), "{removals:?}");
     for r in &removals {
         assert_eq!(r.user, owner_user(SIDECAR), "{r:?}");
         assert_eq!(r.reason, None, "{r:?}");
     }
     let metrics = guard.shared.metrics.render().unwrap();
-    assert_eq!(metric_sum(&metrics, "initguard_bypasses_total", &[]), 0.0);
+    assert_eq!(
+        metric_sum(
+            &metrics,
+            "initguard_bypasses_total",
+            &[("initializer", SIDECAR)]
+        ),
+        0.0
+    );
     c.finish(guard).await;
 }
 
@@ -69,7 +89,7 @@ async fn slow_owner_is_bypassed_at_the_deadline(mechanism: Mechanism) {
     let config = config(
         mechanism,
         &format!(
-            "defaults: {{ ownerDownGrace: 500ms }}\ninitializers:\n{}",
+            "defaults: {{ ownerDownGrace: 500ms }}\ninitializers:\n{}  - {{ name: {AUDIT}, deadline: 1s }}\n",
             owned(SIDECAR, "1s")
         ),
     );
@@ -110,8 +130,13 @@ async fn slow_owner_is_bypassed_at_the_deadline(mechanism: Mechanism) {
             ),
         }
     }
-    // Nothing else happens to these pods: the unlisted initializer is never the guard's.
-    tokio::time::sleep(millis(1000)).await;
+    // Nothing else happens to these pods: the unlisted initializer is never the guard's. The
+    // witness, created after every bypass above and due a deadline later, is bypassed first.
+    c.pod("default", "witness", true, &[AUDIT]).await;
+    until("the witness bypassed at its deadline", || {
+        !c.bypasses_of("default/witness").is_empty()
+    })
+    .await;
     for name in &names {
         assert_eq!(c.pending("default", name), vec![UNLISTED.to_owned()]);
         let patches = c.guard_pod_patches(name);
@@ -220,7 +245,7 @@ async fn only_opted_in_pods_are_touched(mechanism: Mechanism) {
         mechanism,
         &format!(
             "optIn: {{ label: {OPT_IN}, namespaces: [batch] }}\n\
-             defaults: {{ ownerDownGrace: 500ms }}\ninitializers:\n{}",
+             defaults: {{ ownerDownGrace: 500ms }}\ninitializers:\n{}  - {{ name: {AUDIT}, deadline: 1s }}\n",
             owned(SIDECAR, "1s")
         ),
     );
@@ -242,8 +267,13 @@ async fn only_opted_in_pods_are_touched(mechanism: Mechanism) {
             "{bypass:?}"
         );
     }
-    // Owner down and deadline both long past for the plain pods too.
-    tokio::time::sleep(millis(1500)).await;
+    // Owner down and deadline both past for the plain pods too: the witness, created after
+    // them with the same deadline and no owner, is bypassed at its deadline.
+    c.pod("default", "witness", true, &[AUDIT]).await;
+    until("the witness bypassed at its deadline", || {
+        !c.bypasses_of("default/witness").is_empty()
+    })
+    .await;
     for i in 0..3 {
         let name = format!("plain-{i}");
         assert_eq!(c.pending("default", &name), vec![SIDECAR.to_owned()]);
@@ -261,7 +291,7 @@ async fn only_opted_in_pods_are_touched(mechanism: Mechanism) {
         .filter_map(|r| r.name)
         .collect();
     written.sort();
-    assert_eq!(written, vec!["in-namespace", "labeled"]);
+    assert_eq!(written, vec!["in-namespace", "labeled", "witness"]);
     // Still counted as waiting, as not opted in (the gauges are refreshed on scrape).
     let (_, text) = http_get(guard.addr, "/metrics").await;
     let waiting = [("initializer", SIDECAR), ("opted_in", "false")];

@@ -422,6 +422,26 @@ impl Cluster {
             .collect()
     }
 
+    /// Guard writes other than those about the pod `witness` (its PATCHes and the Events
+    /// naming it).
+    pub(crate) fn guard_writes_besides(&self, witness: &str) -> Vec<RequestRecord> {
+        let about = |r: &RequestRecord| match r.resource.as_str() {
+            "pods" => r.name.as_deref() == Some(witness),
+            "events" => r
+                .body
+                .as_deref()
+                .and_then(|b| serde_json::from_str::<Value>(b).ok())
+                .is_some_and(|e| {
+                    e["involvedObject"]["name"] == witness || e["regarding"]["name"] == witness
+                }),
+            _ => false,
+        };
+        self.guard_writes()
+            .into_iter()
+            .filter(|r| !about(r))
+            .collect()
+    }
+
     /// PATCH requests by the guard's user on the pod `name`, whatever their answer.
     pub(crate) fn guard_pod_patches(&self, name: &str) -> Vec<RequestRecord> {
         self.sim

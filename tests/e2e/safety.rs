@@ -1,7 +1,5 @@
 //! The guard when it must not or cannot write: dry-run, and RBAC without `patch`.
 
-use std::time::Duration;
-
 use initguard::config::Mechanism;
 use kube_sim::{PolicyRule, Rbac};
 
@@ -17,7 +15,7 @@ async fn dry_run_counts_once_and_writes_nothing(mechanism: Mechanism) {
     let config = config(
         mechanism,
         &format!(
-            "dryRun: true\ndefaults: {{ ownerDownGrace: 500ms }}\ninitializers:\n{}",
+            "dryRun: true\ndefaults: {{ ownerDownGrace: 500ms }}\ninitializers:\n{}  - {{ name: {AUDIT}, deadline: 1s }}\n",
             owned(SIDECAR, "1s")
         ),
     );
@@ -39,8 +37,16 @@ async fn dry_run_counts_once_and_writes_nothing(mechanism: Mechanism) {
         (counted(&text) == 3.0).then_some(())
     })
     .await;
-    // Owner down and deadline keep holding as time passes: still counted once.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Owner down and deadline keep holding as time passes: still counted once. The witness,
+    // created after the three were counted, with no owner, is counted a deadline later: the
+    // three stayed due all that time.
+    c.pod("default", "witness", true, &[AUDIT]).await;
+    eventually_async("the witness's dry-run bypass counted", || async {
+        let (_, text) = http_get(guard.addr, "/metrics").await;
+        let witness = metric_sum(&text, "initguard_bypasses_total", &[("initializer", AUDIT)]);
+        (witness == 1.0).then_some(())
+    })
+    .await;
     let (_, text) = http_get(guard.addr, "/metrics").await;
     assert_eq!(counted(&text), 3.0, "{text}");
     assert_eq!(metric_sum(&text, "initguard_dry_run", &[]), 1.0);

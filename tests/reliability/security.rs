@@ -393,9 +393,21 @@ async fn secrets_never_reach_logs_or_endpoints() {
             assert_no_secret(&format!("{} {path}", process.label), &body, &secrets);
         }
     }
-    // The failing ones have had time to fail and retry.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let broken_exit = runs[5].0.wait_exit(Duration::from_secs(5)).await;
+    // The failing ones have failed (and logged it) before their logs are read: the
+    // unauthorized one was answered 401, the unreachable one logged, the broken one exited.
+    let unauthorized_said = |log: &str| log.contains("401") || log.contains("Unauthorized");
+    initguard_test_support::wait::until("the unauthorized run to log its 401", || {
+        unauthorized_said(&runs[3].0.log_text())
+    })
+    .await;
+    initguard_test_support::wait::until("the unreachable run to log", || {
+        !runs[4].0.log_text().trim().is_empty()
+    })
+    .await;
+    let broken_exit = runs[5]
+        .0
+        .wait_exit(initguard_test_support::wait::PATIENCE)
+        .await;
     assert_eq!(
         broken_exit.and_then(|s| s.code()),
         Some(1),
@@ -408,11 +420,6 @@ async fn secrets_never_reach_logs_or_endpoints() {
         assert!(!log.trim().is_empty(), "{} logged nothing", process.label);
         assert_no_secret(&process.label, &log, &secrets);
     }
-    assert!(
-        runs[3].0.log_text().contains("401") || runs[3].0.log_text().contains("Unauthorized"),
-        "{}",
-        runs[3].0.log_text()
-    );
 
     for (label, kubeconfig, output, log) in [
         ("status-table", &good, "table", "debug"),
