@@ -67,6 +67,81 @@ pub(crate) fn guard_patches(tb: &Testbed, user: &str, ns: &str) -> BTreeMap<Stri
     out
 }
 
+/// A JSON Patch, as the audit log recorded it, that removes only the gate `gate` at `index`
+/// and tests, before any change, the pod's `uid`, its opt-in label ([`OPT_IN`] = `true`) and
+/// the gate's name at that index; and records the bypass in `initguard.io/bypassed`.
+pub(crate) fn assert_guarded_removal(
+    patch: &serde_json::Value,
+    uid: &str,
+    index: usize,
+    gate: &str,
+) {
+    let ops = patch
+        .as_array()
+        .unwrap_or_else(|| panic!("not a JSON Patch: {patch}"));
+    let op = |o: &serde_json::Value| {
+        (
+            o["op"].as_str().unwrap_or_default().to_owned(),
+            o["path"].as_str().unwrap_or_default().to_owned(),
+        )
+    };
+    let first_change = ops
+        .iter()
+        .position(|o| o["op"] != "test")
+        .unwrap_or_else(|| panic!("the patch changes nothing: {patch}"));
+    let tests = &ops[..first_change];
+    let tested = |path: &str, value: &serde_json::Value| {
+        tests
+            .iter()
+            .any(|o| o["path"] == path && o["value"] == *value)
+    };
+    let label = format!(
+        "/metadata/labels/{}",
+        OPT_IN.replace('~', "~0").replace('/', "~1")
+    );
+    let entry = format!("/spec/schedulingGates/{index}");
+    for (path, value) in [
+        ("/metadata/uid".to_owned(), serde_json::json!(uid)),
+        (label, serde_json::json!("true")),
+        (format!("{entry}/name"), serde_json::json!(gate)),
+    ] {
+        assert!(
+            tested(&path, &value),
+            "no test of {path} = {value} before the change: {patch}"
+        );
+    }
+    let removes: Vec<String> = ops
+        .iter()
+        .map(op)
+        .filter(|(o, _)| o == "remove")
+        .map(|(_, p)| p)
+        .collect();
+    assert_eq!(removes, [entry], "removals of {patch}");
+    let gate_paths: Vec<String> = ops
+        .iter()
+        .map(op)
+        .map(|(_, p)| p)
+        .filter(|p| {
+            p.starts_with("/spec/schedulingGates/")
+                && !p.starts_with(&format!("/spec/schedulingGates/{index}"))
+        })
+        .collect();
+    assert!(
+        gate_paths.is_empty(),
+        "other gates touched: {gate_paths:?} in {patch}"
+    );
+    let recorded = ops[first_change..].iter().any(|o| {
+        matches!(o["op"].as_str(), Some("add" | "replace"))
+            && o["path"]
+                .as_str()
+                .is_some_and(|p| p.starts_with("/metadata/annotations"))
+            && o["value"]
+                .to_string()
+                .contains(&format!("{gate}=deadline@"))
+    });
+    assert!(recorded, "no bypass record written: {patch}");
+}
+
 /// The `initguard.io/bypassed` annotation of a pod.
 pub(crate) fn bypass_annotation(tb: &Testbed, ns: &str, name: &str) -> String {
     tb.get("pod", ns, name)
@@ -144,12 +219,15 @@ pub(crate) async fn deadline_bypass_removes_only_the_failed_gate(tb: Arc<Testbed
             "{name} patched at {received}, created {created}"
         );
     }
-    // The patch removes exactly the sidecar gate, guarded by `test`.
-    let body = patches["labeled"][0].request.to_string();
-    assert!(
-        body.contains("\"test\"") && body.contains(SIDECAR) && !body.contains(UNLISTED),
-        "{body}"
-    );
+    // The patch as the server received it (the audit log's requestObject): it removes exactly
+    // the sidecar gate, and tests the pod's uid, its opt-in label and the gate's name first.
+    for name in ["labeled", "later"] {
+        let uid = tb
+            .get("pod", ns, name)
+            .and_then(|p| p["metadata"]["uid"].as_str().map(str::to_owned))
+            .unwrap_or_else(|| panic!("{name} has no uid"));
+        assert_guarded_removal(&patches[name][0].request, &uid, 0, SIDECAR);
+    }
 
     let events: Vec<_> = tb
         .list("events", ns, None)
