@@ -288,6 +288,37 @@ mod rules {
     }
 
     #[test]
+    fn a_webhooks_flapping_window_and_undos_default_and_are_checked() {
+        let webhook = |flapping: &str| {
+            format!("webhooks:\n  - name: validating/policy/check.policy.example.com\n{flapping}")
+        };
+        let c = accepted(&webhook(""));
+        assert_eq!(c.webhooks[0].flapping.undos, 3);
+        assert_eq!(c.webhooks[0].flapping.window, Duration::from_secs(600));
+        let c = accepted(&webhook("    flapping: { undos: 2, window: 3s }\n"));
+        assert_eq!(c.webhooks[0].flapping.undos, 2);
+        assert_eq!(c.webhooks[0].flapping.window, Duration::from_secs(3));
+        let c = accepted(&webhook("    flapping: { window: 1m }\n"));
+        assert_eq!(c.webhooks[0].flapping.undos, 3);
+        assert_eq!(c.webhooks[0].flapping.window, Duration::from_secs(60));
+        assert_rejected(
+            &webhook("    flapping: { undos: 0 }\n"),
+            "3:24",
+            "webhooks[0].flapping.undos: expected a whole number from 1 to 100, got 0",
+        );
+        assert_rejected(
+            &webhook("    flapping: { window: 500ms }\n"),
+            "3:25",
+            "webhooks[0].flapping.window: expected a window of at least 1s, got 500ms",
+        );
+        assert_rejected(
+            &webhook("    flapping: { undo: 2 }\n"),
+            "3:17",
+            "webhooks[0].flapping: unknown field `undo`, expected `undos` or `window`",
+        );
+    }
+
+    #[test]
     fn initializer_overrides_fall_back_to_defaults() {
         let c = accepted(
             "defaults: { deadline: 7s, ownerDownGrace: 3s, probeInterval: 1s }\n\

@@ -28,8 +28,8 @@ use crate::policy::Reason;
 use crate::supervise::{self, Failures};
 use crate::webhook::patch::{bypass_patch, forget_patch, go_json, restore_patch};
 use crate::webhook::{
-    Action, Added, Bypass, Configuration, FLAP_WINDOW, FailurePolicy, Record, Situation, Via,
-    decide, let_through,
+    Action, Added, Bypass, Configuration, FailurePolicy, Record, Situation, Via, decide,
+    let_through,
 };
 
 /// After a write that failed for another reason than a changed object, decide again this
@@ -312,7 +312,9 @@ impl WebhookGuard {
             memory.undone.push(Instant::now());
             warn!(webhook = %name, "another writer undid the bypass");
         }
-        memory.undone.retain(|at| at.elapsed() < FLAP_WINDOW);
+        memory
+            .undone
+            .retain(|at| at.elapsed() < listed.flapping.window);
         let passes = let_through(listed, &self.config.opt_in);
         let action = decide(&Situation {
             config: listed,
@@ -345,7 +347,7 @@ impl WebhookGuard {
                     self.event(listed, resource, "WebhookBypassFlapping", "Flapping", cancel, format!(
                         "initguard stopped re-applying its bypass of webhook {}: another writer \
                          undid it {} times within {}", listed.id.webhook, memory.undone.len(),
-                        humantime::format_duration(FLAP_WINDOW))).await;
+                        humantime::format_duration(listed.flapping.window))).await;
                 }
                 Step::default()
             }

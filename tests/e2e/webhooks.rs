@@ -187,3 +187,70 @@ async fn a_restore_on_demand_holds_until_the_owner_was_up() {
     until("the next outage bypassed", || bypassed(&stored(&c))).await;
     c.finish(guard).await;
 }
+
+/// Undos by another writer count only within the webhook's `flapping.window`: with `flapping:
+/// { undos: 2, window: 5s }`, an undo is re-applied; an undo a window after the last one is
+/// re-applied too (the first no longer counts); a second undo within the window makes the
+/// bypass flapping: a Warning Event, and the entry left as the other writer put it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn undos_count_within_the_configured_flapping_window() {
+    const WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let created = webhook_world(&c, CONFIGURATION, ENTRY, Vec::new()).await;
+    set_available(&c, 0).await;
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!(
+            "{}    flapping: {{ undos: 2, window: {}s }}\n",
+            policy_webhook(CONFIGURATION, ENTRY, "0s", Some("0s")),
+            WINDOW.as_secs()
+        ),
+    );
+    let guard = c.guard(&config).await;
+    // A webhook manager puts its own version of the entries back.
+    let undo = || async {
+        c.admin_request(
+            http::Method::PATCH,
+            &format!("/apis/admissionregistration.k8s.io/v1/{RESOURCE}/{CONFIGURATION}"),
+            Some(&json!({ "webhooks": created["webhooks"] })),
+        )
+        .await;
+        assert!(!bypassed_entry(&stored(&c)), "the undo did not apply");
+    };
+    until("the bypass", || bypassed_entry(&stored(&c))).await;
+    undo().await;
+    until("the bypass re-applied after one undo", || {
+        bypassed_entry(&stored(&c))
+    })
+    .await;
+    // The guard counted that undo before it re-applied: a window from now it no longer counts.
+    tokio::time::sleep(WINDOW).await;
+    undo().await;
+    until(
+        "the bypass re-applied, the earlier undo out of the window",
+        || bypassed_entry(&stored(&c)),
+    )
+    .await;
+    undo().await;
+    until("the flapping Event", || {
+        c.sim
+            .list_objects("events")
+            .iter()
+            .any(|e| e["reason"] == "WebhookBypassFlapping")
+    })
+    .await;
+    assert!(!bypassed_entry(&stored(&c)), "re-applied while flapping");
+    let by_guard = commits(&c)
+        .iter()
+        .filter(|ch| ch.user == GUARD_USER)
+        .count();
+    assert_eq!(by_guard, 3, "three bypasses, no fourth");
+    c.finish(guard).await;
+}
+
+/// The entry carries the guard's bypass condition.
+fn bypassed_entry(object: &Value) -> bool {
+    object["webhooks"][0]["matchConditions"]
+        .as_array()
+        .is_some_and(|l| l.iter().any(|m| m["name"] == "initguard-bypass"))
+}

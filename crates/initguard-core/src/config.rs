@@ -26,17 +26,18 @@ pub use kube_common::Mechanism;
 pub use kube_common::names;
 pub use kube_common::selector::{LabelSelector, Requirement, SelectorError, SelectorOp};
 pub use resolve::{
-    DEFAULT_DEADLINE, DEFAULT_LEASE_DURATION, DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE,
-    DEFAULT_LISTEN, DEFAULT_MAX_IN_FLIGHT, DEFAULT_OPT_IN_LABEL, DEFAULT_OWNER_DOWN_GRACE,
-    DEFAULT_PILEUP_MIN_WAIT, DEFAULT_PILEUP_THRESHOLD, DEFAULT_PROBE_INTERVAL,
-    DEFAULT_RESTORE_GRACE, Elsewhere, MAX_DURATION, MAX_IN_FLIGHT_LIMIT, ReadFile,
-    parse_object_ref, parse_webhook_id, validate_http_url, webhook_namespace_requirement,
+    DEFAULT_DEADLINE, DEFAULT_FLAP_UNDOS, DEFAULT_FLAP_WINDOW, DEFAULT_LEASE_DURATION,
+    DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE, DEFAULT_LISTEN, DEFAULT_MAX_IN_FLIGHT,
+    DEFAULT_OPT_IN_LABEL, DEFAULT_OWNER_DOWN_GRACE, DEFAULT_PILEUP_MIN_WAIT,
+    DEFAULT_PILEUP_THRESHOLD, DEFAULT_PROBE_INTERVAL, DEFAULT_RESTORE_GRACE, Elsewhere,
+    MAX_DURATION, MAX_IN_FLIGHT_LIMIT, ReadFile, parse_object_ref, parse_webhook_id,
+    validate_http_url, webhook_namespace_requirement,
 };
 pub use types::{
     AfterRestore, BypassVia, CANARY_LABEL, Canary, CanaryResource, Config, Defaults, EventsMode,
-    InitializerConfig, LeaderElection, ObjectRef, Operation, OptIn, OptInMode, OwnerSpec, Pileup,
-    PileupAction, Requester, ServingCert, Trigger, UnlistedPolicy, WebhookConfig, WebhookId,
-    WebhookKind,
+    Flapping, InitializerConfig, LeaderElection, ObjectRef, Operation, OptIn, OptInMode, OwnerSpec,
+    Pileup, PileupAction, Requester, ServingCert, Trigger, UnlistedPolicy, WebhookConfig,
+    WebhookId, WebhookKind,
 };
 
 /// Largest configuration file accepted, checked before any parsing.

@@ -13,7 +13,7 @@ pub mod after;
 pub mod patch;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -37,12 +37,6 @@ pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 /// Most `matchConditions` an entry may have: the API server refuses more (`validation.go`), so
 /// an entry that has them all is bypassed through selectors.
 pub const MAX_MATCH_CONDITIONS: usize = 64;
-
-/// Undone bypasses within [`FLAP_WINDOW`] that make a webhook flapping.
-pub const FLAP_LIMIT: usize = 3;
-
-/// Window over which undone bypasses are counted.
-pub const FLAP_WINDOW: Duration = Duration::from_secs(600);
 
 /// A webhook configuration as read from the API server: the fields the guard needs, the
 /// entries kept as raw JSON so that nothing it does not know is lost.
@@ -581,7 +575,7 @@ pub struct Situation<'a> {
     pub paused: bool,
     /// The owner's state as last observed.
     pub owner: OwnerState,
-    /// Bypasses undone by another writer within [`FLAP_WINDOW`] before `now`.
+    /// Bypasses undone by another writer within the webhook's `flapping.window` before `now`.
     pub undone_recently: usize,
     /// Whether a bypass would let anything through ([`let_through`]); never bypassed if not.
     pub lets_through: bool,
@@ -601,8 +595,8 @@ pub enum Action {
     /// The record's values are no longer in the entry while the owner is up: someone else
     /// changed it. Leave the entry alone, drop the record, alert.
     Conflict,
-    /// A bypass was undone by someone else [`FLAP_LIMIT`] times within [`FLAP_WINDOW`]: stop
-    /// re-applying it, alert.
+    /// A bypass was undone by someone else `flapping.undos` times within `flapping.window`:
+    /// stop re-applying it, alert.
     Flapping,
     /// The owner is up after a restore on demand: drop the tombstone, so the next outage is
     /// handled again.
@@ -614,7 +608,7 @@ pub enum Action {
 /// * Bypass only an entry that exists, fails closed (`failurePolicy: Fail`) and whose owner has
 ///   been down for at least `ownerDownGrace`; an unknown owner never counts as down.
 /// * A bypass undone by another writer while the owner is still down is re-applied, unless it
-///   was undone [`FLAP_LIMIT`] times within [`FLAP_WINDOW`].
+///   was undone `flapping.undos` times within `flapping.window` (the webhook's config).
 /// * Restore once the owner has been up for at least `restoreGrace`, and only while every
 ///   added value is still in the entry; otherwise it is a conflict.
 /// * After a restore on demand (a tombstone), no bypass until the owner has been seen up (the
@@ -652,7 +646,7 @@ pub fn decide(s: &Situation<'_>) -> Action {
             if at.is_none_or(|at| s.now < at) {
                 return Action::Wait(at);
             }
-            if record.is_some() && s.undone_recently >= FLAP_LIMIT {
+            if record.is_some() && s.undone_recently >= s.config.flapping.undos {
                 return Action::Flapping;
             }
             Action::Bypass

@@ -67,6 +67,19 @@ pub(super) struct RawWebhook {
     pub max_wait: Option<HumanDuration>,
     pub evict_singletons: Option<bool>,
     pub max_evictions_per_hour: Option<Count>,
+    pub flapping: Option<RawFlapping>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    expecting = "a mapping with keys undos and window"
+)]
+#[schemars(rename = "Flapping")]
+pub(super) struct RawFlapping {
+    pub undos: Option<Count>,
+    pub window: Option<HumanDuration>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

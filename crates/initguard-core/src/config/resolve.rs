@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use super::error::{InvalidValue, LocatedError};
 use super::raw::{
-    Count, HumanDuration, RawConfig, RawDefaults, RawEvents, RawHttp, RawInitializer,
+    Count, HumanDuration, RawConfig, RawDefaults, RawEvents, RawFlapping, RawHttp, RawInitializer,
     RawLeaderElection, RawOptIn, RawOwner, RawPileup, RawSwitch, RawTls, RawWebhook,
 };
 use super::types::{
-    AfterRestore, BypassVia, Canary, CanaryResource, Config, Defaults, EventsMode,
+    AfterRestore, BypassVia, Canary, CanaryResource, Config, Defaults, EventsMode, Flapping,
     InitializerConfig, LeaderElection, ObjectRef, OptIn, OptInMode, OwnerSpec, Pileup,
     PileupAction, Requester, ServingCert, Trigger, UnlistedPolicy, WebhookConfig, WebhookId,
     WebhookKind,
@@ -238,6 +238,11 @@ const DEFAULT_MAX_WAIT: Duration = Duration::from_secs(300);
 
 /// `afterRestore: evict`: default `maxEvictionsPerHour` per controller.
 const DEFAULT_MAX_EVICTIONS_PER_HOUR: u64 = 10;
+
+/// `flapping`: default undos by others within the window that make a bypass flapping.
+pub const DEFAULT_FLAP_UNDOS: usize = 3;
+/// `flapping`: default window over which undos count.
+pub const DEFAULT_FLAP_WINDOW: Duration = Duration::from_secs(600);
 
 /// Default and floor of a canary's interval: each probe is a request to the API server.
 const CANARY_INTERVAL: Duration = Duration::from_secs(10);
@@ -798,6 +803,7 @@ fn webhook(
         DEFAULT_MAX_EVICTIONS_PER_HOUR,
         1..=1000,
     );
+    let flapping = flapping(problems, &path, raw.flapping);
     let resolved = WebhookConfig {
         id: id?,
         owner,
@@ -826,8 +832,44 @@ fn webhook(
         max_wait,
         evict_singletons: raw.evict_singletons.unwrap_or(false),
         max_evictions_per_hour: u32::try_from(max_evictions_per_hour).unwrap_or(u32::MAX),
+        flapping,
     };
     (problems.list.len() == before).then_some(resolved)
+}
+
+/// `webhooks[i].flapping`: at least one undo, within a window of at least a second (undos are
+/// observed through a watch; a shorter window could never hold two).
+fn flapping(problems: &mut Findings<'_>, path: &str, raw: Option<RawFlapping>) -> Flapping {
+    let (undos, window) = raw.map_or((None, None), |f| (f.undos, f.window));
+    let undos = count(
+        problems,
+        &format!("{path}.flapping.undos"),
+        undos,
+        DEFAULT_FLAP_UNDOS as u64,
+        1..=100,
+    );
+    let window_path = format!("{path}.flapping.window");
+    let window = duration(
+        problems,
+        &window_path,
+        window,
+        DEFAULT_FLAP_WINDOW,
+        Minimum::Positive,
+    );
+    if window < Duration::from_secs(1) {
+        problems.value(
+            &window_path,
+            format!(
+                "expected a window of at least 1s, got {}",
+                humantime::format_duration(window)
+            ),
+        );
+    }
+    Flapping {
+        // Bounded by the range above.
+        undos: usize::try_from(undos).unwrap_or(DEFAULT_FLAP_UNDOS),
+        window,
+    }
 }
 
 /// The one requirement of `selector`, if listed webhooks can be bypassed for it: a bypass adds

@@ -94,6 +94,21 @@ pub struct WebhookConfig {
     pub evict_singletons: bool,
     /// `afterRestore: evict`: evictions per controller within any hour.
     pub max_evictions_per_hour: u32,
+    /// When a bypass that others keep undoing counts as flapping.
+    pub flapping: Flapping,
+}
+
+/// `flapping`: a bypass undone by another writer `undos` times within `window` is flapping:
+/// the guard stops re-applying it and alerts (a webhook manager reconciling its configuration
+/// would otherwise fight it forever).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Flapping {
+    /// Undos by others within `window` that make the bypass flapping.
+    pub undos: usize,
+    /// How far back undos count.
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
 }
 
 /// `afterRestore` of a mutating webhook.

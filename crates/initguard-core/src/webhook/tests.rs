@@ -40,6 +40,10 @@ fn listed(name: &str) -> WebhookConfig {
         max_wait: Duration::from_secs(300),
         evict_singletons: false,
         max_evictions_per_hour: 10,
+        flapping: crate::config::Flapping {
+            undos: crate::config::DEFAULT_FLAP_UNDOS,
+            window: crate::config::DEFAULT_FLAP_WINDOW,
+        },
     }
 }
 
@@ -314,7 +318,7 @@ proptest! {
                 prop_assert_eq!(configuration.failure_policy(index), FailurePolicy::Fail);
                 prop_assert!(!record.is_some_and(|r| r.added.present_in(&configuration.entries[index])),
                     "bypassed twice");
-                prop_assert!(record.is_none() || undone < FLAP_LIMIT);
+                prop_assert!(record.is_none() || undone < crate::config::DEFAULT_FLAP_UNDOS);
                 prop_assert!(!tombstone, "bypassed before the owner was seen up after a restore on demand");
                 prop_assert!(!paused, "bypassed a paused configuration");
             }
@@ -325,7 +329,7 @@ proptest! {
             Action::Flapping => {
                 prop_assert!(!paused && !tombstone);
                 prop_assert!(matches!(owner, OwnerState::Down { .. }), "flapping with an owner not down");
-                prop_assert!(record.is_some() && undone >= FLAP_LIMIT);
+                prop_assert!(record.is_some() && undone >= crate::config::DEFAULT_FLAP_UNDOS);
             }
             Action::Restore => {
                 let OwnerState::Up { since } = owner else {
@@ -415,8 +419,8 @@ fn the_third_undone_bypass_in_the_window_is_flapping() {
             now: t(60),
         })
     };
-    assert_eq!(with(FLAP_LIMIT - 1), Action::Bypass);
-    assert_eq!(with(FLAP_LIMIT), Action::Flapping);
+    assert_eq!(with(crate::config::DEFAULT_FLAP_UNDOS - 1), Action::Bypass);
+    assert_eq!(with(crate::config::DEFAULT_FLAP_UNDOS), Action::Flapping);
 }
 
 #[test]
