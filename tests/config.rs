@@ -298,6 +298,11 @@ mod rules {
         let c = accepted(&webhook("    flapping: { undos: 2, window: 3s }\n"));
         assert_eq!(c.webhooks[0].flapping.undos, 2);
         assert_eq!(c.webhooks[0].flapping.window, Duration::from_secs(3));
+        let summary = c.summary();
+        assert!(
+            summary.contains(", flapping after 2 undos in 3s, "),
+            "{summary}"
+        );
         let c = accepted(&webhook("    flapping: { window: 1m }\n"));
         assert_eq!(c.webhooks[0].flapping.undos, 3);
         assert_eq!(c.webhooks[0].flapping.window, Duration::from_secs(60));

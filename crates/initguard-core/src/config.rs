@@ -461,9 +461,21 @@ impl Config {
                 } else {
                     format!(", lets through {}", lets.join(","))
                 };
+                let flapping = if w.flapping.undos == DEFAULT_FLAP_UNDOS
+                    && w.flapping.window == DEFAULT_FLAP_WINDOW
+                {
+                    String::new()
+                } else {
+                    format!(
+                        ", flapping after {} undos in {}",
+                        w.flapping.undos,
+                        d(w.flapping.window)
+                    )
+                };
                 writeln!(
                     out,
-                    "  {}: grace {}, restore after {}, via {via}{exempt}{lets}{opt_in}, {owner}",
+                    "  {}: grace {}, restore after {}, via {via}{exempt}{lets}{opt_in}{flapping}, \
+                     {owner}",
                     w.id,
                     d(w.owner_down_grace),
                     d(w.restore_grace)
