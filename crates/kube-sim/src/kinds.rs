@@ -22,6 +22,8 @@ pub(crate) struct WriteCtx<'a> {
     pub legacy_initializers: &'a [String],
     /// RFC 3339 "now".
     pub now: &'a str,
+    /// [`crate::SimOptions::drop_match_conditions`].
+    pub drop_match_conditions: bool,
 }
 
 /// Whether an object still has legacy initializers (pending or a failure result): such
@@ -87,7 +89,7 @@ pub(crate) fn prepare_create(
             Ok(())
         }
         Storage::ValidatingWebhookConfigurations | Storage::MutatingWebhookConfigurations => {
-            webhook_configuration(res, obj)
+            webhook_configuration(res, None, obj, ctx)
         }
         Storage::Events
         | Storage::Leases
@@ -150,7 +152,7 @@ pub(crate) fn prepare_update(
             Ok(())
         }
         Storage::ValidatingWebhookConfigurations | Storage::MutatingWebhookConfigurations => {
-            webhook_configuration(res, new)
+            webhook_configuration(res, Some(old), new, ctx)
         }
         Storage::Events
         | Storage::Leases
@@ -179,8 +181,29 @@ const MAX_MATCH_CONDITIONS: usize = 64;
 /// the structural checks of `matchConditions` the guard's bypass must pass: at most 64, names
 /// present and unique, expressions present. (The real server also compiles each expression;
 /// the simulator does not: tests/real_cluster/cel.rs uses the real one as the oracle.)
-fn webhook_configuration(res: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> {
+///
+/// With the `AdmissionWebhookMatchConditions` feature off (1.27's default,
+/// [`crate::SimOptions::drop_match_conditions`]), `matchConditions` are dropped silently unless
+/// the stored object already uses them, as the real server's `dropDisabledFields` does.
+fn webhook_configuration(
+    res: &ResourceInfo,
+    old: Option<&Value>,
+    obj: &mut Value,
+    ctx: &WriteCtx<'_>,
+) -> Result<(), ApiError> {
     let mutating = res.storage == Storage::MutatingWebhookConfigurations;
+    let in_use = |o: &Value| {
+        o["webhooks"]
+            .as_array()
+            .is_some_and(|l| l.iter().any(|e| !e["matchConditions"].is_null()))
+    };
+    if ctx.drop_match_conditions && !old.is_some_and(in_use) {
+        for entry in obj["webhooks"].as_array_mut().into_iter().flatten() {
+            if let Some(entry) = entry.as_object_mut() {
+                entry.remove("matchConditions");
+            }
+        }
+    }
     let mut errs = Vec::new();
     let entries = obj["webhooks"]
         .as_array_mut()
@@ -574,6 +597,7 @@ mod tests {
             mechanism,
             legacy_initializers: legacy,
             now: "2024-01-01T00:00:00Z",
+            drop_match_conditions: false,
         }
     }
 
@@ -594,6 +618,39 @@ mod tests {
         let mut u = pod(&[]);
         prepare_create(pods, &mut u, &ctx(Mechanism::SchedulingGates, &[])).unwrap();
         assert!(wants_scheduling(&u));
+    }
+
+    /// The feature gate off: a new configuration's matchConditions are dropped, and so are
+    /// those an update adds; a stored object that already has them keeps them.
+    #[test]
+    fn match_conditions_are_dropped_with_the_feature_off() {
+        let res = by_plural("validatingwebhookconfigurations").unwrap();
+        let mut off = ctx(Mechanism::SchedulingGates, &[]);
+        off.drop_match_conditions = true;
+        let with = |conditions: bool| {
+            let mut entry = json!({ "name": "check.example.com" });
+            if conditions {
+                entry["matchConditions"] = json!([{ "name": "c", "expression": "true" }]);
+            }
+            json!({ "metadata": { "name": "policy" }, "webhooks": [entry] })
+        };
+        let mut created = with(true);
+        prepare_create(res, &mut created, &off).unwrap();
+        assert!(
+            created["webhooks"][0]["matchConditions"].is_null(),
+            "{created}"
+        );
+        let mut added = with(true);
+        prepare_update(res, None, &created, &mut added, &off).unwrap();
+        assert!(added["webhooks"][0]["matchConditions"].is_null(), "{added}");
+        let mut stored = with(true);
+        prepare_create(res, &mut stored, &ctx(Mechanism::SchedulingGates, &[])).unwrap();
+        let mut kept = with(true);
+        prepare_update(res, None, &stored, &mut kept, &off).unwrap();
+        assert_eq!(kept["webhooks"][0]["matchConditions"][0]["name"], "c");
+        let mut on = with(true);
+        prepare_create(res, &mut on, &ctx(Mechanism::SchedulingGates, &[])).unwrap();
+        assert_eq!(on["webhooks"][0]["matchConditions"][0]["name"], "c");
     }
 
     #[test]

@@ -534,6 +534,7 @@ mod tests {
                 mechanism: Mechanism::SchedulingGates,
                 legacy_initializers: &[],
                 now: "2024-01-01T00:00:00Z",
+                drop_match_conditions: false,
             },
         }
     }

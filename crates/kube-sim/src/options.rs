@@ -42,6 +42,10 @@ pub struct SimOptions {
     /// header of every response). [`crate::RequestRecord::time`] and [`crate::ObjectChange::time`] stay on
     /// this process's clock.
     pub clock_offset: jiff::SignedDuration,
+    /// The `AdmissionWebhookMatchConditions` feature gate off, as on a 1.27 server by default:
+    /// webhook configurations' `matchConditions` are dropped silently on write (unless the
+    /// stored object already has some).
+    pub drop_match_conditions: bool,
 }
 
 impl Default for SimOptions {
@@ -58,6 +62,7 @@ impl Default for SimOptions {
             change_log_limit: 1_000_000,
             request_log_limit: 100_000,
             clock_offset: jiff::SignedDuration::ZERO,
+            drop_match_conditions: false,
         }
     }
 }

@@ -357,6 +357,7 @@ impl Ctx {
                 mechanism: self.shared.options.mechanism,
                 legacy_initializers: legacy,
                 now,
+                drop_match_conditions: self.shared.options.drop_match_conditions,
             },
         })
     }

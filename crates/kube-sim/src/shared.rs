@@ -143,6 +143,7 @@ impl ServerState {
                     mechanism: options.mechanism,
                     legacy_initializers: &[],
                     now: &now,
+                    drop_match_conditions: options.drop_match_conditions,
                 },
             };
             // Creating a fixed, valid namespace in an empty store cannot fail.
