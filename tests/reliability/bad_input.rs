@@ -569,10 +569,13 @@ async fn garbage_watch_frames_and_unwritable_pods() {
             .into_iter()
             .find(|p| p.pod == late_key && p.status == 200)
     };
+    // Bypassed at all after the bad frames (a hang is caught by the patience); never early is
+    // asserted below, and lateness is bounded by the skew tests and measured by benchmarks.
     while late_patched().is_none() {
         assert!(
-            SystemTime::now() < SystemTime::from(created) + DEADLINE + Duration::from_secs(3),
-            "the normal pod was not bypassed at its deadline; patches {:?}\n{}",
+            SystemTime::now()
+                < SystemTime::from(created) + DEADLINE + initguard_test_support::wait::PATIENCE,
+            "the normal pod was not bypassed after its deadline; patches {:?}\n{}",
             api.patches()
                 .iter()
                 .map(|p| (&p.pod, p.status))
