@@ -317,6 +317,11 @@ mod rules {
             "webhooks[0].flapping.window: expected a window of at least 1s, got 500ms",
         );
         assert_rejected(
+            &webhook("    flapping: { window: 0s }\n"),
+            "3:25",
+            "webhooks[0].flapping.window: expected a window of at least 1s, got 0s",
+        );
+        assert_rejected(
             &webhook("    flapping: { undo: 2 }\n"),
             "3:17",
             "webhooks[0].flapping: unknown field `undo`, expected `undos` or `window`",

@@ -179,6 +179,8 @@ impl WebhookGuard {
         drop(tx);
 
         let mut objects: HashMap<Key, Configuration> = HashMap::new();
+        // Versions the guard wrote over itself, each ignored once when its watch event comes.
+        let mut superseded: HashSet<(Key, String)> = HashSet::new();
         let mut memory: HashMap<String, Memory> = HashMap::new();
         let mut owner_changes = self.owners.subscribe();
         let mut leadership = self.fence.leadership();
@@ -201,6 +203,10 @@ impl WebhookGuard {
                         match object {
                             None => { objects.remove(&key); }
                             Some(object) => match Configuration::decode(key.0, &object, *default_policy) {
+                                Ok(c) if superseded.remove(&(key.clone(), c.resource_version.clone())) => {
+                                    debug!(configuration = %key.1, version = %c.resource_version,
+                                        "a version the guard already wrote over; ignoring it");
+                                }
                                 Ok(c) => { objects.insert(key, c); }
                                 Err(e) => warn!(configuration = %key.1, error = %e,
                                     "cannot read the webhook configuration; ignoring this version"),
@@ -229,6 +235,7 @@ impl WebhookGuard {
                         &cancel,
                     )
                     .await;
+                superseded.extend(next.superseded.into_iter().map(|v| (key.clone(), v)));
                 if let Some(refreshed) = next.refreshed {
                     objects.insert(key, refreshed);
                 }
@@ -324,6 +331,7 @@ impl WebhookGuard {
             paused: configuration.is_some_and(|c| c.paused),
             owner,
             undone_recently: memory.undone.len(),
+            flapping: memory.flapping,
             lets_through: passes.is_some(),
             now,
         });
@@ -333,7 +341,7 @@ impl WebhookGuard {
         match action {
             Action::Wait(at) => Step {
                 wake: at,
-                refreshed: None,
+                ..Step::default()
             },
             Action::Flapping => {
                 if !memory.flapping {
@@ -643,7 +651,10 @@ impl WebhookGuard {
             }
             let records = written.records().unwrap_or_default();
             let patch = plan.patch(written, &records);
+            let mut superseded = std::mem::take(&mut step.superseded);
+            superseded.push(written.resource_version.clone());
             step = self.write(plan.listed, plan.resource, patch, cancel).await;
+            step.superseded.extend(superseded);
         }
     }
 
@@ -694,7 +705,7 @@ impl WebhookGuard {
         let name = listed.id.to_string();
         let later = Step {
             wake: Some(SystemTime::now() + RETRY_AFTER),
-            refreshed: None,
+            ..Step::default()
         };
         let request = match patch_request(resource, &listed.id.configuration, &patch) {
             Ok(r) => r,
@@ -717,8 +728,8 @@ impl WebhookGuard {
         let error = match permit.send("a webhook configuration PATCH", sent).await {
             Ok(Ok(object)) => {
                 return Step {
-                    wake: None,
                     refreshed: decode(object),
+                    ..Step::default()
                 };
             }
             Ok(Err(e)) => e,
@@ -737,6 +748,7 @@ impl WebhookGuard {
                     Ok(Some(object)) => Step {
                         wake: Some(SystemTime::now()),
                         refreshed: decode(object),
+                        ..Step::default()
                     },
                     Ok(None) => Step::default(),
                     Err(e) => {
@@ -851,6 +863,10 @@ struct Step {
     wake: Option<SystemTime>,
     /// The configuration as the server holds it after a write (or re-read after a refusal).
     refreshed: Option<Configuration>,
+    /// Versions the guard wrote and then wrote over itself (a matchConditions bypass the server
+    /// dropped, then the selector one): their watch events come after `refreshed` and must not
+    /// replace it, or the guard would take its own first write for someone else's undo.
+    superseded: Vec<String>,
 }
 
 fn earliest(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<SystemTime> {

@@ -295,7 +295,24 @@ async fn a_server_that_drops_match_conditions_gets_the_selector_bypass() {
         .into_iter()
         .filter(|ch| ch.user == GUARD_USER)
         .collect();
-    assert!(by_guard.len() >= 2, "{by_guard:#?}");
+    assert_eq!(
+        by_guard.len(),
+        2,
+        "the dropped try, then selectors: {by_guard:#?}"
+    );
+    let metrics = guard.shared.metrics.render().unwrap();
+    assert_eq!(
+        metric_sum(&metrics, "initguard_webhook_bypasses_total", &[]),
+        1.0,
+        "one bypass: {metrics}"
+    );
+    let events: Vec<Value> = c
+        .sim
+        .list_objects("events")
+        .into_iter()
+        .filter(|e| e["reason"] == "WebhookBypassed")
+        .collect();
+    assert!(events.len() <= 1, "{events:#?}");
     set_available(&c, 1).await;
     until("the restore", || !bypassed(&stored(&c))).await;
     assert_eq!(

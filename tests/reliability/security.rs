@@ -400,8 +400,10 @@ async fn secrets_never_reach_logs_or_endpoints() {
         unauthorized_said(&runs[3].0.log_text())
     })
     .await;
-    initguard_test_support::wait::until("the unreachable run to log", || {
-        !runs[4].0.log_text().trim().is_empty()
+    // Its first failure is a WARN or ERROR line (JSON logs), not the start-up line.
+    initguard_test_support::wait::until("the unreachable run to log a failure", || {
+        let log = runs[4].0.log_text();
+        log.contains("\"level\":\"WARN\"") || log.contains("\"level\":\"ERROR\"")
     })
     .await;
     let broken_exit = runs[5]

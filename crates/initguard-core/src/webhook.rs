@@ -577,6 +577,9 @@ pub struct Situation<'a> {
     pub owner: OwnerState,
     /// Bypasses undone by another writer within the webhook's `flapping.window` before `now`.
     pub undone_recently: usize,
+    /// Already found flapping while the owner stayed down: it stays so (no re-apply) until the
+    /// owner is seen up, however old the undos become.
+    pub flapping: bool,
     /// Whether a bypass would let anything through ([`let_through`]); never bypassed if not.
     pub lets_through: bool,
     /// The instant this describes.
@@ -608,7 +611,8 @@ pub enum Action {
 /// * Bypass only an entry that exists, fails closed (`failurePolicy: Fail`) and whose owner has
 ///   been down for at least `ownerDownGrace`; an unknown owner never counts as down.
 /// * A bypass undone by another writer while the owner is still down is re-applied, unless it
-///   was undone `flapping.undos` times within `flapping.window` (the webhook's config).
+///   was undone `flapping.undos` times within `flapping.window` (the webhook's config); once
+///   flapping, never again while the owner stays down.
 /// * Restore once the owner has been up for at least `restoreGrace`, and only while every
 ///   added value is still in the entry; otherwise it is a conflict.
 /// * After a restore on demand (a tombstone), no bypass until the owner has been seen up (the
@@ -646,7 +650,7 @@ pub fn decide(s: &Situation<'_>) -> Action {
             if at.is_none_or(|at| s.now < at) {
                 return Action::Wait(at);
             }
-            if record.is_some() && s.undone_recently >= s.config.flapping.undos {
+            if record.is_some() && (s.flapping || s.undone_recently >= s.config.flapping.undos) {
                 return Action::Flapping;
             }
             Action::Bypass

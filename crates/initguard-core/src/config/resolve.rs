@@ -854,7 +854,7 @@ fn flapping(problems: &mut Findings<'_>, path: &str, raw: Option<RawFlapping>) -
         &window_path,
         window,
         DEFAULT_FLAP_WINDOW,
-        Minimum::Positive,
+        Minimum::Zero,
     );
     if window < Duration::from_secs(1) {
         problems.value(

@@ -305,6 +305,7 @@ proptest! {
             paused,
             owner,
             undone_recently: undone,
+            flapping: false,
             lets_through,
             now: t(now),
         };
@@ -366,6 +367,7 @@ fn an_owner_down_for_the_grace_bypasses_and_up_for_the_restore_grace_restores() 
             paused: false,
             owner,
             undone_recently: 0,
+            flapping: false,
             lets_through: true,
             now: t(now),
         })
@@ -391,6 +393,7 @@ fn an_owner_down_for_the_grace_bypasses_and_up_for_the_restore_grace_restores() 
         paused: false,
         owner: up,
         undone_recently: 0,
+        flapping: false,
         lets_through: true,
         now: t(130),
     });
@@ -415,12 +418,27 @@ fn the_third_undone_bypass_in_the_window_is_flapping() {
             paused: false,
             owner: OwnerState::Down { since: t(0) },
             undone_recently: undone,
+            flapping: false,
             lets_through: true,
             now: t(60),
         })
     };
     assert_eq!(with(crate::config::DEFAULT_FLAP_UNDOS - 1), Action::Bypass);
     assert_eq!(with(crate::config::DEFAULT_FLAP_UNDOS), Action::Flapping);
+    // Once flapping, the undos aging out of the window do not bring the bypass back.
+    let latched = decide(&Situation {
+        config: &config,
+        entry: Some((&configuration, 0)),
+        record: Some(&bypass),
+        tombstone: false,
+        paused: false,
+        owner: OwnerState::Down { since: t(0) },
+        undone_recently: 0,
+        flapping: true,
+        lets_through: true,
+        now: t(60),
+    });
+    assert_eq!(latched, Action::Flapping);
 }
 
 #[test]
@@ -441,6 +459,7 @@ fn v1beta1_entries_without_a_policy_fail_open_and_are_left_alone() {
         paused: false,
         owner: OwnerState::Down { since: t(0) },
         undone_recently: 0,
+        flapping: false,
         lets_through: true,
         now: t(1000),
     });
@@ -690,6 +709,7 @@ fn a_restore_on_demand_holds_until_the_owner_is_seen_up_and_down_again() {
             paused,
             owner,
             undone_recently: 0,
+            flapping: false,
             lets_through: true,
             now: t(1000),
         })
