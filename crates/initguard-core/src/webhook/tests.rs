@@ -409,7 +409,7 @@ fn the_third_undone_bypass_in_the_window_is_flapping() {
     let configuration = decode(&object);
     let config = listed("w0.example.com");
     let bypass = bypass_of(Via::MatchConditions, &[]);
-    let with = |undone| {
+    let with = |undone, flapping| {
         decide(&Situation {
             config: &config,
             entry: Some((&configuration, 0)),
@@ -418,27 +418,21 @@ fn the_third_undone_bypass_in_the_window_is_flapping() {
             paused: false,
             owner: OwnerState::Down { since: t(0) },
             undone_recently: undone,
-            flapping: false,
+            flapping,
             lets_through: true,
             now: t(60),
         })
     };
-    assert_eq!(with(crate::config::DEFAULT_FLAP_UNDOS - 1), Action::Bypass);
-    assert_eq!(with(crate::config::DEFAULT_FLAP_UNDOS), Action::Flapping);
+    assert_eq!(
+        with(crate::config::DEFAULT_FLAP_UNDOS - 1, false),
+        Action::Bypass
+    );
+    assert_eq!(
+        with(crate::config::DEFAULT_FLAP_UNDOS, false),
+        Action::Flapping
+    );
     // Once flapping, the undos aging out of the window do not bring the bypass back.
-    let latched = decide(&Situation {
-        config: &config,
-        entry: Some((&configuration, 0)),
-        record: Some(&bypass),
-        tombstone: false,
-        paused: false,
-        owner: OwnerState::Down { since: t(0) },
-        undone_recently: 0,
-        flapping: true,
-        lets_through: true,
-        now: t(60),
-    });
-    assert_eq!(latched, Action::Flapping);
+    assert_eq!(with(0, true), Action::Flapping);
 }
 
 #[test]
