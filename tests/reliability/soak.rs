@@ -1355,8 +1355,9 @@ mod judge_tests {
         jiff::Timestamp::try_from(t).unwrap().to_string()
     }
 
-    /// A stored opted-in pod waiting on `pending`, with `records` (`NAME=REASON`) bypassed at 20 s.
-    fn pod(mechanism: Mechanism, pending: &[&str], records: &[&str]) -> Arc<Value> {
+    /// A stored opted-in pod waiting on `pending`, with `records` (`NAME=REASON`) stamped at
+    /// `recorded` s.
+    fn pod(mechanism: Mechanism, pending: &[&str], records: &[&str], recorded: u64) -> Arc<Value> {
         let list: Vec<Value> = pending
             .iter()
             .map(|n| serde_json::json!({ "name": n }))
@@ -1379,7 +1380,7 @@ mod judge_tests {
         if !records.is_empty() {
             let text: Vec<String> = records
                 .iter()
-                .map(|r| format!("{r}@{}", stamp(at(20))))
+                .map(|r| format!("{r}@{}", stamp(at(recorded))))
                 .collect();
             pod["metadata"]["annotations"]["initguard.io/bypassed"] = text.join(",").into();
         }
@@ -1412,30 +1413,57 @@ mod judge_tests {
         }
     }
 
-    /// The violations and bypass counts of a creation with `was` pending, then one guard
-    /// patch at 20 s leaving `now` pending with `records` appended.
+    /// One guard patch of a pod: what it changes, when, and the owner events the judge knows.
+    struct Patch<'a> {
+        mechanism: Mechanism,
+        /// Pending at creation (0 s).
+        was: &'a [&'a str],
+        /// Pending after the patch.
+        now: &'a [&'a str],
+        /// Records the patch appends (`NAME=REASON`).
+        records: &'a [&'a str],
+        /// When the patch is committed, and the time its records carry (s).
+        patched: u64,
+        recorded: u64,
+        owner_events: &'a [OwnerEvent],
+    }
+
+    /// The violations and bypass counts of a creation, then `p`.
+    fn judge_patch(p: &Patch<'_>) -> (Vec<String>, BTreeMap<String, usize>) {
+        let s = scenario(p.mechanism);
+        let created = pod(p.mechanism, p.was, &[], 0);
+        let history = [
+            change(1, "tenant", 0, None, created.clone()),
+            change(
+                2,
+                &replica_user("a"),
+                p.patched,
+                Some(created),
+                pod(p.mechanism, p.now, p.records, p.recorded),
+            ),
+        ];
+        let judge = Judge::new(&s, &history, p.owner_events);
+        let mut violations = Vec::new();
+        judge.guard_changes(&mut violations);
+        (violations, judge.bypass_counts())
+    }
+
+    /// [`judge_patch`] of a patch at 20 s, recorded at 20 s, with no owner event.
     fn judge(
         mechanism: Mechanism,
         was: &[&str],
         now: &[&str],
         records: &[&str],
     ) -> (Vec<String>, BTreeMap<String, usize>) {
-        let s = scenario(mechanism);
-        let created = pod(mechanism, was, &[]);
-        let history = [
-            change(1, "tenant", 0, None, created.clone()),
-            change(
-                2,
-                &replica_user("a"),
-                20,
-                Some(created),
-                pod(mechanism, now, records),
-            ),
-        ];
-        let judge = Judge::new(&s, &history, &[]);
-        let mut violations = Vec::new();
-        judge.guard_changes(&mut violations);
-        (violations, judge.bypass_counts())
+        judge_patch(&Patch {
+            mechanism,
+            was,
+            now,
+            records,
+            patched: 20,
+            recorded: 20,
+            owner_events: &[],
+        })
     }
 
     #[test]
@@ -1506,7 +1534,6 @@ mod judge_tests {
     /// last renewal expired; a Deployment owner is down when killed.
     #[test]
     fn a_lease_owner_is_down_only_after_its_lease_expired() {
-        let s = scenario(Mechanism::SchedulingGates);
         let killed = [SIDECAR, QUOTA].map(|initializer| OwnerEvent {
             initializer,
             alive: false,
@@ -1516,22 +1543,15 @@ mod judge_tests {
         let when = 1 + GRACE.as_secs().max(1);
         assert!(Duration::from_secs(when - 1) < GRACE + OWNER_LEASE - OWNER_HEARTBEAT);
         for (gate, violates) in [(SIDECAR, false), (QUOTA, true)] {
-            let created = pod(Mechanism::SchedulingGates, &[gate], &[]);
-            let mut bypassed = (*pod(Mechanism::SchedulingGates, &[], &[])).clone();
-            bypassed["metadata"]["annotations"]["initguard.io/bypassed"] =
-                format!("{gate}=owner_down@{}", stamp(at(when))).into();
-            let history = [
-                change(1, "tenant", 0, None, created.clone()),
-                change(
-                    2,
-                    &replica_user("a"),
-                    when,
-                    Some(created),
-                    Arc::new(bypassed),
-                ),
-            ];
-            let mut violations = Vec::new();
-            Judge::new(&s, &history, &killed).guard_changes(&mut violations);
+            let (violations, _) = judge_patch(&Patch {
+                mechanism: Mechanism::SchedulingGates,
+                was: &[gate],
+                now: &[],
+                records: &[&format!("{gate}=owner_down")],
+                patched: when,
+                recorded: when,
+                owner_events: &killed,
+            });
             assert_eq!(
                 violations
                     .iter()
@@ -1544,24 +1564,16 @@ mod judge_tests {
 
     #[test]
     fn a_multi_removal_before_the_deadline_is_a_violation() {
-        let s = scenario(Mechanism::SchedulingGates);
-        let created = pod(Mechanism::SchedulingGates, &[SIDECAR, QUOTA], &[]);
-        let history = [
-            change(1, "tenant", 0, None, created.clone()),
-            change(
-                2,
-                &replica_user("a"),
-                5,
-                Some(created),
-                pod(
-                    Mechanism::SchedulingGates,
-                    &[],
-                    &[&format!("{SIDECAR}=deadline"), &format!("{QUOTA}=deadline")],
-                ),
-            ),
-        ];
-        let mut violations = Vec::new();
-        Judge::new(&s, &history, &[]).guard_changes(&mut violations);
+        // Committed at 5 s; the records say 20 s, so only the commit time is early.
+        let (violations, _) = judge_patch(&Patch {
+            mechanism: Mechanism::SchedulingGates,
+            was: &[SIDECAR, QUOTA],
+            now: &[],
+            records: &[&format!("{SIDECAR}=deadline"), &format!("{QUOTA}=deadline")],
+            patched: 5,
+            recorded: 20,
+            owner_events: &[],
+        });
         let early = violations
             .iter()
             .filter(|v| v.contains("deadline bypass of"))

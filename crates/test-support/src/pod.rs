@@ -53,8 +53,8 @@ pub fn records_in(annotation: &str) -> Vec<Record> {
 
 /// The bypass records of a stored pod, in order (none without the annotation).
 pub fn records(pod: &Value) -> Vec<Record> {
-    pod.pointer("/metadata/annotations/initguard.io~1bypassed")
-        .and_then(Value::as_str)
+    pod["metadata"]["annotations"][BYPASSED]
+        .as_str()
         .map(records_in)
         .unwrap_or_default()
 }
