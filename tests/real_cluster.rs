@@ -27,6 +27,8 @@ mod controllers;
 mod deploy;
 #[path = "real_cluster/differential.rs"]
 mod differential;
+#[path = "real_cluster/faults.rs"]
+mod faults;
 #[path = "real_cluster/gates.rs"]
 mod gates;
 #[path = "real_cluster/jobs.rs"]
@@ -236,6 +238,11 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("differential::sim_answers_as_the_real_server", |tb| {
         Box::pin(differential::sim_answers_as_the_real_server(tb))
     }),
+    // Last: it leaves 5,000 pods for the namespace controller to delete.
+    (
+        "faults::control_plane_crashes_mid_burst_and_while_a_webhook_is_bypassed",
+        |tb| Box::pin(faults::control_plane_crashes_mid_burst_and_while_a_webhook_is_bypassed(tb)),
+    ),
 ];
 
 /// The guard's requests that scenarios make RBAC refuse on purpose: the canary's dry runs

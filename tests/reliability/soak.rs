@@ -857,7 +857,7 @@ async fn run(s: Scenario) {
         bypasses = judge.bypass_counts(),
         lag = judge.max_lag(),
         violations = violations.len(),
-        own_rss = own_rss_kib(),
+        own_rss = initguard_test_support::process::own_rss_kib().unwrap_or(0),
     );
     if !violations.is_empty() {
         for life in guards.lives() {
@@ -1307,21 +1307,6 @@ impl<'a> Judge<'a> {
             }
         }
     }
-}
-
-/// This process's resident set size in KiB (0 when unknown).
-fn own_rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))?
-                .split_whitespace()
-                .next()?
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0)
 }
 
 /// The judge on hand-made histories: a patch that removes several initializers at once.

@@ -187,14 +187,7 @@ impl GuardProcess {
 
     /// Resident set size in KiB, from `/proc/PID/status`.
     pub(crate) fn rss_kib(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).ok()?;
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))?
-            .split_whitespace()
-            .next()?
-            .parse()
-            .ok()
+        initguard_test_support::process::rss_kib(self.pid())
     }
 }
 

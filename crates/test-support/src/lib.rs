@@ -9,6 +9,7 @@ pub mod http;
 pub mod metrics;
 pub mod pki;
 pub mod pod;
+pub mod process;
 pub mod promql;
 pub mod rbac;
 pub mod runner;

@@ -169,6 +169,29 @@ impl Testbed {
         );
     }
 
+    /// `tests/testbed/crash`: SIGKILL `components` (in order), wait `down`, start them again
+    /// from their recorded arguments (in the same order) and wait until each is healthy.
+    /// Returns the script's report, one line per component. Blocking: call it from
+    /// `spawn_blocking` where other tasks must go on meanwhile.
+    pub fn crash(&self, components: &[&str], down: Duration) -> String {
+        let out = Command::new(repo().join("tests/testbed/crash"))
+            .arg(&self.dir)
+            .arg("--down")
+            .arg(format!("{:.1}", down.as_secs_f64()))
+            .args(components)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run tests/testbed/crash: {e}"));
+        let report = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "tests/testbed/crash {components:?} failed ({}): {report}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        report
+    }
+
     /// The test bed's kubectl (same version as the server).
     pub fn kubectl_path(&self) -> PathBuf {
         self.bin.join("kubectl")
@@ -537,6 +560,16 @@ impl GuardProcess {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Its resident set size in KiB, as the kernel reports it (None once it is gone).
+    pub fn rss_kib(&self) -> Option<u64> {
+        crate::process::rss_kib(self.child.id())
+    }
+
     /// `/metrics` text.
     pub fn metrics(&self) -> String {
         let (status, body) = curl(&format!("http://127.0.0.1:{}/metrics", self.port));
@@ -867,6 +900,22 @@ pub fn guard_pod_writes_by_lease_holders<'a>(
     lock: (&str, &str),
     namespace: &str,
 ) -> Vec<&'a Audit> {
+    guard_writes_by_lease_holders(audit, lock, None, |e| {
+        e.namespace == namespace && e.resource == "pods"
+    })
+}
+
+/// The guards' writes that `judged` selects, after asserting from the audit log that each
+/// came from the replica holding the lock `(namespace, name)` when the server received it:
+/// the last successful lock write before it was by the same user and, with `lease`, less
+/// than `lease` before it (a replica whose lease ran out holds nothing, even if nobody took
+/// the lock yet). Received times only, as in [`guard_pod_writes_by_lease_holders`].
+pub fn guard_writes_by_lease_holders<'a>(
+    audit: &'a [Audit],
+    lock: (&str, &str),
+    lease: Option<Duration>,
+    judged: impl Fn(&Audit) -> bool,
+) -> Vec<&'a Audit> {
     let mut lock_writes: Vec<&Audit> = audit
         .iter()
         .filter(|e| {
@@ -878,30 +927,31 @@ pub fn guard_pod_writes_by_lease_holders<'a>(
         })
         .collect();
     lock_writes.sort_by(|x, y| x.received.cmp(&y.received));
-    let holder_at = |t: &str| -> Option<&str> {
-        lock_writes
-            .iter()
-            .rev()
-            .find(|w| w.received.as_str() < t)
-            .map(|w| w.user.as_str())
-    };
-    let pod_writes: Vec<&Audit> = audit
+    let last_lock_write = |t: &str| lock_writes.iter().rev().find(|w| w.received.as_str() < t);
+    let writes: Vec<&Audit> = audit
         .iter()
-        .filter(|e| {
-            e.namespace == namespace
-                && e.resource == "pods"
-                && e.is_write()
-                && (e.user == GUARD_USER || e.user == GUARD_USER_2)
-        })
+        .filter(|e| e.is_write() && (e.user == GUARD_USER || e.user == GUARD_USER_2) && judged(e))
         .collect();
-    for w in &pod_writes {
+    for w in &writes {
+        let last = last_lock_write(&w.received);
         assert_eq!(
-            holder_at(&w.received),
+            last.map(|l| l.user.as_str()),
             Some(w.user.as_str()),
-            "pod write by a replica not holding the lock {lock:?}: {w:#?}"
+            "a write by a replica not holding the lock {lock:?}: {w:#?}"
         );
+        if let (Some(lease), Some(last)) = (lease, last) {
+            let expired = timestamp(&last.received)
+                + jiff::SignedDuration::try_from(lease)
+                    .unwrap_or_else(|e| panic!("lease {lease:?}: {e}"));
+            assert!(
+                timestamp(&w.received) < expired,
+                "a write after the writer's lease ran out (its last lock write {} + {lease:?}): \
+                 {w:#?}",
+                last.received
+            );
+        }
     }
-    pod_writes
+    writes
 }
 
 /// The lock of every replicas scenario, as deploy/rbac.yaml lets the guard write it.
@@ -922,9 +972,13 @@ pub async fn two_replicas(tb: &Testbed, prefix: &str, config: &str) -> Replicas 
     let b = tb
         .guard(&format!("{prefix}-b"), "initguard-2", config)
         .await;
+    // An earlier scenario's replicas may have left their name (or none) in the Lease.
+    let ours =
+        |h: &str| h.starts_with(&format!("{prefix}-a_")) || h.starts_with(&format!("{prefix}-b_"));
     let holder = eventually(format!("a holder of Lease {}/{}", LOCK.0, LOCK.1), || {
         let lease = tb.get("lease", LOCK.0, LOCK.1)?;
-        lease["spec"]["holderIdentity"].as_str().map(str::to_owned)
+        let holder = lease["spec"]["holderIdentity"].as_str()?;
+        ours(holder).then(|| holder.to_owned())
     })
     .await;
     if holder.starts_with(&format!("{prefix}-a_")) {
