@@ -919,15 +919,25 @@ mod sim {
         let late = since(down)
             .duration_since(expiry)
             .unwrap_or_else(|e| panic!("down {:?} before expiry", e.duration()));
-        assert!(
-            late < Duration::from_millis(750),
-            "down {late:?} after expiry"
-        );
+        // On its own timer: nothing changed in the cluster and nobody asked the server
+        // anything since the last renewal (no poll, no re-list). How late the timer fires is
+        // the machine's speed, printed, not bounded.
         assert_eq!(
             h.sim.resource_version(),
             last_write,
             "nothing changed in the cluster"
         );
+        let requests = h.sim.requests();
+        let renewal = requests
+            .iter()
+            .rposition(|r| r.verb == "patch" && r.resource == "leases")
+            .unwrap_or_else(|| panic!("no renewal in the request log: {requests:#?}"));
+        assert_eq!(
+            &requests[renewal + 1..],
+            &[],
+            "requests after the last renewal, before the lease was seen down"
+        );
+        eprintln!("lease seen down {late:?} after its expiry");
         assert_eq!(
             owner_up_metric(&h.metrics, "kueue.x-k8s.io/admission", "lease"),
             Some(0)

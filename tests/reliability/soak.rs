@@ -16,8 +16,9 @@
 //! * with two replicas, once mid-run, the leader's own user is cut off from the API server
 //!   for over twice the lease (a partition scoped to one client), then healed.
 //!
-//! Then faults stop, and once the API has been healthy for the longest deadline plus 2 s every
-//! opted-in pod must be free of listed initializers past their deadline. Invariants, from the
+//! Then faults stop: a leader is elected, every process serves, and once the longest deadline
+//! has passed every opted-in pod is freed of listed initializers past their deadline (waited
+//! for with the suite's patience: how fast is measured by the benchmarks). Invariants, from the
 //! request log and the object history: no guard write to a pod without opt-in or to anything
 //! the guard has no business writing; no 403; every guard patch removes exactly one entry,
 //! listed, the one its `initguard.io/bypassed` record names; no `deadline` bypass before the
@@ -43,6 +44,7 @@ use initguard_sim::controllers::{
     Creator, CreatorHandle, CreatorOptions, GateOwner, GateOwnerHandle, GateOwnerOptions, dns_name,
 };
 use initguard_test_support::pod::{Record, pending, records};
+use initguard_test_support::wait::PATIENCE;
 use kube::api::{Api, DeleteParams, ListParams};
 use kube_sim::{ChangeType, ObjectChange, RequestRecord, Sim, SimOptions};
 use rand::rngs::StdRng;
@@ -94,8 +96,6 @@ const OWNER_HEARTBEAT: Duration = Duration::from_millis(200);
 const OWNER_LEASE: Duration = Duration::from_secs(2);
 /// Pods older than this are deleted by the reaper (bounded store).
 const REAP_AFTER: Duration = Duration::from_secs(30);
-/// Slack on "still waiting past its deadline" at the end.
-const END_SLACK: Duration = Duration::from_secs(2);
 /// Memory: processes that lived at least this long are checked, after this warm-up.
 const MEMORY_MIN_LIFE: Duration = Duration::from_secs(20);
 const MEMORY_WARM_UP: Duration = Duration::from_secs(5);
@@ -381,14 +381,9 @@ impl Guards {
             if life.addr.is_none() {
                 life.addr = life.process.logged_addr();
             }
+            // Not serving yet: judged once the API is healthy (a startup under chaos takes
+            // as long as it takes).
             let Some(addr) = life.addr else {
-                if age > Duration::from_secs(10) {
-                    violations.push(format!(
-                        "{} did not start serving in {age:?}",
-                        life.process.label
-                    ));
-                    life.addr = Some(SocketAddr::from(([127, 0, 0, 1], 1)));
-                }
                 continue;
             };
             match http_get(addr, "/healthz", Duration::from_secs(3)).await {
@@ -563,7 +558,7 @@ async fn run(s: Scenario) {
     }
     for r in &mut guards.replicas {
         let life = r.lives.last_mut().unwrap();
-        life.addr = Some(life.process.wait_addr(Duration::from_secs(20)).await);
+        life.addr = Some(life.process.wait_addr(PATIENCE).await);
     }
 
     // Chaos.
@@ -657,7 +652,7 @@ async fn run(s: Scenario) {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    // Healthy API: faults off, every replica up, no new pods; then the longest deadline + slack.
+    // Healthy API: faults off, every replica up, no new pods.
     sim.faults().clear();
     if let Some((user, _)) = partitioned.take() {
         sim.faults().heal_user(&user);
@@ -673,25 +668,48 @@ async fn run(s: Scenario) {
     }
     reaper_cancel.cancel();
     reaper_task.await.unwrap();
+    // Liveness once the API is healthy, with the suite's patience rather than a bound that
+    // a loaded machine could miss: a leader is elected, every process serves, and every pod
+    // whose deadline passed is bypassed. How fast is the benchmarks' to measure.
     let settle_start = Instant::now();
     if s.leader_election() {
         while !guards.lives().any(|l| !l.killed && l.leader) {
             assert!(
-                settle_start.elapsed() < Duration::from_secs(20),
-                "no leader within 20 s of the API turning healthy"
+                settle_start.elapsed() < PATIENCE,
+                "no leader within {PATIENCE:?} of the API turning healthy"
             );
             guards.observe(&mut violations).await;
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
     }
+    // Every pod is due once the longest deadline has passed (no pod is created any more).
     let longest = *s.deadlines.values().max().unwrap();
-    let settled = Instant::now() + longest + END_SLACK;
-    while Instant::now() < settled {
+    let all_due = Instant::now() + longest;
+    let checked_at = loop {
         guards.observe(&mut violations).await;
+        let now = SystemTime::now();
+        if Instant::now() >= all_due {
+            let history = sim.object_history();
+            let mut overdue = Vec::new();
+            Judge::new(&s, &history, &owner_events).still_waiting(
+                &sim,
+                healthy_since,
+                now,
+                &mut overdue,
+            );
+            let serving = guards.lives().all(|l| l.killed || l.addr.is_some());
+            if (overdue.is_empty() && serving) || settle_start.elapsed() > longest + PATIENCE {
+                break now;
+            }
+        }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    for life in guards.lives().filter(|l| !l.killed && l.addr.is_none()) {
+        violations.push(format!(
+            "{} never served while the API was healthy",
+            life.process.label
+        ));
     }
-    let checked_at = SystemTime::now();
-    guards.observe(&mut violations).await;
 
     // From here on only the server's records are read.
     for r in &mut guards.replicas {
@@ -1264,8 +1282,8 @@ impl<'a> Judge<'a> {
         }
     }
 
-    /// Once healthy for the longest deadline plus slack: no opted-in pod still waits on a
-    /// listed initializer past its deadline.
+    /// At `at`, once every pod is due: no opted-in pod still waits on a listed initializer
+    /// past its deadline.
     fn still_waiting(
         &self,
         sim: &Sim,
@@ -1296,7 +1314,7 @@ impl<'a> Judge<'a> {
                     Mechanism::Initializers => continue,
                 };
                 let waited = secs_between(start, at);
-                if waited > (*deadline + END_SLACK).as_secs_f64() {
+                if waited > deadline.as_secs_f64() {
                     violations.push(format!(
                         "{} still waits on {name} after {waited:.1}s (deadline {deadline:?}), \
                          {:.1}s after the API turned healthy",
