@@ -1076,3 +1076,78 @@ pub async fn bypassed_and_bound(tb: &Testbed, ns: &str, name: &str) {
     })
     .await;
 }
+
+/// The lease-holder judge on hand-made audit logs.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(user: &str, resource: &str, name: &str, received: &str, code: i64) -> Audit {
+        Audit::from(json!({
+            "verb": "patch",
+            "user": { "username": user },
+            "objectRef": { "resource": resource, "namespace": if resource == "leases" { LOCK.0 } else { "ns" }, "name": name },
+            "responseStatus": { "code": code },
+            "requestReceivedTimestamp": received,
+        }))
+    }
+
+    fn lock(user: &str, received: &str) -> Audit {
+        event(user, "leases", LOCK.1, received, 200)
+    }
+
+    fn pod(user: &str, received: &str) -> Audit {
+        event(user, "pods", "p", received, 200)
+    }
+
+    const LEASE: Option<Duration> = Some(Duration::from_secs(4));
+
+    fn judge(audit: &[Audit]) -> usize {
+        guard_writes_by_lease_holders(audit, LOCK, LEASE, |e| e.resource == "pods").len()
+    }
+
+    #[test]
+    fn writes_of_the_holder_within_its_lease_pass() {
+        let audit = [
+            lock(GUARD_USER, "2026-01-01T00:00:00.000000Z"),
+            pod(GUARD_USER, "2026-01-01T00:00:03.000000Z"),
+            // A refused lock write does not hand the lock over.
+            event(
+                GUARD_USER_2,
+                "leases",
+                LOCK.1,
+                "2026-01-01T00:00:03.500000Z",
+                409,
+            ),
+            pod(GUARD_USER, "2026-01-01T00:00:03.900000Z"),
+            lock(GUARD_USER_2, "2026-01-01T00:00:05.000000Z"),
+            pod(GUARD_USER_2, "2026-01-01T00:00:05.100000Z"),
+        ];
+        assert_eq!(judge(&audit), 3);
+    }
+
+    #[test]
+    #[should_panic(expected = "not holding the lock")]
+    fn a_write_after_another_took_the_lock_fails() {
+        judge(&[
+            lock(GUARD_USER, "2026-01-01T00:00:00.000000Z"),
+            lock(GUARD_USER_2, "2026-01-01T00:00:01.000000Z"),
+            pod(GUARD_USER, "2026-01-01T00:00:01.500000Z"),
+        ]);
+    }
+
+    #[test]
+    #[should_panic(expected = "lease ran out")]
+    fn a_write_after_the_lease_ran_out_fails_though_nobody_took_it() {
+        judge(&[
+            lock(GUARD_USER, "2026-01-01T00:00:00.000000Z"),
+            pod(GUARD_USER, "2026-01-01T00:00:04.000000Z"),
+        ]);
+    }
+
+    #[test]
+    #[should_panic(expected = "not holding the lock")]
+    fn a_write_before_any_lock_write_fails() {
+        judge(&[pod(GUARD_USER, "2026-01-01T00:00:00.000000Z")]);
+    }
+}
