@@ -22,8 +22,10 @@
 //! request log and the object history: no guard write to a pod without opt-in or to anything
 //! the guard has no business writing; no 403; every guard patch removes exactly one entry,
 //! listed, the one its `initguard.io/bypassed` record names; no `deadline` bypass before the
-//! deadline; no `owner_down` bypass unless the owner had been down for the grace; no initializer
-//! removed twice; with leader election, every pod change made by the replica (each has its
+//! deadline; no `owner_down` bypass unless the owner had been down for the grace; on gates, a
+//! CronJob-like creator of a fourth gate under `pileup: { action: bypass }`: no `pileup` bypass
+//! unless, at some instant before its commit, the pod and at least `threshold` pods of the same
+//! CronJob had each waited `minWait` on that gate; no initializer removed twice; with leader election, every pod change made by the replica (each has its
 //! own user) that the server's record of the Lease named holder at that point; no panic; no memory growth (last RSS sample at most twice the median after
 //! warm-up, per guard process that lived long enough).
 //!
@@ -75,6 +77,9 @@ const QUOTA: &str = "quota.example.com";
 const AUDIT: &str = "audit.example.com";
 /// Not in the configuration (`unlistedInitializers: ignore`): never to be touched.
 const UNLISTED: &str = "unlisted.example.com";
+/// No owner, a deadline longer than the pileup's `minWait`: a CronJob's pile of it is bypassed
+/// by the pileup rule (the others' `bypassOn` leaves pileup out).
+const PILE: &str = "pile.example.com";
 const FAILING: &[u16] = &[500, 503, 429];
 const ERROR_RATE: f64 = 0.2;
 const GRACE: Duration = Duration::from_secs(1);
@@ -114,7 +119,12 @@ async fn scheduling_gates_two_replicas() {
             (SIDECAR, Duration::from_secs(8)),
             (QUOTA, Duration::from_secs(8)),
             (AUDIT, Duration::from_secs(3)),
+            (PILE, Duration::from_secs(5)),
         ]),
+        pileup: Some(Pileup {
+            threshold: 3,
+            min_wait: Duration::from_secs(1),
+        }),
         check_memory: chaos >= Duration::from_secs(40),
     })
     .await;
@@ -135,6 +145,7 @@ async fn legacy_initializers_one_replica() {
             (SIDECAR, Duration::from_secs(3)),
             (AUDIT, Duration::from_secs(2)),
         ]),
+        pileup: None,
         check_memory: false,
     })
     .await;
@@ -171,7 +182,15 @@ struct Scenario {
     kill_every: Duration,
     /// Listed initializers and their deadlines.
     deadlines: BTreeMap<&'static str, Duration>,
+    /// `pileup: { action: bypass }` for [`PILE`] only, with its CronJob creator.
+    pileup: Option<Pileup>,
     check_memory: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Pileup {
+    threshold: usize,
+    min_wait: Duration,
 }
 
 impl Scenario {
@@ -208,9 +227,21 @@ impl Scenario {
                 .get(name)
                 .map(|kind| format!(", owner: {{ {kind}: kube-system/{} }}", dns_name(name)))
                 .unwrap_or_default();
+            let bypass_on = if self.pileup.is_some() && *name != PILE {
+                ", bypassOn: [deadline, owner_down]"
+            } else {
+                ""
+            };
             yaml.push_str(&format!(
-                "  - {{ name: {name}, deadline: {}ms{owner} }}\n",
+                "  - {{ name: {name}, deadline: {}ms{owner}{bypass_on} }}\n",
                 deadline.as_millis()
+            ));
+        }
+        if let Some(p) = self.pileup {
+            yaml.push_str(&format!(
+                "pileup: {{ threshold: {}, minWait: {}ms, action: bypass }}\n",
+                p.threshold,
+                p.min_wait.as_millis()
             ));
         }
         if self.leader_election() {
@@ -253,7 +284,15 @@ impl Scenario {
                 ),
                 opted(CreatorOptions::job(NS, "job-in", 3), &[QUOTA]),
                 plain(CreatorOptions::job(NS, "job-out", 2), &[AUDIT]),
-            ],
+            ]
+            .into_iter()
+            .chain(self.pileup.map(|_| {
+                opted(
+                    CreatorOptions::cron_job(NS, "cron-pile", Duration::from_millis(400)),
+                    &[PILE],
+                )
+            }))
+            .collect(),
             Mechanism::Initializers => vec![
                 opted(
                     CreatorOptions::cron_job(NS, "cron-in", Duration::from_secs(1)),
@@ -822,7 +861,8 @@ async fn run(s: Scenario) {
     }
     if s.chaos >= Duration::from_secs(20) {
         let counts = judge.bypass_counts();
-        for reason in ["deadline", "owner_down"] {
+        let pileup = s.pileup.map(|_| "pileup");
+        for reason in ["deadline", "owner_down"].into_iter().chain(pileup) {
             if counts.get(reason).copied().unwrap_or(0) == 0 {
                 violations.push(format!(
                     "no {reason} bypass in the server's record: {counts:?}"
@@ -896,6 +936,20 @@ async fn run(s: Scenario) {
     );
 }
 
+/// (kind, namespace, name) of an object's controlling owner reference.
+fn controller_ref(obj: &Value) -> Option<(String, String, String)> {
+    let namespace = obj["metadata"]["namespace"].as_str()?;
+    let owner = obj["metadata"]["ownerReferences"]
+        .as_array()?
+        .iter()
+        .find(|r| r["controller"] == true)?;
+    Some((
+        owner["kind"].as_str()?.to_owned(),
+        namespace.to_owned(),
+        owner["name"].as_str()?.to_owned(),
+    ))
+}
+
 /// A pod as first stored.
 struct PodInfo {
     key: String,
@@ -903,6 +957,12 @@ struct PodInfo {
     opted_in: bool,
     /// Legacy: when each initializer became the head of the pending list (commit time).
     head_since: HashMap<String, SystemTime>,
+    /// `Kind/namespace/name` of the top-level controller: the CronJob of a Job's pod.
+    controller: Option<String>,
+    /// Pending when first stored.
+    first_pending: Vec<String>,
+    /// When each initializer stopped being pending (removed, or the pod deleted).
+    pending_until: HashMap<String, SystemTime>,
 }
 
 /// Reads the object history against the scenario and the chaos schedule.
@@ -920,16 +980,56 @@ struct Judge<'a> {
 
 impl<'a> Judge<'a> {
     fn new(s: &'a Scenario, history: &'a [ObjectChange], owner_events: &[OwnerEvent]) -> Judge<'a> {
+        // Job → its CronJob, from the Jobs as stored.
+        let mut cron_of_job: HashMap<String, String> = HashMap::new();
+        for c in history.iter().filter(|c| c.resource == "jobs") {
+            let Some(after) = &c.after else { continue };
+            if let Some((kind, namespace, name)) = controller_ref(after)
+                && kind == "CronJob"
+            {
+                cron_of_job.insert(
+                    format!("{namespace}/{}", c.name),
+                    format!("CronJob/{namespace}/{name}"),
+                );
+            }
+        }
         let mut pods: HashMap<String, PodInfo> = HashMap::new();
         for c in history.iter().filter(|c| c.resource == "pods") {
+            let now = c
+                .after
+                .as_deref()
+                .map(|a| pending(s.mechanism, a))
+                .unwrap_or_default();
+            if let Some(info) = pods.get_mut(&c.uid) {
+                let before = c
+                    .before
+                    .as_deref()
+                    .map(|b| pending(s.mechanism, b))
+                    .unwrap_or_default();
+                for gone in before.iter().filter(|g| !now.contains(g)) {
+                    info.pending_until.entry(gone.clone()).or_insert(c.time);
+                }
+            }
             let Some(after) = &c.after else { continue };
             let info = pods.entry(c.uid.clone()).or_insert_with(|| PodInfo {
                 key: format!("{}/{}", c.namespace.as_deref().unwrap_or_default(), c.name),
                 created: creation_timestamp(after).unwrap_or(c.time),
                 opted_in: has_opt_in(after),
                 head_since: HashMap::new(),
+                controller: controller_ref(after).map(|(kind, namespace, name)| {
+                    let own = format!("{kind}/{namespace}/{name}");
+                    match kind.as_str() {
+                        "Job" => cron_of_job
+                            .get(&format!("{namespace}/{name}"))
+                            .cloned()
+                            .unwrap_or(own),
+                        _ => own,
+                    }
+                }),
+                first_pending: now.clone(),
+                pending_until: HashMap::new(),
             });
-            if let Some(head) = pending(s.mechanism, after).first() {
+            if let Some(head) = now.first() {
                 info.head_since.entry(head.clone()).or_insert(c.time);
             }
         }
@@ -1138,7 +1238,77 @@ impl<'a> Judge<'a> {
                 }
             }
             "owner_down" => self.owner_down_on_time(removed, c.time, what, violations),
+            "pileup" => self.pileup_on_time(pod, removed, c.time, what, violations),
             other => violations.push(format!("unexpected bypass reason {other:?}: {what}")),
+        }
+    }
+
+    /// A `pileup` bypass of `initializer` on `pod`, committed at `at`, needs an instant `d`
+    /// no later than the commit (the guard decides, then writes) at which the pod had waited
+    /// `minWait` and at least `threshold` pods of its top-level controller were still waiting
+    /// on it, each for at least `minWait` (the pod itself included). Scheduling gates only:
+    /// waits count from `creationTimestamp`, as the guard counts them.
+    fn pileup_on_time(
+        &self,
+        pod: &PodInfo,
+        initializer: &str,
+        at: SystemTime,
+        what: &str,
+        violations: &mut Vec<String>,
+    ) {
+        let Some(pileup) = self.s.pileup else {
+            violations.push(format!("pileup bypass without pileup configured: {what}"));
+            return;
+        };
+        if initializer != PILE {
+            violations.push(format!(
+                "pileup bypass of {initializer}, whose bypassOn leaves pileup out: {what}"
+            ));
+            return;
+        }
+        let Some(controller) = &pod.controller else {
+            violations.push(format!(
+                "pileup bypass of a pod without a controller: {what}"
+            ));
+            return;
+        };
+        // Each member of the pile: (aged = waited minWait, still waiting until).
+        let members: Vec<(SystemTime, Option<SystemTime>)> = self
+            .pods
+            .values()
+            .filter(|q| q.controller.as_ref() == Some(controller))
+            .filter(|q| q.first_pending.iter().any(|g| g == initializer))
+            .map(|q| {
+                (
+                    q.created + pileup.min_wait,
+                    q.pending_until.get(initializer).copied(),
+                )
+            })
+            .collect();
+        let own_aged = pod.created + pileup.min_wait;
+        let largest = members
+            .iter()
+            .map(|(aged, _)| (*aged).max(own_aged))
+            .chain([own_aged])
+            .filter(|d| *d <= at)
+            .map(|d| {
+                members
+                    .iter()
+                    .filter(|(aged, until)| *aged <= d && until.is_none_or(|u| u >= d))
+                    .count()
+            })
+            .max();
+        match largest {
+            None => violations.push(format!(
+                "pileup bypass of {initializer} before the pod had waited {:?}: {what}",
+                pileup.min_wait
+            )),
+            Some(k) if k < pileup.threshold => violations.push(format!(
+                "pileup bypass of {initializer} with at most {k} pods of {controller} waiting \
+                 {:?} at any instant before it (threshold {}): {what}",
+                pileup.min_wait, pileup.threshold
+            )),
+            Some(_) => {}
         }
     }
 
@@ -1346,6 +1516,7 @@ mod judge_tests {
             deadlines: [(SIDECAR, DEADLINE), (QUOTA, DEADLINE), (AUDIT, DEADLINE)]
                 .into_iter()
                 .collect(),
+            pileup: None,
             check_memory: false,
         }
     }
@@ -1582,5 +1753,134 @@ mod judge_tests {
             .filter(|v| v.contains("deadline bypass of"))
             .count();
         assert_eq!(early, 2, "each removal judged on its own: {violations:?}");
+    }
+
+    /// A pile of [`PILE`] pods, each the pod of its own Job of one CronJob (`cron`), or of
+    /// another CronJob where `crons` says so: pod i created at `created[i]` s and bypassed
+    /// by the guard (reason `pileup`) at `bypassed[i]` s, if ever. Threshold 3, minWait 2 s.
+    /// The judge's violations.
+    fn judge_pile(created: &[u64], bypassed: &[Option<u64>], crons: &[&str]) -> Vec<String> {
+        let mut s = scenario(Mechanism::SchedulingGates);
+        s.deadlines.insert(PILE, DEADLINE);
+        s.pileup = Some(Pileup {
+            threshold: 3,
+            min_wait: Duration::from_secs(2),
+        });
+        let object =
+            |kind: &str, name: &str, uid: &str, after: Value, user: &str, secs: u64| ObjectChange {
+                resource_version: 0,
+                resource: format!("{}s", kind.to_lowercase()),
+                kind: kind.into(),
+                namespace: Some(NS.into()),
+                name: name.into(),
+                uid: uid.into(),
+                change_type: ChangeType::Added,
+                user: user.into(),
+                time: at(secs),
+                before: None,
+                after: Some(Arc::new(after)),
+            };
+        let owned_by = |kind: &str, name: &str| serde_json::json!([{ "kind": kind, "name": name, "controller": true }]);
+        let mut history = Vec::new();
+        for (i, &secs) in created.iter().enumerate() {
+            let cron = crons.get(i).copied().unwrap_or("cron");
+            let job = format!("j{i}");
+            history.push(object(
+                "Job",
+                &job,
+                &format!("job-{i}"),
+                serde_json::json!({ "metadata": {
+                    "name": job, "namespace": NS, "ownerReferences": owned_by("CronJob", cron),
+                } }),
+                "cronjob-controller",
+                secs,
+            ));
+            let mut pod = (*pod(Mechanism::SchedulingGates, &[PILE], &[], 0)).clone();
+            pod["metadata"]["name"] = format!("p{i}").into();
+            pod["metadata"]["uid"] = format!("u{i}").into();
+            pod["metadata"]["creationTimestamp"] = stamp(at(secs)).into();
+            pod["metadata"]["ownerReferences"] = owned_by("Job", &job);
+            history.push(object(
+                "Pod",
+                &format!("p{i}"),
+                &format!("u{i}"),
+                pod,
+                "job-controller",
+                secs,
+            ));
+        }
+        for (i, when) in bypassed.iter().enumerate() {
+            let Some(secs) = *when else { continue };
+            let before = history
+                .iter()
+                .find(|c| c.uid == format!("u{i}"))
+                .and_then(|c| c.after.clone())
+                .unwrap();
+            let mut after = (*before).clone();
+            after["spec"]["schedulingGates"] = serde_json::json!([]);
+            after["metadata"]["annotations"]["initguard.io/bypassed"] =
+                format!("{PILE}=pileup@{}", stamp(at(secs))).into();
+            let mut change = object(
+                "Pod",
+                &format!("p{i}"),
+                &format!("u{i}"),
+                after,
+                &replica_user("a"),
+                secs,
+            );
+            change.change_type = ChangeType::Modified;
+            change.before = Some(before);
+            history.push(change);
+        }
+        history.sort_by_key(|c| c.time);
+        for (rv, c) in history.iter_mut().enumerate() {
+            c.resource_version = rv as u64 + 1;
+        }
+        let judge = Judge::new(&s, &history, &[]);
+        let mut violations = Vec::new();
+        judge.guard_changes(&mut violations);
+        violations
+    }
+
+    #[test]
+    fn a_pileup_bypass_of_three_aged_pods_of_one_cron_job_is_accepted() {
+        // Committed one after another: the later ones are judged at the decision instant.
+        let violations = judge_pile(&[0, 0, 1], &[Some(3), Some(4), Some(4)], &[]);
+        assert_eq!(violations, Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_pileup_bypass_with_fewer_aged_pods_than_the_threshold_is_a_violation() {
+        // The third pod ages only after the first two were bypassed.
+        let violations = judge_pile(&[0, 0, 5], &[Some(3), Some(3), None], &[]);
+        let thin = violations
+            .iter()
+            .filter(|v| v.contains("at most 2 pods"))
+            .count();
+        assert_eq!(thin, 2, "{violations:?}");
+    }
+
+    #[test]
+    fn pods_of_another_cron_job_are_not_the_same_pile() {
+        let violations = judge_pile(
+            &[0, 0, 0],
+            &[Some(3), None, None],
+            &["cron", "cron", "other"],
+        );
+        assert!(
+            violations.iter().any(|v| v.contains("at most 2 pods")),
+            "{violations:?}"
+        );
+    }
+
+    #[test]
+    fn a_pileup_bypass_before_the_pod_waited_min_wait_is_a_violation() {
+        let violations = judge_pile(&[0, 0, 0, 2], &[None, None, None, Some(3)], &[]);
+        assert!(
+            violations
+                .iter()
+                .any(|v| v.contains("before the pod had waited")),
+            "{violations:?}"
+        );
     }
 }
