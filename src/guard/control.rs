@@ -707,3 +707,91 @@ fn instant_of(at: Option<SystemTime>) -> Instant {
         None => Instant::now() + Duration::from_secs(3600),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn in_flight(removing: &[(&str, usize)]) -> InFlight {
+        InFlight {
+            uid: "u".into(),
+            removing: removing
+                .iter()
+                .map(|(n, k)| ((*n).to_owned(), *k))
+                .collect(),
+            written_at: None,
+        }
+    }
+
+    #[test]
+    fn a_patch_is_seen_done_once_each_removed_initializer_is_pending_fewer_times() {
+        let one = in_flight(&[("a", 1)]);
+        assert!(!one.done_in(&["a", "b"]));
+        assert!(one.done_in(&["b"]));
+        assert!(one.done_in::<&str>(&[]));
+        // A name pending twice (legacy) loses one occurrence.
+        let twice = in_flight(&[("a", 2)]);
+        assert!(!twice.done_in(&["a", "a"]));
+        assert!(twice.done_in(&["a"]));
+        // Atomic: all removals or none.
+        let both = in_flight(&[("a", 1), ("b", 1)]);
+        assert!(!both.done_in(&["b"]));
+        assert!(both.done_in(&["c"]));
+    }
+
+    fn tracked(namespace: &str, labels: &[(&str, &str)]) -> crate::tracker::TrackedPod {
+        crate::tracker::TrackedPod {
+            namespace: namespace.into(),
+            name: "p".into(),
+            uid: "u".into(),
+            resource_version: "1".into(),
+            labels: labels
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+            namespace_selected: false,
+            created: SystemTime::UNIX_EPOCH,
+            first_seen: SystemTime::UNIX_EPOCH,
+            controller: None,
+            via: None,
+            pending: vec!["g".into()],
+            head_since: SystemTime::UNIX_EPOCH,
+            annotations_present: false,
+            bypassed_record: None,
+            opted_in: true,
+        }
+    }
+
+    #[test]
+    fn the_opt_in_label_is_tested_unless_the_namespace_opts_the_pod_in() {
+        let config = crate::config::from_yaml_str(
+            "mechanism: schedulingGates\n\
+             optIn: { label: initguard.io/bypass, namespaces: [batch] }\n",
+            "test.yaml",
+        )
+        .unwrap();
+        let label = ("initguard.io/bypass", "true");
+        assert_eq!(
+            opt_in_label(&config, &tracked("team-a", &[label, ("app", "web")])),
+            Some(("initguard.io/bypass".to_owned(), "true".to_owned()))
+        );
+        assert_eq!(
+            opt_in_label(&config, &tracked("team-a", &[("app", "web")])),
+            None
+        );
+        assert_eq!(opt_in_label(&config, &tracked("batch", &[label])), None);
+    }
+
+    #[test]
+    fn a_wake_is_due_at_its_instant_plus_a_millisecond_and_none_is_an_hour_away() {
+        let hour = Duration::from_secs(3600);
+        let before = Instant::now();
+        let past = instant_of(Some(SystemTime::now() - hour));
+        assert!(past > before && past <= Instant::now() + Duration::from_millis(1));
+        let before = Instant::now();
+        let later = instant_of(Some(SystemTime::now() + 2 * hour));
+        assert!(later > before + hour, "two hours ahead stays ahead");
+        let none = instant_of(None);
+        assert!(none >= before + hour);
+    }
+}

@@ -1109,3 +1109,108 @@ pub fn statuses(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn resource(version: &str) -> ApiResource {
+        ApiResource {
+            group: "admissionregistration.k8s.io".into(),
+            version: version.into(),
+            api_version: format!("admissionregistration.k8s.io/{version}"),
+            kind: "ValidatingWebhookConfiguration".into(),
+            plural: "validatingwebhookconfigurations".into(),
+        }
+    }
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs)
+    }
+
+    #[test]
+    fn the_loop_wakes_at_the_earliest_of_two_wakes() {
+        assert_eq!(earliest(None, None), None);
+        assert_eq!(earliest(Some(at(5)), None), Some(at(5)));
+        assert_eq!(earliest(None, Some(at(7))), Some(at(7)));
+        assert_eq!(earliest(Some(at(9)), Some(at(3))), Some(at(3)));
+        assert_eq!(earliest(Some(at(3)), Some(at(9))), Some(at(3)));
+    }
+
+    #[test]
+    fn an_omitted_failure_policy_is_fail_in_v1_and_ignore_in_v1beta1() {
+        assert_eq!(default_failure_policy(&resource("v1")), FailurePolicy::Fail);
+        assert_eq!(
+            default_failure_policy(&resource("v1beta1")),
+            FailurePolicy::Ignore
+        );
+    }
+
+    #[test]
+    fn the_patch_request_carries_the_go_encoding_to_the_named_configuration() {
+        let patch: JsonPatch = serde_json::from_value(json!([
+            { "op": "test", "path": "/metadata/uid", "value": "u-1" },
+            { "op": "add", "path": "/webhooks/1/matchConditions", "value": [] },
+        ]))
+        .unwrap();
+        let request = patch_request(&resource("v1"), "pod-policy", &patch).unwrap();
+        assert_eq!(request.method(), http::Method::PATCH);
+        assert_eq!(
+            request.uri().path(),
+            "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/pod-policy"
+        );
+        assert_eq!(
+            request.headers()[http::header::CONTENT_TYPE],
+            "application/json-patch+json"
+        );
+        assert_eq!(request.body(), &go_json(&patch));
+    }
+
+    /// Three listed webhooks of one configuration: one with an owner, one calling a
+    /// Service, one called by URL; and one of a configuration that was not found.
+    #[test]
+    fn an_ownerless_webhook_is_owned_by_its_service_and_one_called_by_url_by_nobody() {
+        let config = crate::config::from_yaml_str(
+            "mechanism: schedulingGates\n\
+             optIn: { label: initguard.io/bypass }\n\
+             webhooks:\n\
+             \x20 - { name: validating/policy/owned.example.com, owner: { deployment: ns/d } }\n\
+             \x20 - { name: validating/policy/service.example.com }\n\
+             \x20 - { name: validating/policy/url.example.com }\n\
+             \x20 - { name: validating/missing/gone.example.com }\n",
+            "test.yaml",
+        )
+        .unwrap();
+        let entry = |name: &str, client: Value| json!({ "name": name, "clientConfig": client, "failurePolicy": "Fail" });
+        let object = json!({
+            "metadata": { "name": "policy", "uid": "u", "resourceVersion": "1" },
+            "webhooks": [
+                entry("owned.example.com", json!({ "service": { "namespace": "a", "name": "x" } })),
+                entry("service.example.com", json!({ "service": { "namespace": "policy-system", "name": "policy" } })),
+                entry("url.example.com", json!({ "url": "https://policy.example.com/validate" })),
+            ],
+        });
+        let read = Configurations::from([
+            (
+                (WebhookKind::Validating, "policy".to_owned()),
+                Some(
+                    Configuration::decode(WebhookKind::Validating, &object, FailurePolicy::Fail)
+                        .unwrap(),
+                ),
+            ),
+            ((WebhookKind::Validating, "missing".to_owned()), None),
+        ]);
+        let owners = service_owners(&config, &read);
+        assert_eq!(
+            owners,
+            vec![(
+                1,
+                OwnerSpec::WebhookService(crate::config::ObjectRef {
+                    namespace: "policy-system".into(),
+                    name: "policy".into(),
+                })
+            )]
+        );
+    }
+}
