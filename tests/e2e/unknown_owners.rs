@@ -64,6 +64,13 @@ async fn a_forbidden_owner_never_bypasses_before_the_deadline(mechanism: Mechani
         "the forbidden owner's pod was written"
     );
     assert_eq!(c.pending("default", "forbidden"), [SIDECAR]);
+    // Never read, so nothing is known of it: no early InitializerWaiting about owner
+    // trouble (at half its 60 s deadline one comes, long after this test).
+    assert_eq!(
+        c.waiting_events("forbidden"),
+        Vec::<serde_json::Value>::new(),
+        "a pod of an owner never read was told its owner is in trouble"
+    );
     guard.shutdown().await;
 }
 
@@ -109,6 +116,33 @@ async fn a_missing_owner_never_bypasses_before_the_deadline(mechanism: Mechanism
     );
     assert_eq!(c.pending("default", "typo"), [SIDECAR]);
     assert_eq!(guard.shared.owners.state(SIDECAR), OwnerState::Unknown);
+    // Read, and not found: an owner in trouble, which the waiting pod is told at once, not
+    // at half its 60 s deadline as for an owner never read (the server's commit times).
+    until("the typo's pod told why it waits", || {
+        !c.waiting_events("typo").is_empty()
+    })
+    .await;
+    let committed = |resource: &str, reason: Option<&str>| {
+        c.sim
+            .object_history()
+            .into_iter()
+            .find(|h| {
+                h.resource == resource
+                    && h.after.as_ref().is_some_and(|o| match reason {
+                        Some(r) => o["reason"] == r && o["involvedObject"]["name"] == "typo",
+                        None => o["metadata"]["name"] == "typo",
+                    })
+            })
+            .map(|h| h.time)
+            .unwrap_or_else(|| panic!("no {resource} about typo in the history"))
+    };
+    let told_after = committed("events", Some("InitializerWaiting"))
+        .duration_since(committed("pods", None))
+        .unwrap_or_default();
+    assert!(
+        told_after < std::time::Duration::from_secs(30),
+        "told {told_after:?} after creation: at half the deadline, not for its owner"
+    );
     let (status, body) = http_get(guard.addr, "/readyz").await;
     assert_eq!(status, 200, "{body}");
     assert!(
