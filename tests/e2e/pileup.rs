@@ -10,6 +10,7 @@ use initguard_sim::controllers::{
 };
 
 use crate::harness::*;
+use initguard_test_support::pod;
 
 legacy_versions!(
     legacy_job_piles_up_without_the_guard,
@@ -128,7 +129,8 @@ async fn gated_cron_job_pods_are_each_bypassed_once() {
     .await;
     cron.stop().await;
     until("every pod of the CronJob bypassed", || pile(&c, &key) == 0).await;
-    let created = c.sim.list_objects("jobs").len();
+    // Pods, not Jobs: stopping the creator may leave a Job without its pod.
+    let created = c.sim.list_objects("pods").len();
     let mut bypassed: Vec<_> = c
         .removals()
         .into_iter()
@@ -309,10 +311,10 @@ async fn cron_job_jobs_pods_are_one_pileup_of_the_cron_job() {
 /// hour and the deadline ten minutes, so only the pileup rule can act. Grouped by Job, each
 /// pile has one pod and nothing would ever be bypassed; grouped by the CronJob, the pile is
 /// bypassed as it ages, until fewer than `threshold` pods are left, and every bypass is a
-/// `pileup`. Judged on the server's store and history, by the end state (how large the pile
-/// grows meanwhile depends on the machine's speed: the pileup benchmark measures it).
+/// `pileup`. Judged on the server's store and history, by the end state: how large the pile
+/// grows meanwhile depends on the machine's speed, which no correctness test bounds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn cron_job_pile_with_pileup_bypass_stays_bounded() {
+async fn cron_job_pile_with_pileup_bypass_ends_below_the_threshold() {
     const THRESHOLD: usize = 3;
     let c = Cluster::start(Mechanism::SchedulingGates).await;
     let _owner = c.owner(SIDECAR, |o| o.alive = false).await;
@@ -330,11 +332,38 @@ async fn cron_job_pile_with_pileup_bypass_stays_bounded() {
     })
     .await;
     cron.stop().await;
-    let created = c.sim.list_objects("jobs").len();
-    until("the CronJob's pile below the threshold", || {
-        pile(&c, &key) < THRESHOLD
-    })
+    // Below the threshold, and no bypass committed between two looks (the guard bypasses a
+    // pile in one decision, patch after patch).
+    let mut seen = usize::MAX;
+    until(
+        "the CronJob's pile below the threshold, no bypass in flight",
+        || {
+            let removed = c.removals().len();
+            let quiet = removed == seen;
+            seen = removed;
+            quiet && pile(&c, &key) < THRESHOLD
+        },
+    )
     .await;
+    // One snapshot of the store: every pod still waiting, below the threshold, or freed by
+    // one `pileup` record (the judge's own reader).
+    let pods = c.sim.list_objects("pods");
+    let waiting = pods
+        .iter()
+        .filter(|p| !pod::pending(c.mechanism, p).is_empty())
+        .count();
+    assert!(waiting < THRESHOLD, "{waiting} pods still waiting");
+    for p in pods
+        .iter()
+        .filter(|p| pod::pending(c.mechanism, p).is_empty())
+    {
+        let records = pod::records(p);
+        assert!(
+            records.len() == 1 && records[0].reason == "pileup",
+            "{}: freed without one pileup record: {records:?}",
+            p["metadata"]["name"]
+        );
+    }
     let bypasses: Vec<_> = c
         .removals()
         .into_iter()
@@ -347,9 +376,9 @@ async fn cron_job_pile_with_pileup_bypass_stays_bounded() {
         "{bypasses:?}"
     );
     assert_eq!(
-        bypasses.len() + pile(&c, &key),
-        created,
-        "every pod bypassed once or still waiting, below the threshold"
+        bypasses.len(),
+        c.removals().len(),
+        "only the guard removed the gate"
     );
     c.finish(guard).await;
 }

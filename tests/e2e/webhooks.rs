@@ -191,19 +191,33 @@ async fn a_restore_on_demand_holds_until_the_owner_was_up() {
 /// Undos by another writer count only within the webhook's `flapping.window`: with `flapping:
 /// { undos: 2, window: 5s }`, an undo is re-applied; an undo a window after the last one is
 /// re-applied too (the first no longer counts); a second undo within the window makes the
-/// bypass flapping: a Warning Event, and the entry left as the other writer put it.
+/// bypass flapping: a Warning Event, and the entry left as the other writer put it, also on
+/// the loop's next pass (the witness: a second listed configuration of the same dead owner,
+/// created afterwards and bypassed in a pass that steps the flapping one first).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn undos_count_within_the_configured_flapping_window() {
     const WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
+    const WITNESS: &str = "policy-witness";
     let c = Cluster::start(Mechanism::SchedulingGates).await;
     let created = webhook_world(&c, CONFIGURATION, ENTRY, Vec::new()).await;
+    let mut rbac = shipped_rbac(Mechanism::SchedulingGates);
+    rbac.merge(kube_sim::Rbac::cluster_wide(vec![
+        kube_sim::PolicyRule::new(
+            &["admissionregistration.k8s.io"],
+            &[RESOURCE],
+            &["get", "list", "watch", "patch"],
+        )
+        .with_names(&[CONFIGURATION, WITNESS]),
+    ]));
+    c.sim.enforce_rbac_policy(GUARD_USER, rbac);
     set_available(&c, 0).await;
     let config = config(
         Mechanism::SchedulingGates,
         &format!(
-            "{}    flapping: {{ undos: 2, window: {}s }}\n",
+            "{}    flapping: {{ undos: 2, window: {}s }}\n{}",
             policy_webhook(CONFIGURATION, ENTRY, "0s", Some("0s")),
-            WINDOW.as_secs()
+            WINDOW.as_secs(),
+            policy_webhook(WITNESS, ENTRY, "0s", Some("0s")).replacen("webhooks:\n", "", 1),
         ),
     );
     let guard = c.guard(&config).await;
@@ -244,6 +258,22 @@ async fn undos_count_within_the_configured_flapping_window() {
             .list_objects("events")
             .iter()
             .any(|e| e["reason"] == "WebhookBypassFlapping")
+    })
+    .await;
+    c.admin_post(
+        &format!("/apis/admissionregistration.k8s.io/v1/{RESOURCE}"),
+        &json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": { "name": WITNESS },
+            "webhooks": created["webhooks"],
+        }),
+    )
+    .await;
+    until("the witness configuration bypassed", || {
+        c.sim
+            .get_object(RESOURCE, None, WITNESS)
+            .is_some_and(|o| bypassed_entry(&o))
     })
     .await;
     assert!(!bypassed_entry(&stored(&c)), "re-applied while flapping");

@@ -12,8 +12,9 @@
 //! guard write came from the replica holding the Lease when the server received it, within
 //! its lease; no pod's gate was removed twice (one audited patch at most, one record); every
 //! pod lost the listed gate and kept the unlisted one; the webhook entry, bypassed across the
-//! crash, is restored exactly; the survivor's resident memory (from the kernel) did not grow
-//! across the restarts. The counts are printed, as the soak prints its own.
+//! crash, is restored exactly and only restoreGrace after the owner came back; the survivor's
+//! resident memory (from the kernel) did not double across the restarts (the soak's bound).
+//! The counts are printed, as the soak prints its own.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -247,30 +248,30 @@ pub(crate) async fn control_plane_crashes_mid_burst_and_while_a_webhook_is_bypas
 
     // Three quarters through, the replica holding the Lease dies while it writes.
     until_reached("burst pods created", 3 * n / 4, created).await;
-    let holder = eventually("a replica holding the Lease after the crash", || {
-        let lease = tb.get("lease", LOCK.0, LOCK.1)?;
-        let renewed = timestamp(lease["spec"]["renewTime"].as_str()?);
-        let fresh =
-            jiff::Timestamp::now() < renewed + jiff::SignedDuration::try_from(LEASE).ok()?;
-        fresh.then(|| lease["spec"]["holderIdentity"].as_str().map(str::to_owned))?
-    })
-    .await;
-    let index = replicas
-        .iter()
-        .position(|(g, _)| holder.starts_with(&format!("{}_", g.name)))
-        .unwrap_or_else(|| panic!("holder {holder:?} is neither replica"));
-    let (leader, leader_user) = replicas.remove(index);
-    // Killed while it writes: its bypass count moves between two scrapes (a sync point only;
-    // the audit log judges).
+    // Killed while it writes: the replica the Lease names (renewed within the lease) has a
+    // bypass count that moved since the last scrape of it. Read again at every poll, in case
+    // the Lease changes hands meanwhile. A sync point only: the audit log judges.
     let bypasses = |g: &GuardProcess| metric_sum(&g.metrics(), "initguard_bypasses_total", &[]);
-    let mut last = bypasses(&leader);
-    eventually("the leader writing after the crash", || {
-        let now = bypasses(&leader);
-        let moved = now > last;
-        last = now;
-        moved.then_some(())
-    })
+    let mut last: Vec<f64> = replicas.iter().map(|(g, _)| bypasses(g)).collect();
+    let index = eventually(
+        "the replica holding the Lease writing after the crash",
+        || {
+            let lease = tb.get("lease", LOCK.0, LOCK.1)?;
+            let renewed = timestamp(lease["spec"]["renewTime"].as_str()?);
+            let fresh =
+                jiff::Timestamp::now() < renewed + jiff::SignedDuration::try_from(LEASE).ok()?;
+            let holder = lease["spec"]["holderIdentity"].as_str()?;
+            let index = replicas
+                .iter()
+                .position(|(g, _)| holder.starts_with(&format!("{}_", g.name)))?;
+            let now = bypasses(&replicas[index].0);
+            let moved = now > last[index];
+            last[index] = now;
+            (fresh && moved).then_some(index)
+        },
+    )
     .await;
+    let (leader, leader_user) = replicas.remove(index);
     leader.kill();
     let leader_killed = jiff::Timestamp::now();
     let (survivor, survivor_user) = replicas.remove(0);
@@ -304,7 +305,8 @@ pub(crate) async fn control_plane_crashes_mid_burst_and_while_a_webhook_is_bypas
         .rss_kib()
         .unwrap_or_else(|| panic!("the survivor is gone:\n{}", survivor.log_text()));
 
-    // The owner comes back: the entry is restored exactly.
+    // The owner comes back: the entry is restored exactly, not before restoreGrace.
+    let revived = jiff::Timestamp::now();
     bed.revive_owner();
     eventually(
         "the entry restored exactly after the owner came back",
@@ -392,14 +394,23 @@ pub(crate) async fn control_plane_crashes_mid_burst_and_while_a_webhook_is_bypas
             );
         }
     }
-    // Two configuration writes: the bypass and the restore.
-    let configuration_patches = writes
+    // Two configuration writes: the bypass, held across both crashes, and the restore,
+    // restoreGrace after the owner came back (the server's clock, which this machine shares).
+    let mut configuration_patches: Vec<&&Audit> = writes
         .iter()
         .filter(|w| w.resource == "validatingwebhookconfigurations" && w.ok())
-        .count();
+        .collect();
+    configuration_patches.sort_by(|a, b| a.received.cmp(&b.received));
     assert_eq!(
-        configuration_patches, 2,
+        configuration_patches.len(),
+        2,
         "the entry written twice, bypass and restore: {writes:#?}"
+    );
+    let restored_at = timestamp(&configuration_patches[1].received);
+    assert!(
+        restored_at >= revived + jiff::SignedDuration::from_secs(RESTORE_GRACE_S as i64),
+        "restored at {restored_at}, less than restoreGrace after the owner came back \
+         ({revived}): the bypass did not hold"
     );
     // How close to its death the leader last wrote (reported, not bounded: machine load).
     let leader_last = writes

@@ -24,8 +24,8 @@
 //! listed, the one its `initguard.io/bypassed` record names; no `deadline` bypass before the
 //! deadline; no `owner_down` bypass unless the owner had been down for the grace; on gates, a
 //! CronJob-like creator of a fourth gate under `pileup: { action: bypass }`: no `pileup` bypass
-//! unless, at some instant before its commit, the pod and at least `threshold` pods of the same
-//! CronJob had each waited `minWait` on that gate; no initializer removed twice; with leader election, every pod change made by the replica (each has its
+//! unless, at some instant before its commit, at least `threshold` pods of the same CronJob,
+//! the pod among them, had each waited `minWait` on that gate; no initializer removed twice; with leader election, every pod change made by the replica (each has its
 //! own user) that the server's record of the Lease named holder at that point; no panic; no memory growth (last RSS sample at most twice the median after
 //! warm-up, per guard process that lived long enough).
 //!

@@ -907,9 +907,12 @@ pub fn guard_pod_writes_by_lease_holders<'a>(
 
 /// The guards' writes that `judged` selects, after asserting from the audit log that each
 /// came from the replica holding the lock `(namespace, name)` when the server received it:
-/// the last successful lock write before it was by the same user and, with `lease`, less
-/// than `lease` before it (a replica whose lease ran out holds nothing, even if nobody took
-/// the lock yet). Received times only, as in [`guard_pod_writes_by_lease_holders`].
+/// the last successful lock write before it was by the same user and, with `lease`, a write
+/// that may have taken effect (2xx, or 504: the client gave up, the server may have applied
+/// it) less than `lease` after it (a replica whose lease ran out holds nothing, even if
+/// nobody took the lock yet). Received times only, as in
+/// [`guard_pod_writes_by_lease_holders`]. The fence bounds when a write is sent, the judge
+/// when it is received: a server that takes the rest of the lease to read a request fails it.
 pub fn guard_writes_by_lease_holders<'a>(
     audit: &'a [Audit],
     lock: (&str, &str),
@@ -939,7 +942,8 @@ pub fn guard_writes_by_lease_holders<'a>(
             Some(w.user.as_str()),
             "a write by a replica not holding the lock {lock:?}: {w:#?}"
         );
-        if let (Some(lease), Some(last)) = (lease, last) {
+        let may_have_applied = w.ok() || w.code == 504;
+        if let (Some(lease), Some(last), true) = (lease, last, may_have_applied) {
             let expired = timestamp(&last.received)
                 + jiff::SignedDuration::try_from(lease)
                     .unwrap_or_else(|e| panic!("lease {lease:?}: {e}"));
@@ -1142,6 +1146,24 @@ mod tests {
         judge(&[
             lock(GUARD_USER, "2026-01-01T00:00:00.000000Z"),
             pod(GUARD_USER, "2026-01-01T00:00:04.000000Z"),
+        ]);
+    }
+
+    #[test]
+    fn a_refused_write_after_the_lease_is_not_judged_by_it() {
+        let audit = [
+            lock(GUARD_USER, "2026-01-01T00:00:00.000000Z"),
+            event(GUARD_USER, "pods", "p", "2026-01-01T00:00:05.000000Z", 422),
+        ];
+        assert_eq!(judge(&audit), 1);
+    }
+
+    #[test]
+    #[should_panic(expected = "lease ran out")]
+    fn a_cut_short_write_after_the_lease_ran_out_fails() {
+        judge(&[
+            lock(GUARD_USER, "2026-01-01T00:00:00.000000Z"),
+            event(GUARD_USER, "pods", "p", "2026-01-01T00:00:05.000000Z", 504),
         ]);
     }
 
