@@ -192,6 +192,22 @@ impl Testbed {
         report
     }
 
+    /// When kube-apiserver was down and restarting ([`Testbed::crash`]): (killed, healthy
+    /// again), from `crashes.log`.
+    pub fn apiserver_restarts(&self) -> Vec<(jiff::Timestamp, jiff::Timestamp)> {
+        let Ok(text) = std::fs::read_to_string(self.dir.join("crashes.log")) else {
+            return Vec::new();
+        };
+        text.lines()
+            .filter_map(|l| match l.split_whitespace().collect::<Vec<_>>()[..] {
+                ["kube-apiserver", killed, healthy] => {
+                    Some((timestamp(killed), timestamp(healthy)))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
     /// The test bed's kubectl (same version as the server).
     pub fn kubectl_path(&self) -> PathBuf {
         self.bin.join("kubectl")
