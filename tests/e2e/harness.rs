@@ -635,6 +635,21 @@ pub(crate) fn policy_webhook(
     yaml
 }
 
+/// The shipped RBAC plus get, list, watch and patch on exactly the ValidatingWebhookConfigurations
+/// `configurations` (by name, as the chart grants them), for the guard's user.
+pub(crate) fn webhook_rbac(c: &Cluster, configurations: &[&str]) {
+    let mut rbac = shipped_rbac(Mechanism::SchedulingGates);
+    rbac.merge(Rbac::cluster_wide(vec![
+        kube_sim::PolicyRule::new(
+            &["admissionregistration.k8s.io"],
+            &["validatingwebhookconfigurations"],
+            &["get", "list", "watch", "patch"],
+        )
+        .with_names(configurations),
+    ]));
+    c.sim.enforce_rbac_policy(GUARD_USER, rbac);
+}
+
 /// A listed webhook's world on `c`: the shipped RBAC plus get, list, watch and patch on exactly
 /// the ValidatingWebhookConfiguration `configuration` (by name, as the chart grants it), its
 /// owner the Deployment kube-system/policy (no status: not available), and that fail-closed
@@ -646,16 +661,7 @@ pub(crate) async fn webhook_world(
     entry: &str,
     conditions: Vec<Value>,
 ) -> Value {
-    let mut rbac = shipped_rbac(Mechanism::SchedulingGates);
-    rbac.merge(Rbac::cluster_wide(vec![
-        kube_sim::PolicyRule::new(
-            &["admissionregistration.k8s.io"],
-            &["validatingwebhookconfigurations"],
-            &["get", "list", "watch", "patch"],
-        )
-        .with_names(&[configuration]),
-    ]));
-    c.sim.enforce_rbac_policy(GUARD_USER, rbac);
+    webhook_rbac(c, &[configuration]);
     c.admin_post(
         "/apis/apps/v1/namespaces/kube-system/deployments",
         &json!({

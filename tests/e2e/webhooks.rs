@@ -200,16 +200,7 @@ async fn undos_count_within_the_configured_flapping_window() {
     const WITNESS: &str = "policy-witness";
     let c = Cluster::start(Mechanism::SchedulingGates).await;
     let created = webhook_world(&c, CONFIGURATION, ENTRY, Vec::new()).await;
-    let mut rbac = shipped_rbac(Mechanism::SchedulingGates);
-    rbac.merge(kube_sim::Rbac::cluster_wide(vec![
-        kube_sim::PolicyRule::new(
-            &["admissionregistration.k8s.io"],
-            &[RESOURCE],
-            &["get", "list", "watch", "patch"],
-        )
-        .with_names(&[CONFIGURATION, WITNESS]),
-    ]));
-    c.sim.enforce_rbac_policy(GUARD_USER, rbac);
+    webhook_rbac(&c, &[CONFIGURATION, WITNESS]);
     set_available(&c, 0).await;
     let config = config(
         Mechanism::SchedulingGates,
