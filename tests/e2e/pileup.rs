@@ -11,6 +11,7 @@ use initguard_sim::controllers::{
 
 use crate::harness::*;
 use initguard_test_support::pod;
+use serde_json::json;
 
 legacy_versions!(
     legacy_job_piles_up_without_the_guard,
@@ -380,5 +381,114 @@ async fn cron_job_pile_with_pileup_bypass_ends_below_the_threshold() {
         c.removals().len(),
         "only the guard removed the gate"
     );
+    c.finish(guard).await;
+}
+
+/// A gated pod of the Job `job` (uid `job_uid`) in `default`, opted in or not.
+async fn job_pod(c: &Cluster, name: &str, job: &str, job_uid: &str, opted_in: bool) {
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": name, "labels": {}, "ownerReferences": [{
+            "apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": job_uid,
+            "controller": true }] },
+        "spec": {
+            "containers": [{ "name": "main", "image": "registry.k8s.io/pause:3.10" }],
+            "schedulingGates": [{ "name": SIDECAR }],
+        },
+    });
+    if opted_in {
+        pod["metadata"]["labels"][OPT_IN] = json!("true");
+    }
+    c.admin_post("/api/v1/namespaces/default/pods", &pod).await;
+}
+
+/// With `pileup.action: bypass`, the pod that completes a pile makes its older siblings due
+/// as well: they were decided while the pile was too small, and are decided again when it
+/// reaches the threshold (nothing else would wake them before their deadline). The gate's
+/// owner is dead but its grace is an hour and the deadline ten minutes, so only the pileup
+/// rule can act; all three pods become due at the same instant and each is bypassed once, as
+/// a `pileup` (judged by the server's history).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pod_that_completes_a_pile_makes_its_older_siblings_due() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let _owner = c.owner(SIDECAR, |o| o.alive = false).await;
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!(
+            "defaults: {{ ownerDownGrace: 1h }}\npileup: {{ threshold: 3, minWait: 500ms, action: bypass }}\ninitializers:\n{}",
+            owned(SIDECAR, "10m")
+        ),
+    );
+    let guard = c.guard(&config).await;
+    let names = ["run-a", "run-b", "run-c"];
+    for name in names {
+        job_pod(&c, name, "batch-run", "batch-run-uid", true).await;
+    }
+    until("every pod of the pile bypassed", || {
+        names.iter().all(|n| c.pending("default", n).is_empty())
+    })
+    .await;
+    for name in names {
+        let bypasses = c.bypasses_of(&format!("default/{name}"));
+        assert!(
+            bypasses.len() == 1 && bypasses[0].reason.as_deref() == Some("pileup"),
+            "{name}: {bypasses:?}"
+        );
+    }
+    c.finish(guard).await;
+}
+
+/// Jobs first seen in the guard's initial list keep their CronJob: pods those Jobs create
+/// afterwards join the CronJob's pile (the end of a list forgets only the Jobs it did not
+/// show). Judged by `/status` once the server's log shows the guard watching Jobs, which its
+/// watcher starts only after the control loop has taken in the end of the list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_of_jobs_listed_at_start_join_the_cron_jobs_pile() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let mut jobs = Vec::new();
+    for name in ["nightly-1", "nightly-2"] {
+        let job = json!({
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": { "name": name, "ownerReferences": [{
+                "apiVersion": "batch/v1", "kind": "CronJob", "name": "nightly",
+                "uid": "cron-job-nightly", "controller": true }] },
+        });
+        let job = c
+            .admin_post("/apis/batch/v1/namespaces/default/jobs", &job)
+            .await;
+        let uid = job["metadata"]["uid"].as_str().unwrap().to_owned();
+        jobs.push((name, uid));
+    }
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!(
+            "pileup: {{ threshold: 3, action: alert }}\ninitializers:\n{}",
+            owned(SIDECAR, "10m")
+        ),
+    );
+    let guard = c.guard(&config).await;
+    until("the guard watching Jobs after its initial list", || {
+        c.sim
+            .requests()
+            .iter()
+            .any(|r| r.user == GUARD_USER && r.resource == "jobs" && r.verb == "watch")
+    })
+    .await;
+    for (job, uid) in &jobs {
+        job_pod(&c, &format!("{job}-pod"), job, uid, false).await;
+    }
+    let body = eventually_async("both pods waiting in /status", || async {
+        let (_, body) = http_get(guard.addr, "/status").await;
+        let body: serde_json::Value = serde_json::from_str(&body).ok()?;
+        (body["waitingPods"].as_array()?.len() == 2).then_some(body)
+    })
+    .await;
+    for pod in body["waitingPods"].as_array().unwrap() {
+        assert_eq!(pod["controller"]["kind"], "CronJob", "{pod}");
+        assert_eq!(pod["controller"]["name"], "nightly", "{pod}");
+        assert_eq!(pod["via"]["kind"], "Job", "{pod}");
+    }
     c.finish(guard).await;
 }
