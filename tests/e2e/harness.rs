@@ -261,6 +261,19 @@ impl Cluster {
         opted_in: bool,
         initializers: &[&str],
     ) {
+        self.pod_with(namespace, name, opted_in, initializers, |_| {})
+            .await;
+    }
+
+    /// [`Cluster::pod`] with its manifest adjusted by `tweak` before the CREATE.
+    pub(crate) async fn pod_with(
+        &self,
+        namespace: &str,
+        name: &str,
+        opted_in: bool,
+        initializers: &[&str],
+        tweak: impl FnOnce(&mut Value),
+    ) {
         let entries: Vec<Value> = initializers.iter().map(|n| json!({ "name": n })).collect();
         let mut pod = json!({
             "apiVersion": "v1",
@@ -277,6 +290,7 @@ impl Cluster {
                 pod["metadata"]["initializers"] = json!({ "pending": entries });
             }
         }
+        tweak(&mut pod);
         self.post(
             &format!("/api/v1/namespaces/{namespace}/pods?includeUninitialized=true"),
             &pod,

@@ -384,23 +384,14 @@ async fn cron_job_pile_with_pileup_bypass_ends_below_the_threshold() {
     c.finish(guard).await;
 }
 
-/// A gated pod of the Job `job` (uid `job_uid`) in `default`, opted in or not.
+/// A pod of the Job `job` (uid `job_uid`) in `default`, gated by [`SIDECAR`], opted in or not.
 async fn job_pod(c: &Cluster, name: &str, job: &str, job_uid: &str, opted_in: bool) {
-    let mut pod = json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": { "name": name, "labels": {}, "ownerReferences": [{
+    c.pod_with("default", name, opted_in, &[SIDECAR], |pod| {
+        pod["metadata"]["ownerReferences"] = json!([{
             "apiVersion": "batch/v1", "kind": "Job", "name": job, "uid": job_uid,
-            "controller": true }] },
-        "spec": {
-            "containers": [{ "name": "main", "image": "registry.k8s.io/pause:3.10" }],
-            "schedulingGates": [{ "name": SIDECAR }],
-        },
-    });
-    if opted_in {
-        pod["metadata"]["labels"][OPT_IN] = json!("true");
-    }
-    c.admin_post("/api/v1/namespaces/default/pods", &pod).await;
+            "controller": true }]);
+    })
+    .await;
 }
 
 /// With `pileup.action: bypass`, the pod that completes a pile makes its older siblings due
