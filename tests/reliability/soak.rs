@@ -25,7 +25,8 @@
 //! deadline; no `owner_down` bypass unless the owner had been down for the grace; on gates, a
 //! CronJob-like creator of a fourth gate under `pileup: { action: bypass }`: no `pileup` bypass
 //! unless, at some instant before its commit, at least `threshold` pods of the same CronJob,
-//! the pod among them, had each waited `minWait` on that gate; no initializer removed twice; with leader election, every pod change made by the replica (each has its
+//! the pod among them, had each waited `minWait` on that gate and were still waiting as the
+//! writer's pods watch could show them (cuts and re-reads from the request log); no initializer removed twice; with leader election, every pod change made by the replica (each has its
 //! own user) that the server's record of the Lease named holder at that point; no panic; no memory growth (last RSS sample at most twice the median after
 //! warm-up, per guard process that lived long enough).
 //!
@@ -94,6 +95,12 @@ const PARTITION: Duration = Duration::from_secs(8);
 /// check rather than a proof. The runs report the largest lag seen ("max owner_down lag after
 /// revival"): 0 s so far.
 const OWNER_VIEW_LAG: Duration = Duration::from_secs(15);
+/// Between the server committing a pod change and a replica's loop reading it from an open
+/// watch: the bytes in flight and a turn of each side's runtime (the loop reads pod events
+/// before its timers). Gaps in the watch itself are read from the server's record instead
+/// ([`PodViews`]). A bound the runs check, like [`OWNER_VIEW_LAG`]; they report how many
+/// pileup bypasses needed it ("pileup bypasses within the read slack").
+const READ_SLACK: Duration = Duration::from_millis(200);
 /// How often a simulated owner renews its Lease.
 const OWNER_HEARTBEAT: Duration = Duration::from_millis(200);
 /// The simulated owners' Lease duration: a killed Lease owner is down only once its last
@@ -617,6 +624,9 @@ async fn run(s: Scenario) {
     // the judge checks from the server's record that the old leader wrote nothing after that.
     let mut next_partition = s.leader_election().then(|| start + s.chaos / 3);
     let mut partitioned: Option<(String, Instant)> = None;
+    // Instants every open watch was cut, for the judge's model of each replica's pod view
+    // (stamped before the cut: a change in between counts as missed, the lenient side).
+    let mut cuts: Vec<SystemTime> = Vec::new();
     while Instant::now() < chaos_end {
         let now = Instant::now();
         if now >= next_drop {
@@ -624,12 +634,14 @@ async fn run(s: Scenario) {
                 sim.faults().force_gone_next_watch();
                 chaos.forced_gone += 1;
             }
+            cuts.push(SystemTime::now());
             sim.faults().drop_watches();
             chaos.watch_drops += 1;
             next_drop += s.drop_every;
         }
         if now >= next_restart {
             let downtime = Duration::from_millis(rng.random_range(0..800));
+            cuts.push(SystemTime::now());
             sim.restart_after(downtime).await.unwrap();
             chaos.server_restarts += 1;
             next_restart += s.restart_every;
@@ -673,6 +685,8 @@ async fn run(s: Scenario) {
                 .find(|r| r.lives.last().is_some_and(|l| !l.killed && l.leader))
         {
             let user = leader.user.clone();
+            // A partition drops every watch too.
+            cuts.push(SystemTime::now());
             sim.faults().partition_user(&user);
             chaos.partitions += 1;
             partitioned = Some((user, now + PARTITION));
@@ -766,7 +780,7 @@ async fn run(s: Scenario) {
             requests.len()
         ));
     }
-    let judge = Judge::new(&s, &history, &owner_events);
+    let judge = Judge::new(&s, &history, &owner_events).with_views(PodViews::new(&cuts, &requests));
     judge.guard_changes(&mut violations);
     judge.removed_once(&mut violations);
     judge.guard_requests(&requests, &mut violations);
@@ -903,7 +917,8 @@ async fn run(s: Scenario) {
          restarts counted in /metrics, pod patches by status {patch_statuses:?}, {bypass_errors} \
          bypass errors); chaos {chaos:?}; guard \
          processes {spawned}; owner-down windows {downs}; bypasses {bypasses:?}; max owner_down \
-         lag after revival {lag:.1}s; memory: {memory_checked} processes checked, max RSS {max_rss} \
+         lag after revival {lag:.1}s; pileup bypasses judged on a lagging pod view \
+         {lagging}, within the read slack {slack}; memory: {memory_checked} processes checked, max RSS {max_rss} \
          KiB; test process (simulated cluster and its records) RSS {own_rss} KiB after \
          {total_requests} requests; invariant violations {violations}",
         name = s.name(),
@@ -914,6 +929,8 @@ async fn run(s: Scenario) {
         downs = owner_events.iter().filter(|e| !e.alive).count(),
         bypasses = judge.bypass_counts(),
         lag = judge.max_lag(),
+        lagging = judge.pileup_lagging.get(),
+        slack = judge.pileup_in_slack.get(),
         violations = violations.len(),
         own_rss = initguard_test_support::process::own_rss_kib().unwrap_or(0),
     );
@@ -976,6 +993,66 @@ struct Judge<'a> {
     down: HashMap<&'static str, Vec<(SystemTime, Option<SystemTime>)>>,
     bypasses: Vec<(String, String, String, SystemTime)>,
     lag: std::cell::Cell<f64>,
+    /// When each replica could read each pod change; None: as committed (unit tests).
+    views: Option<PodViews>,
+    /// Pileup bypasses accepted only because the writer's pod view lagged (a watch gap)…
+    pileup_lagging: std::cell::Cell<u32>,
+    /// …and only within [`READ_SLACK`] of a change.
+    pileup_in_slack: std::cell::Cell<u32>,
+}
+
+/// When each guard replica's pod view could first show a change, from the server's request
+/// log and the chaos schedule. While a replica's cluster-wide pods watch is open it delivers
+/// each change as committed. A cut (a watch drop, a server restart, a partition) ends every
+/// open watch; a change committed after it is read only when that replica's next pods read
+/// starts: a list, or a watch not answered 410 Gone (a watch resumes from the last version
+/// read, so it delivers what was missed first). A replica acts on its cache, as every
+/// controller does: a sibling's exit that its view could not show yet is not held against it.
+/// (The soak guards no webhook, so the tracker's are the only cluster-wide pod reads.)
+struct PodViews {
+    /// Sorted.
+    cuts: Vec<SystemTime>,
+    /// Replica user → start of each successful cluster-wide pods list or delivering watch,
+    /// sorted.
+    reads: HashMap<String, Vec<SystemTime>>,
+}
+
+impl PodViews {
+    fn new(cuts: &[SystemTime], requests: &[RequestRecord]) -> PodViews {
+        let mut reads: HashMap<String, Vec<SystemTime>> = HashMap::new();
+        for r in requests.iter().filter(|r| {
+            is_guard(&r.user)
+                && r.resource == "pods"
+                && r.api_group.is_empty()
+                && r.namespace.is_none()
+                && r.name.is_none()
+                && r.status == 200
+                && (r.verb == "list" || (r.verb == "watch" && r.watch_error.is_none()))
+        }) {
+            reads.entry(r.user.clone()).or_default().push(r.time);
+        }
+        for times in reads.values_mut() {
+            times.sort_unstable();
+        }
+        let mut cuts = cuts.to_vec();
+        cuts.sort_unstable();
+        PodViews { cuts, reads }
+    }
+
+    /// When `user`'s pod view could first show a change committed at `at`: at once if a read
+    /// started since the last cut before it, else at the next read; None if never.
+    fn seen_at(&self, user: &str, at: SystemTime) -> Option<SystemTime> {
+        let cut = self
+            .cuts
+            .iter()
+            .rev()
+            .find(|c| **c <= at)
+            .copied()
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let reads = self.reads.get(user)?;
+        let next = reads.get(reads.partition_point(|t| *t < cut))?;
+        Some(at.max(*next))
+    }
 }
 
 impl<'a> Judge<'a> {
@@ -1065,8 +1142,17 @@ impl<'a> Judge<'a> {
             down,
             bypasses: Vec::new(),
             lag: std::cell::Cell::new(0.0),
+            views: None,
+            pileup_lagging: std::cell::Cell::new(0),
+            pileup_in_slack: std::cell::Cell::new(0),
         }
         .with_bypasses()
+    }
+
+    /// Judge pileup bypasses against what each replica's pod view could show.
+    fn with_views(mut self, views: PodViews) -> Self {
+        self.views = Some(views);
+        self
     }
 
     fn with_bypasses(mut self) -> Self {
@@ -1238,21 +1324,22 @@ impl<'a> Judge<'a> {
                 }
             }
             "owner_down" => self.owner_down_on_time(removed, c.time, what, violations),
-            "pileup" => self.pileup_on_time(pod, removed, c.time, what, violations),
+            "pileup" => self.pileup_on_time(pod, removed, c, what, violations),
             other => violations.push(format!("unexpected bypass reason {other:?}: {what}")),
         }
     }
 
-    /// A `pileup` bypass of `initializer` on `pod`, committed at `at`, needs an instant `d`
-    /// no later than the commit (the guard decides, then writes) at which the pod had waited
-    /// `minWait` and at least `threshold` pods of its top-level controller were still waiting
-    /// on it, each for at least `minWait` (the pod itself included). Scheduling gates only:
-    /// waits count from `creationTimestamp`, as the guard counts them.
+    /// A `pileup` bypass of `initializer` on `pod`, committed by change `c`, needs an instant
+    /// `d` no later than the commit (the guard decides, then writes) at which the pod had
+    /// waited `minWait` and at least `threshold` pods of its top-level controller were still
+    /// waiting on it as the writer's pod view could show them ([`PodViews`], [`READ_SLACK`]),
+    /// each for at least `minWait` (the pod itself included). Scheduling gates only: waits
+    /// count from `creationTimestamp`, as the guard counts them.
     fn pileup_on_time(
         &self,
         pod: &PodInfo,
         initializer: &str,
-        at: SystemTime,
+        c: &ObjectChange,
         what: &str,
         violations: &mut Vec<String>,
     ) {
@@ -1272,7 +1359,7 @@ impl<'a> Judge<'a> {
             ));
             return;
         };
-        // Each member of the pile: (aged = waited minWait, still waiting until).
+        // Each member of the pile: (aged = waited minWait, stopped waiting at).
         let members: Vec<(SystemTime, Option<SystemTime>)> = self
             .pods
             .values()
@@ -1286,29 +1373,52 @@ impl<'a> Judge<'a> {
             })
             .collect();
         let own_aged = pod.created + pileup.min_wait;
-        let largest = members
-            .iter()
-            .map(|(aged, _)| (*aged).max(own_aged))
-            .chain([own_aged])
-            .filter(|d| *d <= at)
-            .map(|d| {
-                members
-                    .iter()
-                    .filter(|(aged, until)| *aged <= d && until.is_none_or(|u| u >= d))
-                    .count()
-            })
-            .max();
-        match largest {
-            None => violations.push(format!(
+        // The largest pile at an instant the pod had aged, up to the commit, with each
+        // member's exit as `seen` makes it (None: still waiting).
+        let largest = |seen: &dyn Fn(SystemTime) -> Option<SystemTime>| {
+            members
+                .iter()
+                .map(|(aged, _)| (*aged).max(own_aged))
+                .chain([own_aged])
+                .filter(|d| *d <= c.time)
+                .map(|d| {
+                    members
+                        .iter()
+                        .filter(|(aged, until)| {
+                            *aged <= d && until.and_then(seen).is_none_or(|u| u >= d)
+                        })
+                        .count()
+                })
+                .max()
+        };
+        let as_committed = largest(&|u| Some(u));
+        let viewed = |u| match &self.views {
+            Some(views) => views.seen_at(&c.user, u),
+            None => Some(u),
+        };
+        let as_viewed = largest(&viewed);
+        let as_read = largest(&|u| viewed(u).map(|v| v + READ_SLACK));
+        let threshold = pileup.threshold;
+        match (as_committed, as_viewed, as_read) {
+            (None, _, _) => violations.push(format!(
                 "pileup bypass of {initializer} before the pod had waited {:?}: {what}",
                 pileup.min_wait
             )),
-            Some(k) if k < pileup.threshold => violations.push(format!(
-                "pileup bypass of {initializer} with at most {k} pods of {controller} waiting \
-                 {:?} at any instant before it (threshold {}): {what}",
-                pileup.min_wait, pileup.threshold
+            (Some(k), _, _) if k >= threshold => {}
+            (_, Some(k), _) if k >= threshold => {
+                self.pileup_lagging.set(self.pileup_lagging.get() + 1)
+            }
+            (_, _, Some(k)) if k >= threshold => {
+                self.pileup_in_slack.set(self.pileup_in_slack.get() + 1)
+            }
+            (_, _, k) => violations.push(format!(
+                "pileup bypass of {initializer} with at most {} pods of {controller} waiting \
+                 {:?} at any instant before it, as {} could read them (threshold {threshold}): \
+                 {what}",
+                k.unwrap_or(0),
+                pileup.min_wait,
+                c.user
             )),
-            Some(_) => {}
         }
     }
 
@@ -1760,6 +1870,17 @@ mod judge_tests {
     /// by the guard (reason `pileup`) at `bypassed[i]` s, if ever. Threshold 3, minWait 2 s.
     /// The judge's violations.
     fn judge_pile(created: &[u64], bypassed: &[Option<u64>], crons: &[&str]) -> Vec<String> {
+        judge_viewed_pile(created, bypassed, crons, None).0
+    }
+
+    /// [`judge_pile`], the guard's pod view given by `views`: the violations, and how many
+    /// pileup bypasses were accepted only because that view lagged.
+    fn judge_viewed_pile(
+        created: &[u64],
+        bypassed: &[Option<u64>],
+        crons: &[&str],
+        views: Option<PodViews>,
+    ) -> (Vec<String>, u32) {
         let mut s = scenario(Mechanism::SchedulingGates);
         s.deadlines.insert(PILE, DEADLINE);
         s.pileup = Some(Pileup {
@@ -1836,10 +1957,95 @@ mod judge_tests {
         for (rv, c) in history.iter_mut().enumerate() {
             c.resource_version = rv as u64 + 1;
         }
-        let judge = Judge::new(&s, &history, &[]);
+        let mut judge = Judge::new(&s, &history, &[]);
+        if let Some(views) = views {
+            judge = judge.with_views(views);
+        }
         let mut violations = Vec::new();
         judge.guard_changes(&mut violations);
-        violations
+        (violations, judge.pileup_lagging.get())
+    }
+
+    /// A pile of three bypassed at 3 s; a fourth pod, created at 5 s, bypassed at 8 s while
+    /// alone: fine only if the writer's view could not yet show the others gone.
+    fn judge_late_fourth(views: PodViews) -> (Vec<String>, u32) {
+        judge_viewed_pile(
+            &[0, 0, 0, 5],
+            &[Some(3), Some(3), Some(3), Some(8)],
+            &[],
+            Some(views),
+        )
+    }
+
+    /// A cluster-wide pods watch by the writer, answered 200, at `secs` s.
+    fn pod_watch(secs: f64) -> RequestRecord {
+        RequestRecord {
+            time: at(0) + Duration::from_secs_f64(secs),
+            user: replica_user("a"),
+            verb: "watch".into(),
+            resource: "pods".into(),
+            api_group: String::new(),
+            namespace: None,
+            name: None,
+            status: 200,
+            watch_error: None,
+            content_type: None,
+            body: None,
+            path: "/api/v1/pods".into(),
+            query: None,
+        }
+    }
+
+    /// The writer watched from 1 s; every watch was cut at 2.5 s; then `reads`.
+    fn cut_at_2_5_then(reads: &[RequestRecord]) -> PodViews {
+        let cut = at(0) + Duration::from_secs_f64(2.5);
+        let all: Vec<RequestRecord> = [pod_watch(1.0)]
+            .into_iter()
+            .chain(reads.iter().cloned())
+            .collect();
+        PodViews::new(&[cut], &all)
+    }
+
+    #[test]
+    fn a_pileup_bypass_on_a_view_that_could_not_show_the_exits_yet_is_accepted() {
+        let (violations, lagging) = judge_late_fourth(cut_at_2_5_then(&[pod_watch(9.0)]));
+        assert_eq!(violations, Vec::<String>::new());
+        assert_eq!(lagging, 1);
+    }
+
+    #[test]
+    fn a_pileup_bypass_on_a_view_that_could_show_the_exits_is_a_violation() {
+        let thin = |views| {
+            let (violations, _) = judge_late_fourth(views);
+            assert!(
+                violations.iter().any(|v| v.contains("at most 1 pods")),
+                "{violations:?}"
+            );
+        };
+        // Watching again before the exits: they were delivered as committed.
+        thin(cut_at_2_5_then(&[pod_watch(2.6)]));
+        // A list after them but before the bypass showed them.
+        let list = RequestRecord {
+            verb: "list".into(),
+            ..pod_watch(6.0)
+        };
+        thin(cut_at_2_5_then(std::slice::from_ref(&list)));
+        // A watch answered 410 Gone delivers nothing: the list after it counts.
+        let gone = RequestRecord {
+            watch_error: Some(410),
+            ..pod_watch(2.6)
+        };
+        thin(cut_at_2_5_then(&[gone.clone(), list]));
+        // Only the 410: never read again, so the exits never showed.
+        let (violations, _) = judge_late_fourth(cut_at_2_5_then(&[gone]));
+        assert_eq!(violations, Vec::<String>::new());
+        // Another replica's read is not the writer's.
+        let other = RequestRecord {
+            user: replica_user("b"),
+            ..pod_watch(2.6)
+        };
+        let (violations, _) = judge_late_fourth(cut_at_2_5_then(&[other]));
+        assert_eq!(violations, Vec::<String>::new());
     }
 
     #[test]

@@ -261,6 +261,18 @@ async fn watcher_recovers_from_gone_drops_and_restarts() {
         .unwrap();
     names(&["p0", "p1", "p2", "p3"]).await;
     assert!(count("list") > lists, "the watcher relisted after 410");
+    // The request log tells that watch (answered 200, one ERROR event) from the others.
+    let watches: Vec<Option<u16>> = sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.verb == "watch" && r.resource == "pods")
+        .map(|r| r.watch_error)
+        .collect();
+    assert_eq!(
+        watches.iter().filter(|e| e.is_some()).collect::<Vec<_>>(),
+        [&Some(410)],
+        "exactly the forced watch is marked 410 in {watches:?}"
+    );
 
     // A dropped watch: the watcher watches again from where it was.
     let watches = count("watch");

@@ -27,6 +27,9 @@ pub struct RequestRecord {
     pub name: Option<String>,
     /// HTTP status answered.
     pub status: u16,
+    /// A watch answered 200 whose stream is one `ERROR` event (410 Gone: a forced or expired
+    /// resource version) carries that code here: it delivered no change, and the client lists.
+    pub watch_error: Option<u16>,
     pub content_type: Option<String>,
     /// Request body of writes (for patch inspection).
     pub body: Option<String>,

@@ -380,6 +380,7 @@ async fn handle(
         namespace: None,
         name: None,
         status: 0,
+        watch_error: None,
         content_type: parts
             .headers
             .get(header::CONTENT_TYPE)
@@ -453,6 +454,7 @@ async fn handle(
         resp.headers_mut().insert(header::DATE, date);
     }
     record.status = resp.status().as_u16();
+    record.watch_error = resp.extensions().get::<WatchGone>().map(|_| 410);
     shared.record(record);
     resp
 }
@@ -869,6 +871,10 @@ fn list_body(res: &ResourceInfo, items: &[Arc<Value>], meta: &Value) -> Bytes {
     Bytes::from(out)
 }
 
+/// Marks a watch response whose stream is a single 410 Gone `ERROR` event.
+#[derive(Clone, Copy)]
+struct WatchGone;
+
 fn watch(ctx: &Ctx, rr: &ResourceRoute) -> Response<RespBody> {
     match start_watch(ctx, rr) {
         Ok(r) => r,
@@ -918,10 +924,13 @@ fn start_watch(ctx: &Ctx, rr: &ResourceRoute) -> Result<Response<RespBody>, ApiE
         Repr::Table(v) => format!("application/json;as=Table;v={v};g=meta.k8s.io"),
         Repr::Meta(v) => format!("application/json;as=PartialObjectMetadata;v={v};g=meta.k8s.io"),
     };
+    // Only ever a 410 Gone frame: marked for the request log.
     let single = |frame: Bytes| {
         let (tx, rx) = tokio::sync::mpsc::channel(1);
         let _ = tx.try_send(frame);
-        full_stream(&content_type, watch::stream_body(rx))
+        let mut resp = full_stream(&content_type, watch::stream_body(rx));
+        resp.extensions_mut().insert(WatchGone);
+        resp
     };
     if ctx.shared.faults.take_gone(&ctx.user) {
         let rv = ctx.shared.store().rv();
