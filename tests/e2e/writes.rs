@@ -1,7 +1,7 @@
 //! Writes that cannot go wrong: a leader cut off from the API server stops writing before
 //! another may take over, a bypass patch never touches a pod opted out or a record written
-//! since the read, a rejected write (409) is never retried blindly, and a pod found gone
-//! (404) is forgotten at once.
+//! since the read, a rejected write (409) is never retried blindly, a pod found gone (404) is
+//! forgotten at once, and a bypass stays expected until the pod watch shows it (30 s at most).
 
 use std::time::{Duration, SystemTime};
 
@@ -655,4 +655,103 @@ async fn legacy_status_shows_real_waits() {
         "waited {waited:?}, expected within [1s, {upper:?}]"
     );
     assert_eq!(pod.initializers[1].waited, None, "{pod:?}");
+}
+
+/// How long the control loop expects the pod watch to show a bypass it wrote (its
+/// `EXPECTATION_TTL`).
+const EXPECTATION_TTL: Duration = Duration::from_secs(30);
+
+/// A bypass the pod watch never shows (the watch is down) stays expected for
+/// [`EXPECTATION_TTL`]: the pod is not decided again before, so no second write, and is decided
+/// again after, so a lost watch cannot hold a pod forever. By the server's log: the second
+/// PATCH comes no sooner than the TTL after the first, and finds the gate gone (its `test`
+/// fails), so the gate is removed once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bypass_the_watch_never_shows_is_decided_again_once_its_expectation_expires() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let guard = guard_with_stale_view(&c, "unseen", serde_json::Value::Null).await;
+    until("a second PATCH of the pod", || {
+        c.guard_pod_patches("unseen").len() >= 2
+    })
+    .await;
+    let patches = c.guard_pod_patches("unseen");
+    assert_eq!(patches[0].status, 200, "{patches:#?}");
+    assert_eq!(patches[1].status, failed_test_status(), "{patches:#?}");
+    let apart = patches[1]
+        .time
+        .duration_since(patches[0].time)
+        .unwrap_or_default();
+    assert!(
+        apart >= EXPECTATION_TTL,
+        "decided again {apart:?} after its bypass, before the expectation expired"
+    );
+    assert_eq!(c.bypasses_of("default/unseen").len(), 1);
+    guard.shutdown().await;
+}
+
+/// An event of the pod older than its bypass (delivered after the write's answer, as a watch
+/// catching up does) is not the bypass: the pod stays expected, and is not written again. The
+/// watch is down while the pod is relabelled and then bypassed (the write on the stale view
+/// fails its resourceVersion test; the one after a fresh read lands); once the watch is back
+/// it delivers both in order, then a later pod's creation, whose bypass is the witness that
+/// the guard has read past them. By the server's log: no PATCH of the first pod after the one
+/// that landed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_event_of_the_pod_does_not_end_its_bypass_expectation() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let config = deadline_config(Mechanism::SchedulingGates, "6s", "");
+    let guard = c.guard(&config).await;
+    c.pod("default", "older", true, &[SIDECAR]).await;
+    let shared = guard.shared.clone();
+    until("the guard to track the pod", || {
+        shared.tracker().get("default/older").is_some()
+    })
+    .await;
+    cut_pod_watch(&c).await;
+    c.merge_patch_pod(
+        "default",
+        "older",
+        &json!({ "metadata": { "labels": { "team": "batch" } } }),
+    )
+    .await;
+    until("the pod bypassed", || {
+        !c.bypasses_of("default/older").is_empty()
+    })
+    .await;
+    let history = c.sim.object_history();
+    let of_pod = |c: &&kube_sim::ObjectChange| c.resource == "pods" && c.name == "older";
+    let relabelled = history
+        .iter()
+        .filter(of_pod)
+        .find(|c| {
+            c.after
+                .as_ref()
+                .is_some_and(|a| a["metadata"]["labels"]["team"] == "batch")
+        })
+        .map(|c| c.resource_version);
+    let bypassed = history
+        .iter()
+        .filter(of_pod)
+        .find(|c| c.user == GUARD_USER)
+        .map(|c| c.resource_version);
+    assert!(
+        relabelled < bypassed,
+        "the relabel (rv {relabelled:?}) must come before the bypass (rv {bypassed:?})"
+    );
+    c.sim
+        .enforce_rbac_policy(GUARD_USER, shipped_rbac(c.mechanism));
+    c.pod("default", "later", true, &[SIDECAR]).await;
+    until("the later pod bypassed", || {
+        !c.bypasses_of("default/later").is_empty()
+    })
+    .await;
+    // The first write, on the stale view, fails its resourceVersion test; a fresh read, then
+    // the write that lands. Nothing after it.
+    let patches = c.guard_pod_patches("older");
+    assert_eq!(
+        patches.last().map(|p| p.status),
+        Some(200),
+        "no write after the bypass: {patches:#?}"
+    );
+    guard.shutdown().await;
 }
