@@ -409,20 +409,18 @@ impl ControlLoop {
         }
     }
 
-    /// Dry-run and refusal memories are only needed for pods still waiting.
+    /// Dry-run, refusal and Event memories are only needed for pods still waiting.
     fn forget_gone_pods(&mut self) {
-        let remembered =
-            self.dry_run_done.len() + self.refusals_counted.len() + self.notified.len();
-        if remembered <= 4 * self.shared.tracker().len() + 1024 {
-            return;
-        }
         let tracker = self.shared.tracker();
-        let live: HashSet<&str> = tracker.pods().map(|(_, p)| p.uid.as_str()).collect();
-        self.dry_run_done
-            .retain(|(uid, _)| live.contains(uid.as_str()));
-        self.refusals_counted
-            .retain(|(uid, _)| live.contains(uid.as_str()));
-        self.notified.retain(|(uid, _)| live.contains(uid.as_str()));
+        forget_gone(
+            [
+                &mut self.dry_run_done,
+                &mut self.refusals_counted,
+                &mut self.notified,
+            ],
+            tracker.len(),
+            || tracker.pods().map(|(_, p)| p.uid.as_str()).collect(),
+        );
     }
 
     fn expire_expectations(&mut self) {
@@ -708,6 +706,24 @@ fn instant_of(at: Option<SystemTime>) -> Instant {
     }
 }
 
+/// Keep only the (uid, initializer) pairs of pods still waiting (`live`, read only then), once
+/// the memories together hold more than 4 per waiting pod plus 1,024: memory stays
+/// proportional to what waits, and each pass is paid for by the insertions since the last.
+fn forget_gone<'a>(
+    memories: [&mut HashSet<(String, String)>; 3],
+    waiting: usize,
+    live: impl FnOnce() -> HashSet<&'a str>,
+) {
+    let remembered: usize = memories.iter().map(|m| m.len()).sum();
+    if remembered <= 4 * waiting + 1024 {
+        return;
+    }
+    let live = live();
+    for memory in memories {
+        memory.retain(|(uid, _)| live.contains(uid.as_str()));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -794,5 +810,45 @@ mod tests {
         assert!(later > before + hour, "two hours ahead stays ahead");
         let none = instant_of(None);
         assert!(none >= before + hour);
+    }
+
+    /// `n` pairs of pods named `{prefix}{i}`, each with its own uid.
+    fn pairs(prefix: &str, n: usize) -> HashSet<(String, String)> {
+        (0..n)
+            .map(|i| (format!("{prefix}{i}"), "g".to_owned()))
+            .collect()
+    }
+
+    /// The memories after a pass with `waiting` pods, of which `live` are remembered: the
+    /// sizes of the three, and whether the live set was read.
+    fn after_pass(sizes: [usize; 3], waiting: usize) -> ([usize; 3], bool) {
+        let [mut a, mut b, mut c] = sizes.map(|n| pairs("gone-", n));
+        // The live pods are remembered too, in the first memory.
+        a.extend(pairs("live-", 2));
+        let live: HashSet<&str> = ["live-0", "live-1"].into();
+        let mut read = false;
+        forget_gone([&mut a, &mut b, &mut c], waiting, || {
+            read = true;
+            live.clone()
+        });
+        ([a.len(), b.len(), c.len()], read)
+    }
+
+    /// Up to 4 pairs per waiting pod plus 1,024, summed over the three memories, nothing is
+    /// forgotten (and the live set not even read); one more and every pair of a pod no
+    /// longer waiting goes, from each memory, and the live ones stay.
+    #[test]
+    fn memories_of_gone_pods_are_forgotten_only_past_four_per_waiting_pod_plus_1024() {
+        // 10 waiting pods: a bound of 1,064, the 2 live pairs among them.
+        assert_eq!(after_pass([1062, 0, 0], 10), ([1064, 0, 0], false));
+        assert_eq!(after_pass([354, 354, 354], 10), ([356, 354, 354], false));
+        assert_eq!(after_pass([355, 354, 354], 10), ([2, 0, 0], true));
+        assert_eq!(after_pass([0, 1063, 0], 10), ([2, 0, 0], true));
+        // Nothing waiting: 1,024.
+        assert_eq!(after_pass([0, 0, 1022], 0), ([2, 0, 1022], false));
+        assert_eq!(after_pass([0, 0, 1023], 0), ([2, 0, 0], true));
+        // 1,000 waiting: 5,024.
+        assert_eq!(after_pass([5022, 0, 0], 1000), ([5024, 0, 0], false));
+        assert_eq!(after_pass([5023, 0, 0], 1000), ([2, 0, 0], true));
     }
 }
