@@ -819,8 +819,9 @@ mod tests {
             .collect()
     }
 
-    /// The memories after a pass with `waiting` pods, of which `live` are remembered: the
-    /// sizes of the three, and whether the live set was read.
+    /// A pass over three memories of `sizes` pairs of gone pods, with `waiting` pods waiting,
+    /// two of them also remembered (in the first): the sizes after it, and whether the live
+    /// set was read.
     fn after_pass(sizes: [usize; 3], waiting: usize) -> ([usize; 3], bool) {
         let [mut a, mut b, mut c] = sizes.map(|n| pairs("gone-", n));
         // The live pods are remembered too, in the first memory.
