@@ -694,12 +694,12 @@ async fn a_bypass_the_watch_never_shows_is_decided_again_once_its_expectation_ex
 /// watch is down while the pod is relabelled and then bypassed (the write on the stale view
 /// fails its resourceVersion test; the one after a fresh read lands); once the watch is back
 /// it delivers both in order, then a later pod's creation, whose bypass is the witness that
-/// the guard has read past them. By the server's log: no PATCH of the first pod after the one
-/// that landed.
+/// the guard has read past them (a 10 s deadline leaves room for the cut and the relabel
+/// before it). By the server's log: no PATCH of the first pod after the one that landed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_older_event_of_the_pod_does_not_end_its_bypass_expectation() {
     let c = Cluster::start(Mechanism::SchedulingGates).await;
-    let config = deadline_config(Mechanism::SchedulingGates, "6s", "");
+    let config = deadline_config(Mechanism::SchedulingGates, "10s", "");
     let guard = c.guard(&config).await;
     c.pod("default", "older", true, &[SIDECAR]).await;
     let shared = guard.shared.clone();
