@@ -356,9 +356,19 @@ async fn cut_pod_watch(c: &Cluster) {
     .await;
 }
 
-/// A deadline-only guard tracking the opted-in pod `name`, its pod watch then cut.
+/// A deadline-only guard (3 s) tracking the opted-in pod `name`, its pod watch then cut.
 async fn guard_with_stale_view(c: &Cluster, name: &str, setup: serde_json::Value) -> Guard {
-    let config = deadline_config(c.mechanism, "3s", "");
+    guard_with_stale_view_until(c, name, "3s", setup).await
+}
+
+/// [`guard_with_stale_view`] with the deadline `deadline`.
+async fn guard_with_stale_view_until(
+    c: &Cluster,
+    name: &str,
+    deadline: &str,
+    setup: serde_json::Value,
+) -> Guard {
+    let config = deadline_config(c.mechanism, deadline, "");
     let guard = c.guard(&config).await;
     c.pod("default", name, true, &[SIDECAR]).await;
     if !setup.is_null() {
@@ -699,15 +709,7 @@ async fn a_bypass_the_watch_never_shows_is_decided_again_once_its_expectation_ex
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_older_event_of_the_pod_does_not_end_its_bypass_expectation() {
     let c = Cluster::start(Mechanism::SchedulingGates).await;
-    let config = deadline_config(Mechanism::SchedulingGates, "10s", "");
-    let guard = c.guard(&config).await;
-    c.pod("default", "older", true, &[SIDECAR]).await;
-    let shared = guard.shared.clone();
-    until("the guard to track the pod", || {
-        shared.tracker().get("default/older").is_some()
-    })
-    .await;
-    cut_pod_watch(&c).await;
+    let guard = guard_with_stale_view_until(&c, "older", "10s", serde_json::Value::Null).await;
     c.merge_patch_pod(
         "default",
         "older",
