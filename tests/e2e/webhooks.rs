@@ -321,19 +321,24 @@ async fn a_server_that_drops_match_conditions_gets_the_selector_bypass() {
         2,
         "the dropped try, then selectors: {by_guard:#?}"
     );
+    // The guard counts a bypass once the server's answer shows it kept, then records the
+    // Event: the Event is the witness that the count is done.
+    let bypass_events = || {
+        c.sim
+            .list_objects("events")
+            .into_iter()
+            .filter(|e| e["reason"] == "WebhookBypassed")
+            .collect::<Vec<Value>>()
+    };
+    until("the WebhookBypassed Event", || !bypass_events().is_empty()).await;
     let metrics = guard.shared.metrics.render().unwrap();
     assert_eq!(
         metric_sum(&metrics, "initguard_webhook_bypasses_total", &[]),
         1.0,
         "one bypass: {metrics}"
     );
-    let events: Vec<Value> = c
-        .sim
-        .list_objects("events")
-        .into_iter()
-        .filter(|e| e["reason"] == "WebhookBypassed")
-        .collect();
-    assert!(events.len() <= 1, "{events:#?}");
+    let events = bypass_events();
+    assert_eq!(events.len(), 1, "{events:#?}");
     set_available(&c, 1).await;
     until("the restore", || !bypassed(&stored(&c))).await;
     assert_eq!(
