@@ -1,6 +1,7 @@
 //! Writes that cannot go wrong: a leader cut off from the API server stops writing before
 //! another may take over, a bypass patch never touches a pod opted out or a record written
-//! since the read, a rejected write (409) is never retried blindly, a pod found gone (404) is
+//! since the read, a rejected write (409) is never retried blindly (nor at once when the pod
+//! is unchanged), a pod found gone (404) is
 //! forgotten at once, and a bypass stays expected until the pod watch shows it (30 s at most).
 
 use std::time::{Duration, SystemTime};
@@ -19,6 +20,7 @@ both_mechanisms!(
     a_pod_opted_out_since_the_read_is_never_bypassed,
     a_record_written_since_the_read_is_never_overwritten,
     a_conflict_is_followed_by_a_fresh_read_never_a_blind_retry,
+    a_conflict_on_an_unchanged_pod_is_tried_again_after_a_pause,
 );
 
 /// Two deadline-only initializers.
@@ -163,9 +165,10 @@ async fn a_leader_cut_off_stops_writing_before_the_other_takes_over(mechanism: M
 
 /// A write the server answers 503 is retried by the actuator with backoff, six attempts in
 /// all, then counted once in `initguard_bypass_errors_total` (what InitguardBypassErrors pages
-/// on) and tried again by the loop later. The server answers the guard's first six PATCHes
-/// 503: by its log, six PATCHes failed and the seventh succeeded; the counter says one failed
-/// bypass, not none (retrying forever) and not six (giving up at once).
+/// on) and tried again by the loop 15 s later. The server answers the guard's first six
+/// PATCHes 503: by its log, six PATCHes failed and the seventh succeeded, no sooner than 15 s
+/// after the sixth; the counter says one failed bypass, not none (retrying forever) and not
+/// six (giving up at once).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_write_is_retried_then_counted_once_and_tried_again_later() {
     let c = Cluster::start(Mechanism::SchedulingGates).await;
@@ -179,12 +182,18 @@ async fn a_failing_write_is_retried_then_counted_once_and_tried_again_later() {
         c.pending("default", "flaky").is_empty()
     })
     .await;
-    let statuses: Vec<u16> = c
-        .guard_pod_patches("flaky")
-        .iter()
-        .map(|r| r.status)
-        .collect();
+    let patches = c.guard_pod_patches("flaky");
+    let statuses: Vec<u16> = patches.iter().map(|r| r.status).collect();
     assert_eq!(statuses, [503, 503, 503, 503, 503, 503, 200]);
+    // Tried again later: 15 s after the failed bypass was reported, not at once.
+    let pause = patches[6]
+        .time
+        .duration_since(patches[5].time)
+        .unwrap_or_default();
+    assert!(
+        pause >= Duration::from_secs(15),
+        "the failed bypass was tried again after {pause:?}"
+    );
     let metrics = guard.shared.metrics.render().unwrap();
     assert_eq!(
         metric_sum(&metrics, "initguard_bypass_errors_total", &[]),
@@ -532,6 +541,46 @@ async fn a_conflict_is_followed_by_a_fresh_read_never_a_blind_retry(mechanism: M
     assert!(labelled, "the label change came before the landed write");
     assert_eq!(tested, held, "{trace:?}");
     assert_eq!(c.pending("default", "conflict"), Vec::<String>::new());
+    guard.shutdown().await;
+}
+
+/// The server answers the guard's bypass 409 Conflict while the pod has not changed (as when
+/// the guard's view lags behind a write that was then undone): the fresh read shows the pod
+/// as decided, so deciding again at once would repeat the same write in a tight loop. Judged
+/// by the server's record: the pod did not change between the two PATCHes, and the second
+/// came no sooner than the 2 s pause after the first was refused.
+async fn a_conflict_on_an_unchanged_pod_is_tried_again_after_a_pause(mechanism: Mechanism) {
+    let c = Cluster::start(mechanism).await;
+    let config = deadline_config(mechanism, "1s", "");
+    let guard = c.guard(&config).await;
+    c.sim.faults().fail_next(GUARD_USER, "patch", "pods", 409);
+    c.pod("default", "unchanged", true, &[SIDECAR]).await;
+    until("the pod bypassed after the conflict", || {
+        c.pending("default", "unchanged").is_empty()
+    })
+    .await;
+    let patches = c.guard_pod_patches("unchanged");
+    let statuses: Vec<u16> = patches.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [409, 200]);
+    let (refused, landed) = (&patches[0], &patches[1]);
+    let changes: Vec<SystemTime> = c
+        .sim
+        .object_history()
+        .into_iter()
+        .filter(|ch| ch.resource == "pods" && ch.name == "unchanged")
+        .map(|ch| ch.time)
+        .filter(|t| *t > refused.time && *t < landed.time)
+        .collect();
+    assert_eq!(
+        changes,
+        Vec::<SystemTime>::new(),
+        "the pod changed between the two writes"
+    );
+    let pause = landed.time.duration_since(refused.time).unwrap_or_default();
+    assert!(
+        pause >= Duration::from_secs(2),
+        "tried again after {pause:?}"
+    );
     guard.shutdown().await;
 }
 
