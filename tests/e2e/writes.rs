@@ -1,8 +1,8 @@
 //! Writes that cannot go wrong: a leader cut off from the API server stops writing before
 //! another may take over, a bypass patch never touches a pod opted out or a record written
 //! since the read, a rejected write (409) is never retried blindly (nor at once when the pod
-//! is unchanged), a pod found gone (404) is
-//! forgotten at once, and a bypass stays expected until the pod watch shows it (30 s at most).
+//! is unchanged), a pod found gone (404) is forgotten at once, and a bypass stays expected
+//! until the pod watch shows it (30 s at most).
 
 use std::time::{Duration, SystemTime};
 
