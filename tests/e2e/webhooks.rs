@@ -348,3 +348,87 @@ async fn a_server_that_drops_match_conditions_gets_the_selector_bypass() {
     );
     c.finish(guard).await;
 }
+
+/// Dry-run decides and writes nothing: with the owner down it counts the bypass it would make,
+/// and over a bypass left by an earlier guard, with the owner back, it leaves the entry as it
+/// is rather than restore it. Judged by the server's record of the configuration. The witness
+/// that the restore was decided: a second listed configuration, created once the guard
+/// showed the first bypassed with its owner up, is read in a later pass of the loop, which
+/// steps the first configuration before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_guard_writes_neither_a_bypass_nor_a_restore() {
+    const WITNESS: &str = "policy-witness";
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let created = webhook_world(&c, CONFIGURATION, ENTRY, Vec::new()).await;
+    webhook_rbac(&c, &[CONFIGURATION, WITNESS]);
+    set_available(&c, 0).await;
+    let listed = format!(
+        "{}{}",
+        policy_webhook(CONFIGURATION, ENTRY, "0s", Some("0s")),
+        policy_webhook(WITNESS, ENTRY, "0s", Some("0s")).replacen("webhooks:\n", "", 1),
+    );
+    let dry_run = config(
+        Mechanism::SchedulingGates,
+        &format!("dryRun: true\n{listed}"),
+    );
+    let guard_writes = |c: &Cluster| {
+        commits(c)
+            .into_iter()
+            .filter(|ch| ch.user == GUARD_USER)
+            .count()
+    };
+
+    let guard = c.guard(&dry_run).await;
+    until("the dry-run bypass counted", || {
+        let text = guard.shared.metrics.render().unwrap_or_default();
+        metric_sum(&text, "initguard_webhook_bypasses_total", &[]) == 1.0
+    })
+    .await;
+    assert_eq!(guard_writes(&c), 0, "dry-run bypassed");
+    c.finish(guard).await;
+
+    // A guard that writes bypasses it; then, with the owner back, a dry-run guard takes over.
+    let writing = c.guard(&config(Mechanism::SchedulingGates, &listed)).await;
+    until("the bypass", || bypassed(&stored(&c))).await;
+    c.finish(writing).await;
+    let written = guard_writes(&c);
+    set_available(&c, 1).await;
+    let guard = c.guard(&dry_run).await;
+    let status_of = |configuration: &str| {
+        guard
+            .shared
+            .webhook_statuses()
+            .into_iter()
+            .find(|s| s.webhook == format!("validating/{configuration}/{ENTRY}"))
+    };
+    until(
+        "the dry-run guard to see the bypass with its owner up",
+        || {
+            // Or a write, which ends the wait at once with the verdict below.
+            guard_writes(&c) > written
+                || status_of(CONFIGURATION).is_some_and(|s| {
+                    s.state == "bypassed"
+                        && matches!(s.owner, initguard::policy::OwnerState::Up { .. })
+                })
+        },
+    )
+    .await;
+    assert_eq!(guard_writes(&c), written, "dry-run restored");
+    c.admin_post(
+        &format!("/apis/admissionregistration.k8s.io/v1/{RESOURCE}"),
+        &json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingWebhookConfiguration",
+            "metadata": { "name": WITNESS },
+            "webhooks": created["webhooks"],
+        }),
+    )
+    .await;
+    until("the witness configuration read", || {
+        status_of(WITNESS).is_some_and(|s| s.state != "not found")
+    })
+    .await;
+    assert_eq!(guard_writes(&c), written, "dry-run restored");
+    assert!(bypassed(&stored(&c)), "dry-run restored");
+    c.finish(guard).await;
+}
