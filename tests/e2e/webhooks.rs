@@ -130,24 +130,7 @@ async fn an_entry_with_every_match_condition_it_may_have_is_bypassed_through_sel
 async fn a_restore_on_demand_holds_until_the_owner_was_up() {
     let (c, guard, created) = bed(0, 0).await;
     until("the bypass", || bypassed(&stored(&c))).await;
-    let config = config(
-        Mechanism::SchedulingGates,
-        &format!("webhooks:\n  - name: validating/{CONFIGURATION}/{ENTRY}\n"),
-    );
-    let client = kube::Client::try_from(c.sim.kube_config("system:admin"))
-        .unwrap_or_else(|e| panic!("admin client: {e}"));
-    let options = initguard::restore::Options {
-        webhooks: Vec::new(),
-        dry_run: false,
-        by: initguard::restore::RestoredBy::Cli,
-    };
-    let lines = initguard::restore::restore(&client, &config, &options)
-        .await
-        .unwrap_or_else(|e| panic!("restore: {e}"));
-    assert!(
-        lines.iter().all(|l| l.to_string().contains("restored")),
-        "{lines:?}"
-    );
+    restore_on_demand(&c).await;
     assert_eq!(stored(&c)["webhooks"], created["webhooks"]);
     // The guard has read the restored configuration once its status says so.
     until("the guard to see the restore", || {
@@ -349,14 +332,14 @@ async fn a_server_that_drops_match_conditions_gets_the_selector_bypass() {
     c.finish(guard).await;
 }
 
-/// Dry-run decides and writes nothing: with the owner down it counts the bypass it would make,
-/// and over a bypass left by an earlier guard, with the owner back, it leaves the entry as it
-/// is rather than restore it. Judged by the server's record of the configuration. The witness
-/// that the restore was decided: a second listed configuration, created once the guard
-/// showed the first bypassed with its owner up, is read in a later pass of the loop, which
-/// steps the first configuration before it.
+/// Dry-run decides and writes nothing: with the owner down it counts the bypass it would
+/// make; over a bypass left by an earlier guard, with the owner back, it does not restore it;
+/// over a tombstone left by `initguard restore`, with the owner back, it does not drop it.
+/// Judged by the server's record of the configuration. The witness that the restore and the
+/// tombstone were decided: a second listed configuration, changed once the guard showed the
+/// first as it read it, is read in a later pass of the loop, which steps the first before it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dry_run_guard_writes_neither_a_bypass_nor_a_restore() {
+async fn a_dry_run_guard_writes_no_bypass_no_restore_and_keeps_a_tombstone() {
     const WITNESS: &str = "policy-witness";
     let c = Cluster::start(Mechanism::SchedulingGates).await;
     let created = webhook_world(&c, CONFIGURATION, ENTRY, Vec::new()).await;
@@ -394,19 +377,12 @@ async fn a_dry_run_guard_writes_neither_a_bypass_nor_a_restore() {
     let written = guard_writes(&c);
     set_available(&c, 1).await;
     let guard = c.guard(&dry_run).await;
-    let status_of = |configuration: &str| {
-        guard
-            .shared
-            .webhook_statuses()
-            .into_iter()
-            .find(|s| s.webhook == format!("validating/{configuration}/{ENTRY}"))
-    };
     until(
         "the dry-run guard to see the bypass with its owner up",
         || {
             // Or a write, which ends the wait at once with the verdict below.
             guard_writes(&c) > written
-                || status_of(CONFIGURATION).is_some_and(|s| {
+                || status_in(&guard, CONFIGURATION).is_some_and(|s| {
                     s.state == "bypassed"
                         && matches!(s.owner, initguard::policy::OwnerState::Up { .. })
                 })
@@ -425,10 +401,85 @@ async fn a_dry_run_guard_writes_neither_a_bypass_nor_a_restore() {
     )
     .await;
     until("the witness configuration read", || {
-        status_of(WITNESS).is_some_and(|s| s.state != "not found")
+        status_in(&guard, WITNESS).is_some_and(|s| s.state != "not found")
     })
     .await;
     assert_eq!(guard_writes(&c), written, "dry-run restored");
     assert!(bypassed(&stored(&c)), "dry-run restored");
     c.finish(guard).await;
+
+    // `initguard restore` while the owner is down leaves a tombstone, which a writing guard
+    // drops once the owner is up; a dry-run guard leaves it. Its witness: the second
+    // configuration deleted, and seen gone in a later pass.
+    set_available(&c, 0).await;
+    restore_on_demand(&c).await;
+    let tombstone = |c: &Cluster| {
+        stored(c)["metadata"]["annotations"][RECORD]
+            .as_str()
+            .is_some_and(|r| r.contains("restored"))
+    };
+    assert!(tombstone(&c), "no tombstone: {:#}", stored(&c));
+    let written = guard_writes(&c);
+    set_available(&c, 1).await;
+    let guard = c.guard(&dry_run).await;
+    until(
+        "the dry-run guard to see the tombstone with its owner up",
+        || {
+            guard_writes(&c) > written
+                || (status_in(&guard, WITNESS).is_some_and(|s| s.state == "guarded")
+                    && status_in(&guard, CONFIGURATION).is_some_and(|s| {
+                        s.state == "guarded"
+                            && matches!(s.owner, initguard::policy::OwnerState::Up { .. })
+                    }))
+        },
+    )
+    .await;
+    assert_eq!(guard_writes(&c), written, "dry-run dropped the tombstone");
+    c.admin_request(
+        http::Method::DELETE,
+        &format!("/apis/admissionregistration.k8s.io/v1/{RESOURCE}/{WITNESS}"),
+        None,
+    )
+    .await;
+    until("the witness configuration seen gone", || {
+        status_in(&guard, WITNESS).is_some_and(|s| s.state == "not found")
+    })
+    .await;
+    assert_eq!(guard_writes(&c), written, "dry-run dropped the tombstone");
+    assert!(tombstone(&c), "dry-run dropped the tombstone");
+    c.finish(guard).await;
+}
+
+/// The guard's status of the listed entry ENTRY of `configuration`.
+fn status_in(
+    guard: &initguard::guard::Guard,
+    configuration: &str,
+) -> Option<initguard::webhook::WebhookStatus> {
+    guard
+        .shared
+        .webhook_statuses()
+        .into_iter()
+        .find(|s| s.webhook == format!("validating/{configuration}/{ENTRY}"))
+}
+
+/// `initguard restore` of every listed webhook, as the CLI runs it, by an administrator.
+async fn restore_on_demand(c: &Cluster) {
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!("webhooks:\n  - name: validating/{CONFIGURATION}/{ENTRY}\n"),
+    );
+    let client = kube::Client::try_from(c.sim.kube_config("system:admin"))
+        .unwrap_or_else(|e| panic!("admin client: {e}"));
+    let options = initguard::restore::Options {
+        webhooks: Vec::new(),
+        dry_run: false,
+        by: initguard::restore::RestoredBy::Cli,
+    };
+    let lines = initguard::restore::restore(&client, &config, &options)
+        .await
+        .unwrap_or_else(|e| panic!("restore: {e}"));
+    assert!(
+        lines.iter().all(|l| l.to_string().contains("restored")),
+        "{lines:?}"
+    );
 }
