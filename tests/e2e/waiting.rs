@@ -1,12 +1,14 @@
 //! `InitializerWaiting`: a pod that has waited half its deadline (or whose initializer's owner
 //! is down) is told why, once per pod and initializer, by the leader only, across a failover
-//! and a restart; never a pod due at once. Judged by the server's store and request log.
+//! and a restart; never a pod due at once, nor one whose wait ended while its explanation
+//! was queued. Judged by the server's store and request log.
 
 use std::time::Duration;
 
 use initguard::config::Mechanism;
 use initguard::guard::Guard;
 use kube_sim::ChangeType;
+use serde_json::json;
 
 use crate::harness::*;
 
@@ -205,4 +207,90 @@ async fn waiting_messages_follow_each_initializers_opt_in_mode() {
     );
     // Neither was bypassed: the Events explain, they do not act.
     assert!(c.guard_pod_patches("labelled").is_empty() && c.guard_pod_patches("none").is_empty());
+}
+
+/// An explanation queued for a pod that stops waiting on that initializer before its turn is
+/// dropped, also while the pod still waits on another one. Explanations come last, once no
+/// bypass is in flight: the opted-in `blocker`'s bypass is held by the server (its writes
+/// delayed) while three pods that did not opt in are decided and told, in order, and the
+/// owner's work (the admin, here) removes `second`'s gate. The witness: the third pod's
+/// Event, queued after the second's; the shutdown waits for Event writes in flight.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_explanation_of_a_wait_that_ended_while_queued_is_dropped() {
+    let mechanism = Mechanism::SchedulingGates;
+    let c = Cluster::start(mechanism).await;
+    let _sidecar = c.owner(SIDECAR, |o| o.alive = false).await;
+    let config = config(
+        mechanism,
+        &format!(
+            "defaults: {{ ownerDownGrace: 0s }}\ninitializers:\n{}  - {{ name: {AUDIT}, deadline: 1h }}\n",
+            owned(SIDECAR, "1h")
+        ),
+    );
+    let guard: Guard = c.guard(&config).await;
+    wait_owner(&guard, SIDECAR, false).await;
+    c.sim
+        .faults()
+        .delay_writes(GUARD_USER, "pods", Duration::from_secs(3600));
+    c.pod("default", "blocker", true, &[SIDECAR]).await;
+    until("the blocker's bypass held by the server", || {
+        c.sim.faults().delayed_writes() >= 1
+    })
+    .await;
+    c.pod("default", "first", false, &[SIDECAR]).await;
+    c.pod("default", "second", false, &[SIDECAR, AUDIT]).await;
+    c.pod("default", "third", false, &[SIDECAR]).await;
+    // The guard records and decides each pod in one step, in the watch's order: once it
+    // tracks the third, the second's explanation is queued.
+    let tracked = |name: &str| {
+        guard
+            .shared
+            .tracker()
+            .get(&format!("default/{name}"))
+            .map(|p| p.pending.clone())
+    };
+    until("the guard to track the third pod", || {
+        tracked("third").is_some()
+    })
+    .await;
+    c.merge_patch_pod(
+        "default",
+        "second",
+        &json!({ "spec": { "schedulingGates": [{ "name": AUDIT }] } }),
+    )
+    .await;
+    until("the guard to see the second pod's gate gone", || {
+        tracked("second").is_some_and(|p| p == [AUDIT])
+    })
+    .await;
+    c.sim.faults().clear();
+    until("the third pod's explanation", || {
+        !c.waiting_events("third").is_empty()
+    })
+    .await;
+    c.finish(guard).await;
+    // The premise: the explanations waited until after the gate was removed.
+    let removed = c
+        .sim
+        .object_history()
+        .into_iter()
+        .find(|h| {
+            h.resource == "pods"
+                && h.name == "second"
+                && h.after
+                    .as_ref()
+                    .is_some_and(|p| p["spec"]["schedulingGates"] == json!([{ "name": AUDIT }]))
+        })
+        .map(|h| h.time)
+        .expect("the gate's removal in the store's record");
+    let first = written_at(&c, "first");
+    assert!(
+        first.len() == 1 && first[0] > removed,
+        "the first explanation, {first:?}, not after the removal at {removed:?}"
+    );
+    assert_eq!(
+        c.waiting_events("second"),
+        Vec::<serde_json::Value>::new(),
+        "the ended wait was explained"
+    );
 }
