@@ -268,7 +268,8 @@ fn bypassed_entry(object: &Value) -> bool {
 
 /// A server that drops `matchConditions` silently (a 1.27 server with the feature gate off):
 /// the guard reads the entry back, finds its condition gone, and bypasses through selectors
-/// instead; once the owner is back, the entry is restored exactly.
+/// instead; once the owner is back, the entry is restored exactly, and the next outage is
+/// bypassed through selectors at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_drops_match_conditions_gets_the_selector_bypass() {
     let c = Cluster::start_with(Mechanism::SchedulingGates, |o| {
@@ -282,12 +283,12 @@ async fn a_server_that_drops_match_conditions_gets_the_selector_bypass() {
         &policy_webhook(CONFIGURATION, ENTRY, "0s", Some("0s")),
     );
     let guard = c.guard(&config).await;
-    until("a selector bypass", || {
+    let through_selectors = || {
         stored(&c)["webhooks"][0]["objectSelector"]["matchExpressions"]
             .as_array()
             .is_some_and(|e| e.iter().any(|r| r["key"] == OPT_IN))
-    })
-    .await;
+    };
+    until("a selector bypass", through_selectors).await;
     let during = stored(&c);
     assert!(bypassed(&during), "recorded: {during:#}");
     assert!(
@@ -329,6 +330,16 @@ async fn a_server_that_drops_match_conditions_gets_the_selector_bypass() {
         created["webhooks"],
         "restored exactly"
     );
+    // The next outage goes straight to selectors: the server's answer is remembered.
+    let restored = commits(&c).len();
+    set_available(&c, 0).await;
+    until(
+        "the next outage bypassed through selectors",
+        through_selectors,
+    )
+    .await;
+    let next: Vec<ObjectChange> = commits(&c).into_iter().skip(restored).collect();
+    assert_eq!(next.len(), 1, "one write, through selectors: {next:#?}");
     c.finish(guard).await;
 }
 
