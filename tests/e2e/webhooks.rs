@@ -494,3 +494,75 @@ async fn restore_on_demand(c: &Cluster) {
         "{lines:?}"
     );
 }
+
+/// `afterRestore: report` on a mutating webhook: once the guard has restored its bypass, the
+/// opted-in pod created while it was in place is annotated `initguard.io/admitted-without`,
+/// naming the webhook, by the guard. Judged from the server's record of the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_admitted_through_a_mutating_webhooks_bypass_is_reported_after_the_restore() {
+    const MUTATING: &str = "mutatingwebhookconfigurations";
+    const ADMITTED_WITHOUT: &str = "initguard.io/admitted-without";
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    // The validating configuration's entry, as a mutating one: the guard lists only that.
+    let created = webhook_world(&c, CONFIGURATION, ENTRY, Vec::new()).await;
+    let mut rbac = shipped_rbac(Mechanism::SchedulingGates);
+    rbac.merge(kube_sim::Rbac::cluster_wide(vec![
+        kube_sim::PolicyRule::new(
+            &["admissionregistration.k8s.io"],
+            &[MUTATING],
+            &["get", "list", "watch", "patch"],
+        )
+        .with_names(&[CONFIGURATION]),
+        // As deploy/README.md grants for afterRestore: the sweep reads namespaces' labels.
+        kube_sim::PolicyRule::new(&[""], &["namespaces"], &["list"]),
+    ]));
+    c.sim.enforce_rbac_policy(GUARD_USER, rbac);
+    c.admin_post(
+        &format!("/apis/admissionregistration.k8s.io/v1/{MUTATING}"),
+        &json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": { "name": CONFIGURATION },
+            "webhooks": created["webhooks"],
+        }),
+    )
+    .await;
+    set_available(&c, 0).await;
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!(
+            "{}    afterRestore: report\n",
+            policy_webhook(CONFIGURATION, ENTRY, "0s", Some("0s"))
+                .replace("validating/", "mutating/")
+        ),
+    );
+    let guard = c.guard(&config).await;
+    let mutating = || {
+        c.sim
+            .get_object(MUTATING, None, CONFIGURATION)
+            .unwrap_or_else(|| panic!("configuration {CONFIGURATION} is gone"))
+    };
+    until("the bypass", || bypassed(&mutating())).await;
+    c.pod("default", "during", true, &[]).await;
+    set_available(&c, 1).await;
+    until("the restore", || !bypassed(&mutating())).await;
+    let reported = || {
+        c.sim
+            .object_history()
+            .into_iter()
+            .filter(|ch| ch.resource == "pods" && ch.name == "during" && ch.user == GUARD_USER)
+            .filter_map(|ch| ch.after)
+            .find_map(|p| {
+                p["metadata"]["annotations"][ADMITTED_WITHOUT]
+                    .as_str()
+                    .map(str::to_owned)
+            })
+    };
+    until("the pod reported", || reported().is_some()).await;
+    let value = reported().unwrap_or_default();
+    assert!(
+        value.contains(&format!("mutating/{CONFIGURATION}/{ENTRY}")),
+        "{value}"
+    );
+    c.finish(guard).await;
+}
