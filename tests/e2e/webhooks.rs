@@ -80,6 +80,15 @@ async fn an_outage_is_bypassed_through_match_conditions_and_restored_exactly() {
         .filter_map(|m| m["name"].as_str())
         .collect();
     assert_eq!(conditions, ["own-0", "initguard-bypass"], "{during:#}");
+    // The record names the owner that was down, as configured.
+    let record: Value = during["metadata"]["annotations"][RECORD]
+        .as_str()
+        .and_then(|r| serde_json::from_str(r).ok())
+        .unwrap_or_default();
+    assert_eq!(
+        record[ENTRY]["owner"], "deployment kube-system/policy",
+        "{record:#}"
+    );
     assert_eq!(
         during["webhooks"][0]["objectSelector"], created["webhooks"][0]["objectSelector"],
         "matchConditions alone: {during:#}"
@@ -323,6 +332,18 @@ async fn a_server_that_drops_match_conditions_gets_the_selector_bypass() {
     );
     let events = bypass_events();
     assert_eq!(events.len(), 1, "{events:#?}");
+    let message = events[0]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("(objectSelector/namespaceSelector requirements)"),
+        "{message}"
+    );
+    // The server's log: the try it dropped, then selectors; never the dropped try again.
+    let patches = c
+        .guard_writes()
+        .into_iter()
+        .filter(|w| w.resource == RESOURCE && w.verb == "patch")
+        .count();
+    assert_eq!(patches, 2, "the guard's PATCHes of the configuration");
     set_available(&c, 1).await;
     until("the restore", || !bypassed(&stored(&c))).await;
     assert_eq!(
@@ -564,5 +585,64 @@ async fn a_pod_admitted_through_a_mutating_webhooks_bypass_is_reported_after_the
         value.contains(&format!("mutating/{CONFIGURATION}/{ENTRY}")),
         "{value}"
     );
+    c.finish(guard).await;
+}
+
+/// A PATCH of the configuration refused 409 (the object changed since it was read) is never
+/// retried blindly: the server's log shows the 409, a fresh GET, then the bypass.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conflict_on_the_configuration_is_followed_by_a_fresh_read() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    c.sim.faults().fail_next(GUARD_USER, "patch", RESOURCE, 409);
+    let created = webhook_world(&c, CONFIGURATION, ENTRY, Vec::new()).await;
+    set_available(&c, 0).await;
+    let config = config(
+        Mechanism::SchedulingGates,
+        &policy_webhook(CONFIGURATION, ENTRY, "0s", Some("0s")),
+    );
+    let guard = c.guard(&config).await;
+    until("the bypass", || bypassed(&stored(&c))).await;
+    let trace: Vec<(String, u16)> = c
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.user == GUARD_USER
+                && r.resource == RESOURCE
+                && matches!(r.verb.as_str(), "get" | "patch")
+        })
+        .map(|r| (r.verb, r.status))
+        .collect();
+    let expected = [("patch", 409), ("get", 200), ("patch", 200)].map(|(v, s)| (v.to_owned(), s));
+    assert_eq!(trace, expected);
+    assert_eq!(
+        stored(&c)["webhooks"][0]["rules"],
+        created["webhooks"][0]["rules"]
+    );
+    c.finish(guard).await;
+}
+
+/// A PATCH of the configuration that gets no answer (the server holds it past the write
+/// timeout) is tried again later by the loop's own timer: nothing else changes that would
+/// wake it, yet the bypass lands once the server answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_write_without_answer_is_tried_again_later() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    webhook_world(&c, CONFIGURATION, ENTRY, Vec::new()).await;
+    set_available(&c, 0).await;
+    c.sim
+        .faults()
+        .delay_writes(GUARD_USER, RESOURCE, std::time::Duration::from_secs(3600));
+    let config = config(
+        Mechanism::SchedulingGates,
+        &policy_webhook(CONFIGURATION, ENTRY, "0s", Some("0s")),
+    );
+    let guard = c.guard(&config).await;
+    until("the first PATCH held by the server", || {
+        c.sim.faults().delayed_writes() >= 1
+    })
+    .await;
+    c.sim.faults().clear();
+    until("the bypass", || bypassed(&stored(&c))).await;
     c.finish(guard).await;
 }
