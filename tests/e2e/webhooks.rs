@@ -517,8 +517,9 @@ async fn restore_on_demand(c: &Cluster) {
 }
 
 /// `afterRestore: report` on a mutating webhook: once the guard has restored its bypass, the
-/// opted-in pod created while it was in place is annotated `initguard.io/admitted-without`,
-/// naming the webhook, by the guard. Judged from the server's record of the pod.
+/// pods created while it was in place that it let through (one opted in, one on the critical
+/// path) are annotated `initguard.io/admitted-without`, naming the webhook, by the guard.
+/// Judged from the server's record of the pods.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_admitted_through_a_mutating_webhooks_bypass_is_reported_after_the_restore() {
     const MUTATING: &str = "mutatingwebhookconfigurations";
@@ -552,7 +553,7 @@ async fn a_pod_admitted_through_a_mutating_webhooks_bypass_is_reported_after_the
     let config = config(
         Mechanism::SchedulingGates,
         &format!(
-            "{}    afterRestore: report\n",
+            "{}    afterRestore: report\n    exemptCriticalPath: true\n",
             policy_webhook(CONFIGURATION, ENTRY, "0s", Some("0s"))
                 .replace("validating/", "mutating/")
         ),
@@ -565,13 +566,15 @@ async fn a_pod_admitted_through_a_mutating_webhooks_bypass_is_reported_after_the
     };
     until("the bypass", || bypassed(&mutating())).await;
     c.pod("default", "during", true, &[]).await;
+    // Not opted in, but on the critical path, which the matchConditions bypass let through.
+    c.pod("kube-system", "system", false, &[]).await;
     set_available(&c, 1).await;
     until("the restore", || !bypassed(&mutating())).await;
-    let reported = || {
+    let reported = |name: &str| {
         c.sim
             .object_history()
             .into_iter()
-            .filter(|ch| ch.resource == "pods" && ch.name == "during" && ch.user == GUARD_USER)
+            .filter(|ch| ch.resource == "pods" && ch.name == name && ch.user == GUARD_USER)
             .filter_map(|ch| ch.after)
             .find_map(|p| {
                 p["metadata"]["annotations"][ADMITTED_WITHOUT]
@@ -579,12 +582,17 @@ async fn a_pod_admitted_through_a_mutating_webhooks_bypass_is_reported_after_the
                     .map(str::to_owned)
             })
     };
-    until("the pod reported", || reported().is_some()).await;
-    let value = reported().unwrap_or_default();
-    assert!(
-        value.contains(&format!("mutating/{CONFIGURATION}/{ENTRY}")),
-        "{value}"
-    );
+    until("both pods reported", || {
+        reported("during").is_some() && reported("system").is_some()
+    })
+    .await;
+    for name in ["during", "system"] {
+        let value = reported(name).unwrap_or_default();
+        assert!(
+            value.contains(&format!("mutating/{CONFIGURATION}/{ENTRY}")),
+            "{name}: {value}"
+        );
+    }
     c.finish(guard).await;
 }
 
