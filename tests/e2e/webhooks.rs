@@ -4,7 +4,7 @@
 
 use initguard::config::Mechanism;
 use initguard_sim::SimClients as _;
-use kube_sim::ObjectChange;
+use kube_sim::{ObjectChange, RequestRecord};
 use serde_json::{Value, json};
 
 use crate::harness::*;
@@ -652,5 +652,37 @@ async fn a_configuration_write_without_answer_is_tried_again_later() {
     .await;
     c.sim.faults().clear();
     until("the bypass", || bypassed(&stored(&c))).await;
+    c.finish(guard).await;
+}
+
+/// A PATCH of the configuration the server refuses for another reason than a change (500)
+/// is tried again 5 s later, not at once: the server's log shows the second PATCH no sooner
+/// than that after the refused one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_configuration_write_is_tried_again_after_a_pause() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    c.sim.faults().fail_next(GUARD_USER, "patch", RESOURCE, 500);
+    webhook_world(&c, CONFIGURATION, ENTRY, Vec::new()).await;
+    set_available(&c, 0).await;
+    let config = config(
+        Mechanism::SchedulingGates,
+        &policy_webhook(CONFIGURATION, ENTRY, "0s", Some("0s")),
+    );
+    let guard = c.guard(&config).await;
+    until("the bypass", || bypassed(&stored(&c))).await;
+    let patches: Vec<RequestRecord> = c
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.user == GUARD_USER && r.resource == RESOURCE && r.verb == "patch")
+        .collect();
+    let statuses: Vec<u16> = patches.iter().map(|r| r.status).collect();
+    assert_eq!(statuses, [500, 200]);
+    assert_not_before(
+        "the second PATCH",
+        patches[0].time,
+        patches[1].time,
+        std::time::Duration::from_secs(5),
+    );
     c.finish(guard).await;
 }
