@@ -418,7 +418,7 @@ impl WebhookGuard {
                     return Step::default();
                 };
                 let step = self.write(listed, resource, patch, cancel).await;
-                if step.refreshed.as_ref().is_some_and(|c| {
+                if step.written().is_some_and(|c| {
                     c.records()
                         .is_ok_and(|r| !r.contains_key(&listed.id.webhook))
                 }) {
@@ -430,7 +430,7 @@ impl WebhookGuard {
                     self.event(listed, resource, "WebhookRestored", "Restore", cancel, format!(
                         "initguard removed its bypass of webhook {}: the owner has been up for {}",
                         listed.id.webhook, humantime::format_duration(listed.restore_grace))).await;
-                    if let (Some(restored), Some(bypass)) = (&step.refreshed, record) {
+                    if let (Some(restored), Some(bypass)) = (step.written(), record) {
                         self.sweep(listed, restored, bypass, cancel);
                     }
                 }
@@ -440,7 +440,7 @@ impl WebhookGuard {
             Action::ForgetTombstone => {
                 let patch = forget_patch(configuration, &listed.id.webhook, &records);
                 let step = self.write(listed, resource, patch, cancel).await;
-                if step.refreshed.is_some() {
+                if step.written().is_some() {
                     info!(webhook = %name,
                         "owner up since the bypass was restored on demand; tombstone dropped");
                 }
@@ -449,7 +449,7 @@ impl WebhookGuard {
             Action::Conflict => {
                 let patch = forget_patch(configuration, &listed.id.webhook, &records);
                 let step = self.write(listed, resource, patch, cancel).await;
-                if step.refreshed.is_some() {
+                if step.written().is_some() {
                     self.metrics
                         .webhook_restores_total
                         .with_label_values(&[&name, "conflict"])
@@ -622,7 +622,9 @@ impl WebhookGuard {
             )
             .await;
         loop {
-            let Some(written) = &step.refreshed else {
+            // A refusal re-read the configuration: decided again on it, never taken for what
+            // the server kept of this write.
+            let Some(written) = step.written() else {
                 return step;
             };
             let index = written.index_of(&plan.listed.id.webhook);
@@ -651,8 +653,9 @@ impl WebhookGuard {
             }
             let records = written.records().unwrap_or_default();
             let patch = plan.patch(written, &records);
+            let dropped = written.resource_version.clone();
             let mut superseded = std::mem::take(&mut step.superseded);
-            superseded.push(written.resource_version.clone());
+            superseded.push(dropped);
             step = self.write(plan.listed, plan.resource, patch, cancel).await;
             step.superseded.extend(superseded);
         }
@@ -729,6 +732,7 @@ impl WebhookGuard {
             Ok(Ok(object)) => {
                 return Step {
                     refreshed: decode(object),
+                    written: true,
                     ..Step::default()
                 };
             }
@@ -863,10 +867,20 @@ struct Step {
     wake: Option<SystemTime>,
     /// The configuration as the server holds it after a write (or re-read after a refusal).
     refreshed: Option<Configuration>,
+    /// Whether `refreshed` is the server's answer to this step's write, which therefore
+    /// applied; a re-read after a 409 shows someone else's change, not what the server kept.
+    written: bool,
     /// Versions the guard wrote and then wrote over itself (a matchConditions bypass the server
     /// dropped, then the selector one): their watch events come after `refreshed` and must not
     /// replace it, or the guard would take its own first write for someone else's undo.
     superseded: Vec<String>,
+}
+
+impl Step {
+    /// The configuration the server answered this step's write with, if the write applied.
+    fn written(&self) -> Option<&Configuration> {
+        self.refreshed.as_ref().filter(|_| self.written)
+    }
 }
 
 fn earliest(a: Option<SystemTime>, b: Option<SystemTime>) -> Option<SystemTime> {
