@@ -690,3 +690,31 @@ async fn a_refused_configuration_write_is_tried_again_after_a_pause() {
     );
     c.finish(guard).await;
 }
+
+/// A configuration deleted while the guard's watch of it was down, and found missing when the
+/// watch lists again (its resourceVersion expired: 410), is forgotten: the guard's status says
+/// `not found`, not the entry it last saw.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configuration_deleted_while_its_watch_was_down_is_forgotten_at_the_relist() {
+    let (c, guard, _) = bed(0, 1).await;
+    until("the configuration read", || {
+        status_in(&guard, CONFIGURATION).is_some_and(|s| s.state == "guarded")
+    })
+    .await;
+    c.sim.faults().stall(GUARD_USER, RESOURCE);
+    c.sim.faults().drop_watches();
+    c.admin_request(
+        http::Method::DELETE,
+        &format!("/apis/admissionregistration.k8s.io/v1/{RESOURCE}/{CONFIGURATION}"),
+        None,
+    )
+    .await;
+    // The held watch is answered 503; the next one, 410: the watcher lists again.
+    c.sim.faults().force_gone_next_watch();
+    c.sim.faults().unstall(GUARD_USER, RESOURCE);
+    until("the guard to forget the configuration", || {
+        status_in(&guard, CONFIGURATION).is_some_and(|s| s.state == "not found")
+    })
+    .await;
+    c.finish(guard).await;
+}
