@@ -718,3 +718,30 @@ async fn a_configuration_deleted_while_its_watch_was_down_is_forgotten_at_the_re
     .await;
     c.finish(guard).await;
 }
+
+/// `initguard status` reads each listed webhook's configuration itself: bypassed while the
+/// owner is down, guarded once it is restored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn initguard_status_shows_a_webhook_bypassed_then_guarded() {
+    let (c, guard, _) = bed(0, 0).await;
+    let config = config(
+        Mechanism::SchedulingGates,
+        &policy_webhook(CONFIGURATION, ENTRY, "0s", Some("0s")),
+    );
+    let states = || async {
+        initguard::status::gather(c.guard_client(), config.clone())
+            .await
+            .unwrap_or_else(|e| panic!("status: {e}"))
+            .webhooks
+            .into_iter()
+            .map(|s| (s.webhook, s.state))
+            .collect::<Vec<_>>()
+    };
+    let webhook = format!("validating/{CONFIGURATION}/{ENTRY}");
+    until("the bypass", || bypassed(&stored(&c))).await;
+    assert_eq!(states().await, [(webhook.clone(), "bypassed")]);
+    set_available(&c, 1).await;
+    until("the restore", || !bypassed(&stored(&c))).await;
+    assert_eq!(states().await, [(webhook, "guarded")]);
+    c.finish(guard).await;
+}
