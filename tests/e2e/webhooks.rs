@@ -18,18 +18,45 @@ const RECORD: &str = "initguard.io/bypassed-webhooks";
 /// owner a Deployment with `available` replicas, and a guard (grace 0 s both ways) allowed to
 /// patch that one configuration.
 async fn bed(own: usize, available: i64) -> (Cluster, initguard::guard::Guard, Value) {
+    bed_with(own, available, |_| {}).await
+}
+
+/// [`bed`] with `faults` set on the server before the guard starts.
+async fn bed_with(
+    own: usize,
+    available: i64,
+    faults: impl FnOnce(&kube_sim::Faults),
+) -> (Cluster, initguard::guard::Guard, Value) {
     let c = Cluster::start(Mechanism::SchedulingGates).await;
     let conditions: Vec<Value> = (0..own)
         .map(|i| json!({ "name": format!("own-{i}"), "expression": "true" }))
         .collect();
     let created = webhook_world(&c, CONFIGURATION, ENTRY, conditions).await;
     set_available(&c, available).await;
+    faults(c.sim.faults());
     let config = config(
         Mechanism::SchedulingGates,
         &policy_webhook(CONFIGURATION, ENTRY, "0s", Some("0s")),
     );
     let guard = c.guard(&config).await;
     (c, guard, created)
+}
+
+/// Create the configuration `name` of `kind` (`Validating` or `Mutating`) holding `webhooks`.
+async fn post_configuration(c: &Cluster, kind: &str, name: &str, webhooks: &Value) {
+    c.admin_post(
+        &format!(
+            "/apis/admissionregistration.k8s.io/v1/{}webhookconfigurations",
+            kind.to_lowercase()
+        ),
+        &json!({
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": format!("{kind}WebhookConfiguration"),
+            "metadata": { "name": name },
+            "webhooks": webhooks,
+        }),
+    )
+    .await;
 }
 
 async fn set_available(c: &Cluster, available: i64) {
@@ -243,16 +270,7 @@ async fn undos_count_within_the_configured_flapping_window() {
             .any(|e| e["reason"] == "WebhookBypassFlapping")
     })
     .await;
-    c.admin_post(
-        &format!("/apis/admissionregistration.k8s.io/v1/{RESOURCE}"),
-        &json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingWebhookConfiguration",
-            "metadata": { "name": WITNESS },
-            "webhooks": created["webhooks"],
-        }),
-    )
-    .await;
+    post_configuration(&c, "Validating", WITNESS, &created["webhooks"]).await;
     until("the witness configuration bypassed", || {
         c.sim
             .get_object(RESOURCE, None, WITNESS)
@@ -422,16 +440,7 @@ async fn a_dry_run_guard_writes_no_bypass_no_restore_and_keeps_a_tombstone() {
     )
     .await;
     assert_eq!(guard_writes(&c), written, "dry-run restored");
-    c.admin_post(
-        &format!("/apis/admissionregistration.k8s.io/v1/{RESOURCE}"),
-        &json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingWebhookConfiguration",
-            "metadata": { "name": WITNESS },
-            "webhooks": created["webhooks"],
-        }),
-    )
-    .await;
+    post_configuration(&c, "Validating", WITNESS, &created["webhooks"]).await;
     until("the witness configuration read", || {
         status_in(&guard, WITNESS).is_some_and(|s| s.state != "not found")
     })
@@ -539,16 +548,7 @@ async fn a_pod_admitted_through_a_mutating_webhooks_bypass_is_reported_after_the
         kube_sim::PolicyRule::new(&[""], &["namespaces"], &["list"]),
     ]));
     c.sim.enforce_rbac_policy(GUARD_USER, rbac);
-    c.admin_post(
-        &format!("/apis/admissionregistration.k8s.io/v1/{MUTATING}"),
-        &json!({
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "MutatingWebhookConfiguration",
-            "metadata": { "name": CONFIGURATION },
-            "webhooks": created["webhooks"],
-        }),
-    )
-    .await;
+    post_configuration(&c, "Mutating", CONFIGURATION, &created["webhooks"]).await;
     set_available(&c, 0).await;
     let config = config(
         Mechanism::SchedulingGates,
@@ -602,15 +602,8 @@ async fn a_pod_admitted_through_a_mutating_webhooks_bypass_is_reported_after_the
 /// and still through matchConditions.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conflict_on_the_configuration_is_followed_by_a_fresh_read_and_the_same_bypass() {
-    let c = Cluster::start(Mechanism::SchedulingGates).await;
-    c.sim.faults().fail_next(GUARD_USER, "patch", RESOURCE, 409);
-    let created = webhook_world(&c, CONFIGURATION, ENTRY, Vec::new()).await;
-    set_available(&c, 0).await;
-    let config = config(
-        Mechanism::SchedulingGates,
-        &policy_webhook(CONFIGURATION, ENTRY, "0s", Some("0s")),
-    );
-    let guard = c.guard(&config).await;
+    let (c, guard, created) =
+        bed_with(0, 0, |f| f.fail_next(GUARD_USER, "patch", RESOURCE, 409)).await;
     until("the bypass", || bypassed(&stored(&c))).await;
     let trace: Vec<(String, u16)> = c
         .sim
@@ -639,17 +632,10 @@ async fn a_conflict_on_the_configuration_is_followed_by_a_fresh_read_and_the_sam
 /// wake it, yet the bypass lands once the server answers again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_configuration_write_without_answer_is_tried_again_later() {
-    let c = Cluster::start(Mechanism::SchedulingGates).await;
-    webhook_world(&c, CONFIGURATION, ENTRY, Vec::new()).await;
-    set_available(&c, 0).await;
-    c.sim
-        .faults()
-        .delay_writes(GUARD_USER, RESOURCE, std::time::Duration::from_secs(3600));
-    let config = config(
-        Mechanism::SchedulingGates,
-        &policy_webhook(CONFIGURATION, ENTRY, "0s", Some("0s")),
-    );
-    let guard = c.guard(&config).await;
+    let (c, guard, _) = bed_with(0, 0, |f| {
+        f.delay_writes(GUARD_USER, RESOURCE, std::time::Duration::from_secs(3600))
+    })
+    .await;
     until("the first PATCH held by the server", || {
         c.sim.faults().delayed_writes() >= 1
     })
@@ -664,15 +650,7 @@ async fn a_configuration_write_without_answer_is_tried_again_later() {
 /// than that after the refused one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_configuration_write_is_tried_again_after_a_pause() {
-    let c = Cluster::start(Mechanism::SchedulingGates).await;
-    c.sim.faults().fail_next(GUARD_USER, "patch", RESOURCE, 500);
-    webhook_world(&c, CONFIGURATION, ENTRY, Vec::new()).await;
-    set_available(&c, 0).await;
-    let config = config(
-        Mechanism::SchedulingGates,
-        &policy_webhook(CONFIGURATION, ENTRY, "0s", Some("0s")),
-    );
-    let guard = c.guard(&config).await;
+    let (c, guard, _) = bed_with(0, 0, |f| f.fail_next(GUARD_USER, "patch", RESOURCE, 500)).await;
     until("the bypass", || bypassed(&stored(&c))).await;
     let patches: Vec<RequestRecord> = c
         .sim
