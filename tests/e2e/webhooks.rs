@@ -534,7 +534,8 @@ async fn a_pod_admitted_through_a_mutating_webhooks_bypass_is_reported_after_the
     const MUTATING: &str = "mutatingwebhookconfigurations";
     const ADMITTED_WITHOUT: &str = "initguard.io/admitted-without";
     let c = Cluster::start(Mechanism::SchedulingGates).await;
-    // The validating configuration's entry, as a mutating one: the guard lists only that.
+    // The owner, and a validating configuration whose entry the mutating one copies; only
+    // the mutating one is listed and granted.
     let created = webhook_world(&c, CONFIGURATION, ENTRY, Vec::new()).await;
     let mut rbac = shipped_rbac(Mechanism::SchedulingGates);
     rbac.merge(kube_sim::Rbac::cluster_wide(vec![
