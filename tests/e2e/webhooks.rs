@@ -86,6 +86,22 @@ fn commits(c: &Cluster) -> Vec<ObjectChange> {
         .collect()
 }
 
+/// Commits of the configuration by the guard, in commit order.
+fn guard_commits(c: &Cluster) -> Vec<ObjectChange> {
+    commits(c)
+        .into_iter()
+        .filter(|ch| ch.user == GUARD_USER)
+        .collect()
+}
+
+/// The guard's PATCHes of the configuration, from the server's log.
+fn guard_patches(c: &Cluster) -> Vec<RequestRecord> {
+    c.guard_writes()
+        .into_iter()
+        .filter(|w| w.resource == RESOURCE && w.verb == "patch")
+        .collect()
+}
+
 fn bypassed(object: &Value) -> bool {
     object["metadata"]["annotations"][RECORD]
         .as_str()
@@ -124,9 +140,8 @@ async fn an_outage_is_bypassed_through_match_conditions_and_restored_exactly() {
     until("the restore", || !bypassed(&stored(&c))).await;
     let after = stored(&c);
     assert_eq!(after["webhooks"], created["webhooks"], "restored exactly");
-    let by_guard: Vec<String> = commits(&c)
+    let by_guard: Vec<String> = guard_commits(&c)
         .iter()
-        .filter(|ch| ch.user == GUARD_USER)
         .map(|ch| ch.resource_version.to_string())
         .collect();
     assert_eq!(by_guard.len(), 2, "one bypass, one restore: {by_guard:?}");
@@ -278,10 +293,7 @@ async fn undos_count_within_the_configured_flapping_window() {
     })
     .await;
     assert!(!bypassed_entry(&stored(&c)), "re-applied while flapping");
-    let by_guard = commits(&c)
-        .iter()
-        .filter(|ch| ch.user == GUARD_USER)
-        .count();
+    let by_guard = guard_commits(&c).len();
     assert_eq!(by_guard, 3, "three bypasses, no fourth");
     c.finish(guard).await;
 }
@@ -323,10 +335,7 @@ async fn a_server_that_drops_match_conditions_gets_the_selector_bypass() {
         "{during:#}"
     );
     // Its first try went through matchConditions: accepted, and dropped by the server.
-    let by_guard: Vec<ObjectChange> = commits(&c)
-        .into_iter()
-        .filter(|ch| ch.user == GUARD_USER)
-        .collect();
+    let by_guard = guard_commits(&c);
     assert_eq!(
         by_guard.len(),
         2,
@@ -356,12 +365,11 @@ async fn a_server_that_drops_match_conditions_gets_the_selector_bypass() {
         "{message}"
     );
     // The server's log: the try it dropped, then selectors; never the dropped try again.
-    let patches = c
-        .guard_writes()
-        .into_iter()
-        .filter(|w| w.resource == RESOURCE && w.verb == "patch")
-        .count();
-    assert_eq!(patches, 2, "the guard's PATCHes of the configuration");
+    assert_eq!(
+        guard_patches(&c).len(),
+        2,
+        "the guard's PATCHes of the configuration"
+    );
     set_available(&c, 1).await;
     until("the restore", || !bypassed(&stored(&c))).await;
     assert_eq!(
@@ -404,12 +412,6 @@ async fn a_dry_run_guard_writes_no_bypass_no_restore_and_keeps_a_tombstone() {
         Mechanism::SchedulingGates,
         &format!("dryRun: true\n{listed}"),
     );
-    let guard_writes = |c: &Cluster| {
-        commits(c)
-            .into_iter()
-            .filter(|ch| ch.user == GUARD_USER)
-            .count()
-    };
 
     let guard = c.guard(&dry_run).await;
     until("the dry-run bypass counted", || {
@@ -417,21 +419,21 @@ async fn a_dry_run_guard_writes_no_bypass_no_restore_and_keeps_a_tombstone() {
         metric_sum(&text, "initguard_webhook_bypasses_total", &[]) == 1.0
     })
     .await;
-    assert_eq!(guard_writes(&c), 0, "dry-run bypassed");
+    assert_eq!(guard_commits(&c).len(), 0, "dry-run bypassed");
     c.finish(guard).await;
 
     // A guard that writes bypasses it; then, with the owner back, a dry-run guard takes over.
     let writing = c.guard(&config(Mechanism::SchedulingGates, &listed)).await;
     until("the bypass", || bypassed(&stored(&c))).await;
     c.finish(writing).await;
-    let written = guard_writes(&c);
+    let written = guard_commits(&c).len();
     set_available(&c, 1).await;
     let guard = c.guard(&dry_run).await;
     until(
         "the dry-run guard to see the bypass with its owner up",
         || {
             // Or a write, which ends the wait at once with the verdict below.
-            guard_writes(&c) > written
+            guard_commits(&c).len() > written
                 || status_in(&guard, CONFIGURATION).is_some_and(|s| {
                     s.state == "bypassed"
                         && matches!(s.owner, initguard::policy::OwnerState::Up { .. })
@@ -439,13 +441,13 @@ async fn a_dry_run_guard_writes_no_bypass_no_restore_and_keeps_a_tombstone() {
         },
     )
     .await;
-    assert_eq!(guard_writes(&c), written, "dry-run restored");
+    assert_eq!(guard_commits(&c).len(), written, "dry-run restored");
     post_configuration(&c, "Validating", WITNESS, &created["webhooks"]).await;
     until("the witness configuration read", || {
         status_in(&guard, WITNESS).is_some_and(|s| s.state != "not found")
     })
     .await;
-    assert_eq!(guard_writes(&c), written, "dry-run restored");
+    assert_eq!(guard_commits(&c).len(), written, "dry-run restored");
     assert!(bypassed(&stored(&c)), "dry-run restored");
     c.finish(guard).await;
 
@@ -460,13 +462,13 @@ async fn a_dry_run_guard_writes_no_bypass_no_restore_and_keeps_a_tombstone() {
             .is_some_and(|r| r.contains("restored"))
     };
     assert!(tombstone(&c), "no tombstone: {:#}", stored(&c));
-    let written = guard_writes(&c);
+    let written = guard_commits(&c).len();
     set_available(&c, 1).await;
     let guard = c.guard(&dry_run).await;
     until(
         "the dry-run guard to see the tombstone with its owner up",
         || {
-            guard_writes(&c) > written
+            guard_commits(&c).len() > written
                 || (status_in(&guard, WITNESS).is_some_and(|s| s.state == "guarded")
                     && status_in(&guard, CONFIGURATION).is_some_and(|s| {
                         s.state == "guarded"
@@ -475,7 +477,11 @@ async fn a_dry_run_guard_writes_no_bypass_no_restore_and_keeps_a_tombstone() {
         },
     )
     .await;
-    assert_eq!(guard_writes(&c), written, "dry-run dropped the tombstone");
+    assert_eq!(
+        guard_commits(&c).len(),
+        written,
+        "dry-run dropped the tombstone"
+    );
     c.admin_request(
         http::Method::DELETE,
         &format!("/apis/admissionregistration.k8s.io/v1/{RESOURCE}/{WITNESS}"),
@@ -486,7 +492,11 @@ async fn a_dry_run_guard_writes_no_bypass_no_restore_and_keeps_a_tombstone() {
         status_in(&guard, WITNESS).is_some_and(|s| s.state == "not found")
     })
     .await;
-    assert_eq!(guard_writes(&c), written, "dry-run dropped the tombstone");
+    assert_eq!(
+        guard_commits(&c).len(),
+        written,
+        "dry-run dropped the tombstone"
+    );
     assert!(tombstone(&c), "dry-run dropped the tombstone");
     c.finish(guard).await;
 }
@@ -653,12 +663,7 @@ async fn a_configuration_write_without_answer_is_tried_again_later() {
 async fn a_refused_configuration_write_is_tried_again_after_a_pause() {
     let (c, guard, _) = bed_with(0, 0, |f| f.fail_next(GUARD_USER, "patch", RESOURCE, 500)).await;
     until("the bypass", || bypassed(&stored(&c))).await;
-    let patches: Vec<RequestRecord> = c
-        .sim
-        .requests()
-        .into_iter()
-        .filter(|r| r.user == GUARD_USER && r.resource == RESOURCE && r.verb == "patch")
-        .collect();
+    let patches = guard_patches(&c);
     let statuses: Vec<u16> = patches.iter().map(|r| r.status).collect();
     assert_eq!(statuses, [500, 200]);
     assert_not_before(
