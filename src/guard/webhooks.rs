@@ -102,6 +102,9 @@ struct Memory {
     selectors_only: bool,
     /// The last reason logged why the canary does not reach the entry.
     unreached: Option<String>,
+    /// A write failed for another reason than a changed object: none before this instant,
+    /// whatever else wakes the loop meanwhile (an owner's update, another configuration).
+    write_held_until: Option<SystemTime>,
 }
 
 /// What `/readyz` names while the webhook guard cannot read discovery.
@@ -338,7 +341,17 @@ impl WebhookGuard {
         let Some((configuration, index)) = entry else {
             return Step::default();
         };
-        match action {
+        let writes = matches!(
+            action,
+            Action::Bypass | Action::Restore | Action::Conflict | Action::ForgetTombstone
+        );
+        if let Some(at) = memory.write_held_until.filter(|at| writes && now < *at) {
+            return Step {
+                wake: Some(at),
+                ..Step::default()
+            };
+        }
+        let step = match action {
             Action::Wait(at) => Step {
                 wake: at,
                 ..Step::default()
@@ -472,7 +485,11 @@ impl WebhookGuard {
                 }
                 step
             }
+        };
+        if step.failed {
+            memory.write_held_until = step.wake;
         }
+        step
     }
 
     /// `afterRestore: report | evict`: look for the pods admitted while `bypass` was in place,
@@ -708,6 +725,7 @@ impl WebhookGuard {
         let name = listed.id.to_string();
         let later = Step {
             wake: Some(SystemTime::now() + RETRY_AFTER),
+            failed: true,
             ..Step::default()
         };
         let request = match patch_request(resource, &listed.id.configuration, &patch) {
@@ -870,6 +888,9 @@ struct Step {
     /// Whether `refreshed` is the server's answer to this step's write, which therefore
     /// applied; a re-read after a 409 shows someone else's change, not what the server kept.
     written: bool,
+    /// The write failed for another reason than a changed object: `wake` is the earliest
+    /// instant to write again.
+    failed: bool,
     /// Versions the guard wrote and then wrote over itself (a matchConditions bypass the server
     /// dropped, then the selector one): their watch events come after `refreshed` and must not
     /// replace it, or the guard would take its own first write for someone else's undo.

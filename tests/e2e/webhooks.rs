@@ -657,11 +657,22 @@ async fn a_configuration_write_without_answer_is_tried_again_later() {
 }
 
 /// A PATCH of the configuration the server refuses for another reason than a change (500)
-/// is tried again 5 s later, not at once: the server's log shows the second PATCH no sooner
-/// than that after the refused one.
+/// is tried again 5 s later, not at once, even when something else wakes the loop meanwhile
+/// (here another writer's label on the configuration, once the refusal is in the server's
+/// log): the second PATCH comes no sooner than 5 s after the refused one arrived.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_refused_configuration_write_is_tried_again_after_a_pause() {
     let (c, guard, _) = bed_with(0, 0, |f| f.fail_next(GUARD_USER, "patch", RESOURCE, 500)).await;
+    until("the refused PATCH", || {
+        guard_patches(&c).iter().any(|r| r.status == 500)
+    })
+    .await;
+    c.admin_request(
+        http::Method::PATCH,
+        &format!("/apis/admissionregistration.k8s.io/v1/{RESOURCE}/{CONFIGURATION}"),
+        Some(&json!({ "metadata": { "labels": { "team": "policy" } } })),
+    )
+    .await;
     until("the bypass", || bypassed(&stored(&c))).await;
     let patches = guard_patches(&c);
     let statuses: Vec<u16> = patches.iter().map(|r| r.status).collect();
