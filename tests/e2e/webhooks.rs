@@ -174,6 +174,52 @@ async fn an_entry_with_every_match_condition_it_may_have_is_bypassed_through_sel
     c.finish(guard).await;
 }
 
+/// An entry with its 64 matchConditions, listed with `optIn: none` and `exemptCriticalPath`:
+/// while its owner is down only the critical path would pass, which selectors cannot say, so
+/// the guard writes nothing rather than a bypass that lets nothing through. The witness that
+/// the outage was decided: a second listed configuration of the same dead owner, created once
+/// the guard showed the first with its owner down, bypassed in a later pass that steps the
+/// first before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_entry_that_only_exempts_the_critical_path_is_not_bypassed() {
+    const WITNESS: &str = "policy-witness";
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let conditions: Vec<Value> = (0..64)
+        .map(|i| json!({ "name": format!("own-{i}"), "expression": "true" }))
+        .collect();
+    let created = webhook_world(&c, CONFIGURATION, ENTRY, conditions).await;
+    webhook_rbac(&c, &[CONFIGURATION, WITNESS]);
+    set_available(&c, 0).await;
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!(
+            "{}    optIn: none\n    exemptCriticalPath: true\n{}",
+            policy_webhook(CONFIGURATION, ENTRY, "0s", Some("0s")),
+            policy_webhook(WITNESS, ENTRY, "0s", Some("0s")).replacen("webhooks:\n", "", 1),
+        ),
+    );
+    let guard = c.guard(&config).await;
+    until("the guard to see the owner down", || {
+        status_in(&guard, CONFIGURATION)
+            .is_some_and(|s| matches!(s.owner, initguard::policy::OwnerState::Down { .. }))
+    })
+    .await;
+    let mut witness = created["webhooks"].clone();
+    witness[0]
+        .as_object_mut()
+        .map(|e| e.remove("matchConditions"));
+    post_configuration(&c, "Validating", WITNESS, &witness).await;
+    until("the witness configuration bypassed", || {
+        c.sim
+            .get_object(RESOURCE, None, WITNESS)
+            .is_some_and(|o| bypassed(&o))
+    })
+    .await;
+    assert_eq!(guard_commits(&c).len(), 0, "{:#?}", guard_commits(&c));
+    assert_eq!(stored(&c)["webhooks"], created["webhooks"]);
+    c.finish(guard).await;
+}
+
 /// `initguard restore` while the owner is down leaves a tombstone: the running guard, having
 /// seen it, does not bypass again; once the owner is up the tombstone goes, and the next outage
 /// is bypassed again. Judged by the order of commits.
@@ -538,11 +584,15 @@ async fn restore_on_demand(c: &Cluster) {
 /// `afterRestore: report` on a mutating webhook: once the guard has restored its bypass, the
 /// pods created while it was in place that it let through (one opted in, one on the critical
 /// path) are annotated `initguard.io/admitted-without`, naming the webhook, by the guard.
-/// Judged from the server's record of the pods.
+/// Another mutating webhook with the default `afterRestore: ignore`, bypassed over the same
+/// outage and restored first (its sweep, were there one, would take the one-at-a-time turn
+/// first and annotate the add-only value), is named on no pod. Judged from the server's record
+/// of the pods.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pod_admitted_through_a_mutating_webhooks_bypass_is_reported_after_the_restore() {
     const MUTATING: &str = "mutatingwebhookconfigurations";
     const ADMITTED_WITHOUT: &str = "initguard.io/admitted-without";
+    const QUIET: &str = "policy-quiet";
     let c = Cluster::start(Mechanism::SchedulingGates).await;
     // The owner, and a validating configuration whose entry the mutating one copies; only
     // the mutating one is listed and granted.
@@ -554,33 +604,52 @@ async fn a_pod_admitted_through_a_mutating_webhooks_bypass_is_reported_after_the
             &[MUTATING],
             &["get", "list", "watch", "patch"],
         )
-        .with_names(&[CONFIGURATION]),
+        .with_names(&[QUIET, CONFIGURATION]),
         // As deploy/README.md grants for afterRestore: the sweep reads namespaces' labels.
         kube_sim::PolicyRule::new(&[""], &["namespaces"], &["list"]),
     ]));
     c.sim.enforce_rbac_policy(GUARD_USER, rbac);
+    post_configuration(&c, "Mutating", QUIET, &created["webhooks"]).await;
     post_configuration(&c, "Mutating", CONFIGURATION, &created["webhooks"]).await;
     set_available(&c, 0).await;
     let config = config(
         Mechanism::SchedulingGates,
         &format!(
-            "{}    afterRestore: report\n    exemptCriticalPath: true\n",
-            policy_webhook(CONFIGURATION, ENTRY, "0s", Some("0s"))
+            "{}    exemptCriticalPath: true\n{}    afterRestore: report\n    exemptCriticalPath: true\n",
+            policy_webhook(QUIET, ENTRY, "0s", Some("0s")).replace("validating/", "mutating/"),
+            policy_webhook(CONFIGURATION, ENTRY, "0s", Some("2s"))
                 .replace("validating/", "mutating/")
+                .replacen("webhooks:\n", "", 1)
         ),
     );
     let guard = c.guard(&config).await;
-    let mutating = || {
+    let mutating = |name: &str| {
         c.sim
-            .get_object(MUTATING, None, CONFIGURATION)
-            .unwrap_or_else(|| panic!("configuration {CONFIGURATION} is gone"))
+            .get_object(MUTATING, None, name)
+            .unwrap_or_else(|| panic!("configuration {name} is gone"))
     };
-    until("the bypass", || bypassed(&mutating())).await;
+    until("both bypasses", || {
+        bypassed(&mutating(QUIET)) && bypassed(&mutating(CONFIGURATION))
+    })
+    .await;
     c.pod("default", "during", true, &[]).await;
     // Not opted in, but on the critical path, which the matchConditions bypass let through.
     c.pod("kube-system", "system", false, &[]).await;
     set_available(&c, 1).await;
-    until("the restore", || !bypassed(&mutating())).await;
+    until("both restores", || {
+        !bypassed(&mutating(QUIET)) && !bypassed(&mutating(CONFIGURATION))
+    })
+    .await;
+    // The restore grace orders them: the ignored webhook's first, by a pass or more.
+    let restored_at = |name: &str| {
+        c.sim
+            .object_history()
+            .into_iter()
+            .filter(|ch| ch.resource == MUTATING && ch.name == name && ch.user == GUARD_USER)
+            .last()
+            .map(|ch| ch.resource_version)
+    };
+    assert!(restored_at(QUIET) < restored_at(CONFIGURATION));
     let reported = |name: &str| {
         c.sim
             .object_history()
@@ -603,6 +672,7 @@ async fn a_pod_admitted_through_a_mutating_webhooks_bypass_is_reported_after_the
             value.contains(&format!("mutating/{CONFIGURATION}/{ENTRY}")),
             "{name}: {value}"
         );
+        assert!(!value.contains(&format!("/{QUIET}/")), "{name}: {value}");
     }
     c.finish(guard).await;
 }
