@@ -650,7 +650,7 @@ impl WebhookGuard {
                 self.bypassed(&plan, cancel).await;
                 return step;
             }
-            let (Some(index), Via::MatchConditions) = (index, plan.via) else {
+            let (Some(_), Via::MatchConditions) = (index, plan.via) else {
                 warn!(webhook = %name, "the written entry does not hold the bypass; deciding again");
                 return step;
             };
@@ -662,7 +662,7 @@ impl WebhookGuard {
                 "the API server did not keep matchConditions (feature off?); using selectors, \
                  which cannot let exempt requesters, operations or the critical path through");
             memory.selectors_only = true;
-            plan = plan.through_selectors(index, &self.config.opt_in);
+            plan = plan.through_selectors(&self.config.opt_in);
             if plan.bypass.added.parts().is_empty() {
                 error!(webhook = %name, "cannot bypass with selectors: they would let nothing \
                     through (only exempt requesters, operations or the critical path would pass)");
@@ -843,11 +843,11 @@ impl Plan<'_> {
         )
     }
 
-    /// The same bypass through selectors, for the entry at `index`.
-    fn through_selectors(self, index: usize, opt_in: &crate::config::OptIn) -> Self {
+    /// The same bypass through selectors. The entry is where it was: the written patch tested
+    /// the resourceVersion, so the server's answer is the configuration read plus this patch.
+    fn through_selectors(self, opt_in: &crate::config::OptIn) -> Self {
         let through = let_through(self.listed, opt_in).unwrap_or_default();
         Plan {
-            index,
             bypass: Bypass {
                 added: Added::new(Via::Selectors, &through),
                 ..self.bypass

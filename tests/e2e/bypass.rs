@@ -581,6 +581,64 @@ async fn initializers_due_at_different_times_are_removed_in_turn(mechanism: Mech
     }
 }
 
+/// A legacy pod whose pending list names one initializer twice, around another one:
+/// `[SIDECAR, AUDIT, SIDECAR]`, SIDECAR's owner dead and AUDIT's slow with a 2 s deadline. The
+/// first patch removes the head only; the watch showing SIDECAR pending once instead of twice
+/// ends that bypass's expectation, so once AUDIT (now the head) is due the second patch
+/// removes it and the last SIDECAR, not held back by the expectation's 30 s timeout. The late
+/// bound is half that timeout, as in the test above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_legacy_initializer_removed_once_is_seen_removed() {
+    on_version(kube_sim::KubeVersion::V1_11, async {
+        let mechanism = Mechanism::Initializers;
+        let c = Cluster::start(mechanism).await;
+        let _sidecar = c.owner(SIDECAR, |o| o.alive = false).await;
+        let _audit = c
+            .owner(AUDIT, |o| o.latency = Duration::from_secs(600))
+            .await;
+        let deadline = Duration::from_secs(2);
+        let config = config(
+            mechanism,
+            &format!(
+                "defaults: {{ ownerDownGrace: 500ms }}\ninitializers:\n{}{}",
+                owned(SIDECAR, "10m"),
+                owned(AUDIT, "2s")
+            ),
+        );
+        let guard = c.guard(&config).await;
+        wait_owner(&guard, SIDECAR, false).await;
+        wait_owner(&guard, AUDIT, true).await;
+        c.pod("default", "twice", true, &[SIDECAR, AUDIT, SIDECAR])
+            .await;
+        until("every initializer bypassed", || {
+            c.pending("default", "twice").is_empty()
+        })
+        .await;
+        c.finish(guard).await;
+        let patches = c.guard_pod_patches("twice");
+        assert_eq!(patches.len(), 2, "{patches:#?}");
+        let removed: Vec<String> = c
+            .bypasses_of("default/twice")
+            .into_iter()
+            .map(|b| b.initializer)
+            .collect();
+        assert_eq!(removed, [SIDECAR, AUDIT, SIDECAR]);
+        // AUDIT's clock starts when it becomes the head: at the first patch.
+        assert_not_before(
+            "the second patch",
+            patches[0].time,
+            patches[1].time,
+            deadline,
+        );
+        let late = since(patches[0].time, patches[1].time);
+        assert!(
+            late < deadline + Duration::from_secs(15),
+            "the second patch came {late:?} after the first"
+        );
+    })
+    .await;
+}
+
 /// `events: off`: the bypasses are written and recorded in the annotation, but no Event, not
 /// even while the guard drains at shutdown (it writes what it holds before it exits).
 async fn events_off_writes_no_event(mechanism: Mechanism) {

@@ -708,6 +708,54 @@ async fn a_conflict_on_the_configuration_is_followed_by_a_fresh_read_and_the_sam
     c.finish(guard).await;
 }
 
+/// A change of the configuration that the guard's watch has not shown (its watch held, as
+/// behind a lagging watch cache) makes the bypass's PATCH fail its resourceVersion `test`: the
+/// guard re-reads the configuration and writes the bypass on what it read, not on its stale
+/// copy again. The server's log: the refused PATCH, the GET, then the PATCH that lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_the_watch_has_not_shown_is_read_before_the_bypass_is_written_again() {
+    let (c, guard, _) = bed(0, 1).await;
+    until("the configuration read", || {
+        status_in(&guard, CONFIGURATION).is_some_and(|s| s.state == "guarded")
+    })
+    .await;
+    c.sim.faults().stall_verb(GUARD_USER, "watch", RESOURCE);
+    c.sim.faults().drop_watches();
+    until("the guard's watch of the configuration held", || {
+        c.sim.faults().stalled_requests() >= 1
+    })
+    .await;
+    c.admin_request(
+        http::Method::PATCH,
+        &format!("/apis/admissionregistration.k8s.io/v1/{RESOURCE}/{CONFIGURATION}"),
+        Some(&json!({ "metadata": { "labels": { "team": "policy" } } })),
+    )
+    .await;
+    set_available(&c, 0).await;
+    let trace = || -> Vec<(String, u16)> {
+        c.sim
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                r.user == GUARD_USER
+                    && r.resource == RESOURCE
+                    && matches!(r.verb.as_str(), "get" | "patch")
+            })
+            .map(|r| (r.verb, r.status))
+            .collect()
+    };
+    until("the guard's second PATCH", || {
+        trace().iter().filter(|(v, _)| v == "patch").count() >= 2
+    })
+    .await;
+    let expected = [("patch", 422), ("get", 200), ("patch", 200)].map(|(v, s)| (v.to_owned(), s));
+    assert_eq!(trace()[..3], expected);
+    assert!(bypassed(&stored(&c)), "{:#}", stored(&c));
+    assert_eq!(stored(&c)["metadata"]["labels"]["team"], "policy");
+    c.sim.faults().unstall(GUARD_USER, RESOURCE);
+    c.finish(guard).await;
+}
+
 /// A PATCH of the configuration that gets no answer (the server holds it past the write
 /// timeout) is tried again later by the loop's own timer: nothing else changes that would
 /// wake it, yet the bypass lands once the server answers again.

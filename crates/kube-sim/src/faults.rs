@@ -15,12 +15,14 @@ struct FaultState {
     exempt: HashSet<String>,
     hidden_groups: HashSet<String>,
     partitioned: HashSet<String>,
-    /// (user, resource) whose requests are held open unanswered.
-    stalled: HashSet<(String, String)>,
+    /// (user, resource, verb: every verb when None) whose requests are held open unanswered.
+    stalled: HashSet<(String, String, Option<String>)>,
     /// (user, resource) whose writes are committed only this long after they arrive.
     delayed: Vec<(String, String, Duration)>,
     /// Writes that arrived under [`Faults::delay_writes`] so far.
     delayed_arrivals: u64,
+    /// Requests held by [`Faults::stall`] or [`Faults::stall_verb`] so far.
+    stalled_arrivals: u64,
     /// (user, verb, resource, status): the next matching request gets that status, once each.
     fail_next: Vec<(String, String, String, u16)>,
 }
@@ -115,30 +117,45 @@ impl Faults {
     pub fn stall(&self, user: &str, resource: &str) {
         self.state()
             .stalled
-            .insert((user.to_owned(), resource.to_owned()));
+            .insert((user.to_owned(), resource.to_owned(), None));
     }
 
-    /// End [`Faults::stall`] of `user` on `resource`.
+    /// [`Faults::stall`] of the `verb` requests only (`watch`, `get`…): e.g. a client's watch
+    /// of an object held while its reads and writes of it are served, as when a watch cache
+    /// lags behind etcd.
+    pub fn stall_verb(&self, user: &str, verb: &str, resource: &str) {
+        self.state()
+            .stalled
+            .insert((user.to_owned(), resource.to_owned(), Some(verb.to_owned())));
+    }
+
+    /// How many requests a stall has held so far (released or still held): the witness that a
+    /// client's request reached the stall.
+    pub fn stalled_requests(&self) -> u64 {
+        self.state().stalled_arrivals
+    }
+
+    /// End [`Faults::stall`] and [`Faults::stall_verb`] of `user` on `resource`.
     pub fn unstall(&self, user: &str, resource: &str) {
         self.state()
             .stalled
-            .remove(&(user.to_owned(), resource.to_owned()));
+            .retain(|(u, r, _)| u != user || r != resource);
         self.unstalls.send_modify(|n| *n += 1);
     }
 
-    /// Whether this request of `user` on `resource` was stalled: then it returns only once
-    /// the stall is lifted, and the request must not be handled.
-    pub(crate) async fn held(&self, user: &str, resource: &str) -> bool {
+    /// Whether this `verb` request of `user` on `resource` was stalled: then it returns only
+    /// once the stall is lifted, and the request must not be handled.
+    pub(crate) async fn held(&self, user: &str, verb: &str, resource: &str) -> bool {
         // Every request passes here: no allocation or subscription unless it is stalled.
         let stalled = || {
-            self.state()
-                .stalled
-                .iter()
-                .any(|(u, r)| u == user && r == resource)
+            self.state().stalled.iter().any(|(u, r, v)| {
+                u == user && r == resource && v.as_deref().is_none_or(|v| v == verb)
+            })
         };
         if !stalled() {
             return false;
         }
+        self.state().stalled_arrivals += 1;
         // Subscribed before looking again, so an unstall in between is not missed.
         let mut lifted = self.unstalls.subscribe();
         while stalled() {
@@ -302,14 +319,17 @@ mod tests {
         f.stall("a", "leases");
         // Others are not held.
         let others = tokio::time::timeout(Duration::from_secs(5), async {
-            (f.held("a", "pods").await, f.held("b", "leases").await)
+            (
+                f.held("a", "get", "pods").await,
+                f.held("b", "get", "leases").await,
+            )
         })
         .await
         .expect("requests that are not stalled waited");
         assert_eq!(others, (false, false));
         let held = tokio::spawn({
             let f = f.clone();
-            async move { f.held("a", "leases").await }
+            async move { f.held("a", "get", "leases").await }
         });
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!held.is_finished(), "a stalled request went on");
@@ -319,6 +339,35 @@ mod tests {
             .expect("the stalled request was not released by unstall")
             .unwrap();
         assert!(held, "a released request must be answered, not handled");
+    }
+
+    #[tokio::test]
+    async fn stall_verb_holds_only_that_verb() {
+        let f = std::sync::Arc::new(Faults::default());
+        f.stall_verb("a", "watch", "leases");
+        let others = tokio::time::timeout(Duration::from_secs(5), async {
+            (
+                f.held("a", "get", "leases").await,
+                f.held("a", "patch", "leases").await,
+                f.held("a", "watch", "pods").await,
+            )
+        })
+        .await
+        .expect("requests of other verbs or resources waited");
+        assert_eq!(others, (false, false, false));
+        let held = tokio::spawn({
+            let f = f.clone();
+            async move { f.held("a", "watch", "leases").await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!held.is_finished(), "a stalled watch went on");
+        assert_eq!(f.stalled_requests(), 1);
+        f.unstall("a", "leases");
+        let held = tokio::time::timeout(Duration::from_secs(5), held)
+            .await
+            .expect("the stalled watch was not released by unstall")
+            .unwrap();
+        assert!(held);
     }
 
     #[test]

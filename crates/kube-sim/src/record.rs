@@ -61,17 +61,77 @@ pub struct ObjectChange {
 
 impl ObjectChange {
     /// Initializer names (scheduling gates and legacy pending initializers) present before
-    /// and absent after this change; for a deletion, none.
+    /// and absent after this change, once per occurrence removed; for a deletion, none.
     pub fn removed_initializers(&self) -> Vec<String> {
         let (Some(before), Some(after)) = (&self.before, &self.after) else {
             return Vec::new();
         };
+        // As multisets: a legacy pending list may name one initializer more than once, and
+        // removing one of them is a removal.
         let gone = |f: fn(&Value) -> Vec<String>| {
-            let now = f(after);
-            f(before).into_iter().filter(move |n| !now.contains(n))
+            let mut now = f(after);
+            f(before)
+                .into_iter()
+                .filter(move |n| match now.iter().position(|m| m == n) {
+                    Some(at) => {
+                        now.remove(at);
+                        false
+                    }
+                    None => true,
+                })
         };
         gone(kinds::gate_names)
             .chain(gone(kinds::pending_initializer_names))
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(pending: &[&str]) -> Option<Arc<Value>> {
+        let entries: Vec<Value> = pending
+            .iter()
+            .map(|n| serde_json::json!({ "name": n }))
+            .collect();
+        Some(Arc::new(
+            serde_json::json!({ "metadata": { "initializers": { "pending": entries } } }),
+        ))
+    }
+
+    fn change(before: &[&str], after: &[&str]) -> ObjectChange {
+        ObjectChange {
+            resource_version: 1,
+            resource: "pods".into(),
+            kind: "Pod".into(),
+            namespace: Some("default".into()),
+            name: "p".into(),
+            uid: "u".into(),
+            change_type: ChangeType::Modified,
+            user: "u".into(),
+            time: SystemTime::UNIX_EPOCH,
+            before: pod(before),
+            after: pod(after),
+        }
+    }
+
+    #[test]
+    fn a_removed_occurrence_of_a_repeated_initializer_counts() {
+        assert_eq!(
+            change(&["a", "b", "a"], &["b", "a"]).removed_initializers(),
+            ["a"]
+        );
+        assert_eq!(change(&["b", "a"], &[]).removed_initializers(), ["b", "a"]);
+        assert_eq!(change(&["a", "a"], &[]).removed_initializers(), ["a", "a"]);
+        assert!(
+            change(&["a", "b"], &["a", "b"])
+                .removed_initializers()
+                .is_empty()
+        );
+        // A deletion removes none.
+        let mut deleted = change(&["a"], &[]);
+        deleted.after = None;
+        assert!(deleted.removed_initializers().is_empty());
     }
 }

@@ -582,7 +582,11 @@ async fn resource_request(
     if let Some(delay) = shared.faults.latency_for(&user) {
         tokio::time::sleep(delay).await;
     }
-    if shared.faults.held(&user, &record.resource).await {
+    if shared
+        .faults
+        .held(&user, &record.verb, &record.resource)
+        .await
+    {
         return error_response(&ApiError::injected(503));
     }
     if let Some(code) = shared.faults.injected_error(&user) {
