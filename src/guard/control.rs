@@ -62,12 +62,7 @@ pub(super) struct ControlLoop {
     actuator: Actuator,
     wakes: Wakes,
     in_flight: HashMap<PodKey, InFlight>,
-    /// (uid, initializer) already logged and counted in dry-run.
-    dry_run_done: HashSet<(String, String)>,
-    /// (uid, initializer) whose refused bypass is already counted.
-    refusals_counted: HashSet<(String, String)>,
-    /// (uid, initializer) whose `InitializerWaiting` Event this replica already queued.
-    notified: HashSet<(String, String)>,
+    remembered: Remembered,
     /// Waiting pods seen since the watch (re)started listing; None outside a relist.
     init_seen: Option<HashSet<PodKey>>,
     /// Jobs seen since the Jobs watch (re)started listing; None outside a relist.
@@ -95,9 +90,7 @@ impl ControlLoop {
             actuator,
             wakes: Wakes::default(),
             in_flight: HashMap::new(),
-            dry_run_done: HashSet::new(),
-            refusals_counted: HashSet::new(),
-            notified: HashSet::new(),
+            remembered: Remembered::default(),
             init_seen: None,
             jobs_seen: None,
             backlog: VecDeque::new(),
@@ -186,7 +179,7 @@ impl ControlLoop {
                         // A new term offers every owed explanation again: one this replica
                         // queued before and lost (dropped, or cut off) is written now, and
                         // one already written answers 409.
-                        self.notified.clear();
+                        self.remembered.notified.clear();
                         self.decide_all();
                     }
                 }
@@ -198,7 +191,7 @@ impl ControlLoop {
                 }
                 _ = heartbeat.tick() => {
                     self.expire_expectations();
-                    self.forget_gone_pods();
+                    self.remembered.forget_gone(&self.shared.tracker());
                 }
             }
         }
@@ -409,20 +402,6 @@ impl ControlLoop {
         }
     }
 
-    /// Dry-run, refusal and Event memories are only needed for pods still waiting.
-    fn forget_gone_pods(&mut self) {
-        let tracker = self.shared.tracker();
-        forget_gone(
-            [
-                &mut self.dry_run_done,
-                &mut self.refusals_counted,
-                &mut self.notified,
-            ],
-            tracker.len(),
-            || tracker.pods().map(|(_, p)| p.uid.as_str()).collect(),
-        );
-    }
-
     fn expire_expectations(&mut self) {
         let expired: Vec<PodKey> = self
             .in_flight
@@ -479,7 +458,7 @@ impl ControlLoop {
             }
             for notice in notices {
                 let id = (pod.uid.clone(), notice.initializer.clone());
-                if self.notified.contains(&id) {
+                if self.remembered.notified.contains(&id) {
                     continue;
                 }
                 let still_waiting = {
@@ -502,7 +481,7 @@ impl ControlLoop {
                 });
                 // Not queued (full): offered again when the pod is next decided.
                 if queued {
-                    self.notified.insert(id);
+                    self.remembered.notified.insert(id);
                 }
             }
         }
@@ -510,6 +489,7 @@ impl ControlLoop {
         // Counted by the leader only, as bypasses are: summed over replicas, once per pod.
         for refusal in outcome.refusals.iter().filter(|_| shared.is_leader()) {
             if self
+                .remembered
                 .refusals_counted
                 .insert((pod.uid.clone(), refusal.initializer.clone()))
             {
@@ -530,6 +510,7 @@ impl ControlLoop {
             .into_iter()
             .filter(|d| {
                 !self
+                    .remembered
                     .dry_run_done
                     .contains(&(pod.uid.clone(), d.initializer.clone()))
             })
@@ -623,7 +604,8 @@ impl ControlLoop {
             }
             Reply::DryRun { bypass } => {
                 for r in bypass.removals {
-                    self.dry_run_done
+                    self.remembered
+                        .dry_run_done
                         .insert((bypass.uid.clone(), r.initializer));
                 }
                 self.in_flight.remove(&key);
@@ -681,6 +663,33 @@ impl InFlight {
         self.removing
             .iter()
             .all(|(name, before)| pending.iter().filter(|n| n.as_ref() == name).count() < *before)
+    }
+}
+
+/// What the loop remembers per (pod uid, initializer), needed only while that pod waits.
+#[derive(Default)]
+struct Remembered {
+    /// (uid, initializer) already logged and counted in dry-run.
+    dry_run_done: HashSet<(String, String)>,
+    /// (uid, initializer) whose refused bypass is already counted.
+    refusals_counted: HashSet<(String, String)>,
+    /// (uid, initializer) whose `InitializerWaiting` Event this replica already queued.
+    notified: HashSet<(String, String)>,
+}
+
+impl Remembered {
+    /// Forget the pods `tracker` no longer holds, once there are enough to pay for the pass
+    /// ([`forget_gone`]).
+    fn forget_gone(&mut self, tracker: &crate::tracker::Tracker) {
+        forget_gone(
+            [
+                &mut self.dry_run_done,
+                &mut self.refusals_counted,
+                &mut self.notified,
+            ],
+            tracker.len(),
+            || tracker.pods().map(|(_, p)| p.uid.as_str()).collect(),
+        );
     }
 }
 
@@ -817,6 +826,45 @@ mod tests {
         (0..n)
             .map(|i| (format!("{prefix}{i}"), "g".to_owned()))
             .collect()
+    }
+
+    /// The loop's memories, past the bound, keep only the pods the tracker still holds: one
+    /// waiting pod stays in each, and 1,100 pairs of gone pods go.
+    #[test]
+    fn the_memories_keep_only_the_pods_the_tracker_holds() {
+        let config = crate::config::from_yaml_str("mechanism: schedulingGates\n", "test.yaml")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let mut tracker = crate::tracker::Tracker::new(Arc::new(config));
+        let waiting = SlimPod {
+            metadata: ObjectMeta {
+                namespace: Some("default".into()),
+                name: Some("waiting".into()),
+                uid: Some("live-0".into()),
+                resource_version: Some("1".into()),
+                ..ObjectMeta::default()
+            },
+            scheduling_gates: vec!["g".into()],
+            ..SlimPod::default()
+        };
+        tracker.apply(&waiting, SystemTime::now());
+        assert_eq!(tracker.len(), 1);
+        let live = pairs("live-", 1);
+        let mut remembered = Remembered {
+            dry_run_done: pairs("gone-a-", 400),
+            refusals_counted: pairs("gone-b-", 400),
+            notified: pairs("gone-c-", 300),
+        };
+        for memory in [
+            &mut remembered.dry_run_done,
+            &mut remembered.refusals_counted,
+            &mut remembered.notified,
+        ] {
+            memory.extend(live.iter().cloned());
+        }
+        remembered.forget_gone(&tracker);
+        assert_eq!(remembered.dry_run_done, live);
+        assert_eq!(remembered.refusals_counted, live);
+        assert_eq!(remembered.notified, live);
     }
 
     /// A pass over three memories of `sizes` pairs of gone pods, with `waiting` pods waiting,

@@ -756,6 +756,78 @@ async fn a_change_the_watch_has_not_shown_is_read_before_the_bypass_is_written_a
     c.finish(guard).await;
 }
 
+/// The canary of an `apiserver` owner in a namespace that `optIn.namespaceSelector` selects
+/// would be let past the webhook by its bypass: the guard's status names that problem (and
+/// the owner counts as unknown) while the namespace's labels match, and drops it once they do
+/// not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_in_an_opted_in_namespace_is_a_problem_while_it_is_selected() {
+    const CANARY: &str = "canary";
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    webhook_world(&c, CONFIGURATION, ENTRY, Vec::new()).await;
+    let mut rbac = shipped_rbac(Mechanism::SchedulingGates);
+    rbac.merge(kube_sim::Rbac::cluster_wide(vec![
+        kube_sim::PolicyRule::new(
+            &["admissionregistration.k8s.io"],
+            &[RESOURCE],
+            &["get", "list", "watch", "patch"],
+        )
+        .with_names(&[CONFIGURATION]),
+        // `optIn.namespaceSelector` reads every namespace's labels (the canary's among them).
+        kube_sim::PolicyRule::new(&[""], &["namespaces"], &["get", "list", "watch"]),
+    ]));
+    // The canary's dry-run creates, as deploy/README.md grants them for an `apiserver` owner.
+    rbac.merge(kube_sim::Rbac::namespaced(
+        CANARY,
+        vec![kube_sim::PolicyRule::new(&[""], &["pods"], &["create"])],
+    ));
+    c.sim.enforce_rbac_policy(GUARD_USER, rbac);
+    let label = |team: &str| json!({ "metadata": { "labels": { "team": team } } });
+    c.admin_post(
+        "/api/v1/namespaces",
+        &json!({ "apiVersion": "v1", "kind": "Namespace",
+                 "metadata": { "name": CANARY, "labels": { "team": "batch" } } }),
+    )
+    .await;
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!(
+            "optIn: {{ label: {OPT_IN}, namespaceSelector: team=batch }}\n\
+             webhooks:\n\
+             \x20 - name: validating/{CONFIGURATION}/{ENTRY}\n\
+             \x20   owner: {{ apiserver: {{ namespace: {CANARY}, resource: pods, interval: 1s }} }}\n"
+        ),
+    );
+    let guard = c.guard(&config).await;
+    let problem = || status_in(&guard, CONFIGURATION).and_then(|s| s.canary_problem);
+    until("the opted-in canary namespace named as a problem", || {
+        problem().is_some_and(|p| p.contains("opted in by optIn.namespaceSelector"))
+    })
+    .await;
+    assert!(
+        status_in(&guard, CONFIGURATION)
+            .is_some_and(|s| s.owner == initguard::policy::OwnerState::Unknown),
+        "an owner whose canary cannot be trusted is unknown"
+    );
+    c.admin_request(
+        http::Method::PATCH,
+        &format!("/api/v1/namespaces/{CANARY}"),
+        Some(&label("web")),
+    )
+    .await;
+    until(
+        "the problem gone once the namespace is not selected",
+        || {
+            status_in(&guard, CONFIGURATION).is_some_and(|s| {
+                s.canary_problem
+                    .is_none_or(|p| !p.contains("opted in by optIn.namespaceSelector"))
+            })
+        },
+    )
+    .await;
+    c.finish(guard).await;
+}
+
 /// A PATCH of the configuration that gets no answer (the server holds it past the write
 /// timeout) is tried again later by the loop's own timer: nothing else changes that would
 /// wake it, yet the bypass lands once the server answers again.
