@@ -520,29 +520,45 @@ async fn a_burst_is_patched_before_any_event_is_written() {
     }
 }
 
+/// AUDIT's deadline in [`dead_sidecar_slow_audit`].
+const AUDIT_DEADLINE: Duration = Duration::from_secs(2);
+
+/// SIDECAR's owner dead (ownerDownGrace 500 ms), AUDIT's alive but slow past its 2 s
+/// deadline, and a guard that has seen both; keep the owners while the test runs.
+async fn dead_sidecar_slow_audit(
+    mechanism: Mechanism,
+) -> (
+    Cluster,
+    initguard::guard::Guard,
+    [initguard_sim::controllers::GateOwnerHandle; 2],
+) {
+    let c = Cluster::start(mechanism).await;
+    let sidecar = c.owner(SIDECAR, |o| o.alive = false).await;
+    let audit = c
+        .owner(AUDIT, |o| o.latency = Duration::from_secs(600))
+        .await;
+    let config = config(
+        mechanism,
+        &format!(
+            "defaults: {{ ownerDownGrace: 500ms }}\ninitializers:\n{}{}",
+            owned(SIDECAR, "10m"),
+            owned(AUDIT, &format!("{}s", AUDIT_DEADLINE.as_secs()))
+        ),
+    );
+    let guard = c.guard(&config).await;
+    wait_owner(&guard, SIDECAR, false).await;
+    wait_owner(&guard, AUDIT, true).await;
+    (c, guard, [sidecar, audit])
+}
+
 /// The head's owner is dead; the initializer behind it is healthy but slow, with a deadline of
 /// its own (2 s): two patches, the second never before that deadline and not held back by the
 /// first one's expectation (regression: when the pod watch showed the first removal before the
 /// actuator reported it, the second waited for the 30 s expectation timeout). The late bound
 /// is half that timeout, so it holds at any machine load and still catches the regression.
 async fn initializers_due_at_different_times_are_removed_in_turn(mechanism: Mechanism) {
-    let c = Cluster::start(mechanism).await;
-    let _sidecar = c.owner(SIDECAR, |o| o.alive = false).await;
-    let _audit = c
-        .owner(AUDIT, |o| o.latency = Duration::from_secs(600))
-        .await;
-    let deadline = Duration::from_secs(2);
-    let config = config(
-        mechanism,
-        &format!(
-            "defaults: {{ ownerDownGrace: 500ms }}\ninitializers:\n{}{}",
-            owned(SIDECAR, "10m"),
-            owned(AUDIT, "2s")
-        ),
-    );
-    let guard = c.guard(&config).await;
-    wait_owner(&guard, SIDECAR, false).await;
-    wait_owner(&guard, AUDIT, true).await;
+    let (c, guard, _owners) = dead_sidecar_slow_audit(mechanism).await;
+    let deadline = AUDIT_DEADLINE;
     let names: Vec<String> = (0..3).map(|i| format!("turn-{i}")).collect();
     for name in &names {
         c.pod("default", name, true, &[SIDECAR, AUDIT]).await;
@@ -590,24 +606,8 @@ async fn initializers_due_at_different_times_are_removed_in_turn(mechanism: Mech
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeated_legacy_initializer_removed_once_is_seen_removed() {
     on_version(kube_sim::KubeVersion::V1_11, async {
-        let mechanism = Mechanism::Initializers;
-        let c = Cluster::start(mechanism).await;
-        let _sidecar = c.owner(SIDECAR, |o| o.alive = false).await;
-        let _audit = c
-            .owner(AUDIT, |o| o.latency = Duration::from_secs(600))
-            .await;
-        let deadline = Duration::from_secs(2);
-        let config = config(
-            mechanism,
-            &format!(
-                "defaults: {{ ownerDownGrace: 500ms }}\ninitializers:\n{}{}",
-                owned(SIDECAR, "10m"),
-                owned(AUDIT, "2s")
-            ),
-        );
-        let guard = c.guard(&config).await;
-        wait_owner(&guard, SIDECAR, false).await;
-        wait_owner(&guard, AUDIT, true).await;
+        let (c, guard, _owners) = dead_sidecar_slow_audit(Mechanism::Initializers).await;
+        let deadline = AUDIT_DEADLINE;
         c.pod("default", "twice", true, &[SIDECAR, AUDIT, SIDECAR])
             .await;
         until("every initializer bypassed", || {

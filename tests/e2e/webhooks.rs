@@ -102,6 +102,30 @@ fn guard_patches(c: &Cluster) -> Vec<RequestRecord> {
         .collect()
 }
 
+/// The guard's GETs and PATCHes of the configuration, as (verb, status), in arrival order.
+fn reads_and_writes(c: &Cluster) -> Vec<(String, u16)> {
+    c.sim
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            r.user == GUARD_USER
+                && r.resource == RESOURCE
+                && matches!(r.verb.as_str(), "get" | "patch")
+        })
+        .map(|r| (r.verb, r.status))
+        .collect()
+}
+
+/// Another writer's label on the configuration: a new resourceVersion, the entry unchanged.
+async fn label_configuration(c: &Cluster) {
+    c.admin_request(
+        http::Method::PATCH,
+        &format!("/apis/admissionregistration.k8s.io/v1/{RESOURCE}/{CONFIGURATION}"),
+        Some(&json!({ "metadata": { "labels": { "team": "policy" } } })),
+    )
+    .await;
+}
+
 fn bypassed(object: &Value) -> bool {
     object["metadata"]["annotations"][RECORD]
         .as_str()
@@ -686,17 +710,7 @@ async fn a_conflict_on_the_configuration_is_followed_by_a_fresh_read_and_the_sam
     let (c, guard, created) =
         bed_with(0, 0, |f| f.fail_next(GUARD_USER, "patch", RESOURCE, 409)).await;
     until("the bypass", || bypassed(&stored(&c))).await;
-    let trace: Vec<(String, u16)> = c
-        .sim
-        .requests()
-        .into_iter()
-        .filter(|r| {
-            r.user == GUARD_USER
-                && r.resource == RESOURCE
-                && matches!(r.verb.as_str(), "get" | "patch")
-        })
-        .map(|r| (r.verb, r.status))
-        .collect();
+    let trace = reads_and_writes(&c);
     let expected = [("patch", 409), ("get", 200), ("patch", 200)].map(|(v, s)| (v.to_owned(), s));
     assert_eq!(trace, expected);
     // A conflict says nothing about matchConditions: the bypass still goes through them.
@@ -725,31 +739,18 @@ async fn a_change_the_watch_has_not_shown_is_read_before_the_bypass_is_written_a
         c.sim.faults().stalled_requests() >= 1
     })
     .await;
-    c.admin_request(
-        http::Method::PATCH,
-        &format!("/apis/admissionregistration.k8s.io/v1/{RESOURCE}/{CONFIGURATION}"),
-        Some(&json!({ "metadata": { "labels": { "team": "policy" } } })),
-    )
-    .await;
+    label_configuration(&c).await;
     set_available(&c, 0).await;
-    let trace = || -> Vec<(String, u16)> {
-        c.sim
-            .requests()
-            .into_iter()
-            .filter(|r| {
-                r.user == GUARD_USER
-                    && r.resource == RESOURCE
-                    && matches!(r.verb.as_str(), "get" | "patch")
-            })
-            .map(|r| (r.verb, r.status))
-            .collect()
-    };
     until("the guard's second PATCH", || {
-        trace().iter().filter(|(v, _)| v == "patch").count() >= 2
+        reads_and_writes(&c)
+            .iter()
+            .filter(|(v, _)| v == "patch")
+            .count()
+            >= 2
     })
     .await;
     let expected = [("patch", 422), ("get", 200), ("patch", 200)].map(|(v, s)| (v.to_owned(), s));
-    assert_eq!(trace()[..3], expected);
+    assert_eq!(reads_and_writes(&c)[..3], expected);
     assert!(bypassed(&stored(&c)), "{:#}", stored(&c));
     assert_eq!(stored(&c)["metadata"]["labels"]["team"], "policy");
     c.sim.faults().unstall(GUARD_USER, RESOURCE);
@@ -857,12 +858,7 @@ async fn a_refused_configuration_write_is_tried_again_after_a_pause() {
         guard_patches(&c).iter().any(|r| r.status == 500)
     })
     .await;
-    c.admin_request(
-        http::Method::PATCH,
-        &format!("/apis/admissionregistration.k8s.io/v1/{RESOURCE}/{CONFIGURATION}"),
-        Some(&json!({ "metadata": { "labels": { "team": "policy" } } })),
-    )
-    .await;
+    label_configuration(&c).await;
     until("the bypass", || bypassed(&stored(&c))).await;
     let patches = guard_patches(&c);
     let statuses: Vec<u16> = patches.iter().map(|r| r.status).collect();
