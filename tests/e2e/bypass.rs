@@ -558,7 +558,6 @@ async fn dead_sidecar_slow_audit(
 /// is half that timeout, so it holds at any machine load and still catches the regression.
 async fn initializers_due_at_different_times_are_removed_in_turn(mechanism: Mechanism) {
     let (c, guard, _owners) = dead_sidecar_slow_audit(mechanism).await;
-    let deadline = AUDIT_DEADLINE;
     let names: Vec<String> = (0..3).map(|i| format!("turn-{i}")).collect();
     for name in &names {
         c.pod("default", name, true, &[SIDECAR, AUDIT]).await;
@@ -588,10 +587,10 @@ async fn initializers_due_at_different_times_are_removed_in_turn(mechanism: Mech
             Mechanism::SchedulingGates => c.created("default", name).timestamp,
             Mechanism::Initializers => patches[0].time,
         };
-        assert_not_before("the second patch", started, patches[1].time, deadline);
+        assert_not_before("the second patch", started, patches[1].time, AUDIT_DEADLINE);
         let late = since(started.max(patches[0].time), patches[1].time);
         assert!(
-            late < deadline + Duration::from_secs(15),
+            late < AUDIT_DEADLINE + Duration::from_secs(15),
             "{name}: the second patch came {late:?} after the first could be followed"
         );
     }
@@ -607,7 +606,6 @@ async fn initializers_due_at_different_times_are_removed_in_turn(mechanism: Mech
 async fn a_repeated_legacy_initializer_removed_once_is_seen_removed() {
     on_version(kube_sim::KubeVersion::V1_11, async {
         let (c, guard, _owners) = dead_sidecar_slow_audit(Mechanism::Initializers).await;
-        let deadline = AUDIT_DEADLINE;
         c.pod("default", "twice", true, &[SIDECAR, AUDIT, SIDECAR])
             .await;
         until("every initializer bypassed", || {
@@ -628,11 +626,11 @@ async fn a_repeated_legacy_initializer_removed_once_is_seen_removed() {
             "the second patch",
             patches[0].time,
             patches[1].time,
-            deadline,
+            AUDIT_DEADLINE,
         );
         let late = since(patches[0].time, patches[1].time);
         assert!(
-            late < deadline + Duration::from_secs(15),
+            late < AUDIT_DEADLINE + Duration::from_secs(15),
             "the second patch came {late:?} after the first"
         );
     })

@@ -649,18 +649,27 @@ pub(crate) fn policy_webhook(
     yaml
 }
 
-/// The shipped RBAC plus get, list, watch and patch on exactly the ValidatingWebhookConfigurations
-/// `configurations` (by name, as the chart grants them), for the guard's user.
-pub(crate) fn webhook_rbac(c: &Cluster, configurations: &[&str]) {
+/// The shipped RBAC plus get, list, watch and patch on exactly the webhook configurations
+/// `configurations` of `resource` (`validatingwebhookconfigurations` or
+/// `mutatingwebhookconfigurations`; by name, as the chart grants them), to which a test adds
+/// what its webhook's options need.
+pub(crate) fn webhook_policy(resource: &str, configurations: &[&str]) -> Rbac {
     let mut rbac = shipped_rbac(Mechanism::SchedulingGates);
     rbac.merge(Rbac::cluster_wide(vec![
         kube_sim::PolicyRule::new(
             &["admissionregistration.k8s.io"],
-            &["validatingwebhookconfigurations"],
+            &[resource],
             &["get", "list", "watch", "patch"],
         )
         .with_names(configurations),
     ]));
+    rbac
+}
+
+/// [`webhook_policy`] of the ValidatingWebhookConfigurations `configurations`, for the guard's
+/// user.
+pub(crate) fn webhook_rbac(c: &Cluster, configurations: &[&str]) {
+    let rbac = webhook_policy("validatingwebhookconfigurations", configurations);
     c.sim.enforce_rbac_policy(GUARD_USER, rbac);
 }
 

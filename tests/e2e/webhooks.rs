@@ -28,10 +28,7 @@ async fn bed_with(
     faults: impl FnOnce(&kube_sim::Faults),
 ) -> (Cluster, initguard::guard::Guard, Value) {
     let c = Cluster::start(Mechanism::SchedulingGates).await;
-    let conditions: Vec<Value> = (0..own)
-        .map(|i| json!({ "name": format!("own-{i}"), "expression": "true" }))
-        .collect();
-    let created = webhook_world(&c, CONFIGURATION, ENTRY, conditions).await;
+    let created = webhook_world(&c, CONFIGURATION, ENTRY, own_conditions(own)).await;
     set_available(&c, available).await;
     faults(c.sim.faults());
     let config = config(
@@ -40,6 +37,13 @@ async fn bed_with(
     );
     let guard = c.guard(&config).await;
     (c, guard, created)
+}
+
+/// `n` matchConditions of the entry's own, each always true.
+fn own_conditions(n: usize) -> Vec<Value> {
+    (0..n)
+        .map(|i| json!({ "name": format!("own-{i}"), "expression": "true" }))
+        .collect()
 }
 
 /// Create the configuration `name` of `kind` (`Validating` or `Mutating`) holding `webhooks`.
@@ -208,10 +212,7 @@ async fn an_entry_with_every_match_condition_it_may_have_is_bypassed_through_sel
 async fn a_full_entry_that_only_exempts_the_critical_path_is_not_bypassed() {
     const WITNESS: &str = "policy-witness";
     let c = Cluster::start(Mechanism::SchedulingGates).await;
-    let conditions: Vec<Value> = (0..64)
-        .map(|i| json!({ "name": format!("own-{i}"), "expression": "true" }))
-        .collect();
-    let created = webhook_world(&c, CONFIGURATION, ENTRY, conditions).await;
+    let created = webhook_world(&c, CONFIGURATION, ENTRY, own_conditions(64)).await;
     webhook_rbac(&c, &[CONFIGURATION, WITNESS]);
     set_available(&c, 0).await;
     let config = config(
@@ -621,15 +622,9 @@ async fn a_pod_admitted_through_a_mutating_webhooks_bypass_is_reported_after_the
     // The owner, and a validating configuration whose entry the mutating one copies; only
     // the mutating one is listed and granted.
     let created = webhook_world(&c, CONFIGURATION, ENTRY, Vec::new()).await;
-    let mut rbac = shipped_rbac(Mechanism::SchedulingGates);
+    let mut rbac = webhook_policy(MUTATING, &[QUIET, CONFIGURATION]);
+    // As deploy/README.md grants for afterRestore: the sweep reads namespaces' labels.
     rbac.merge(kube_sim::Rbac::cluster_wide(vec![
-        kube_sim::PolicyRule::new(
-            &["admissionregistration.k8s.io"],
-            &[MUTATING],
-            &["get", "list", "watch", "patch"],
-        )
-        .with_names(&[QUIET, CONFIGURATION]),
-        // As deploy/README.md grants for afterRestore: the sweep reads namespaces' labels.
         kube_sim::PolicyRule::new(&[""], &["namespaces"], &["list"]),
     ]));
     c.sim.enforce_rbac_policy(GUARD_USER, rbac);
@@ -766,15 +761,9 @@ async fn a_canary_in_an_opted_in_namespace_is_a_problem_while_it_is_selected() {
     const CANARY: &str = "canary";
     let c = Cluster::start(Mechanism::SchedulingGates).await;
     webhook_world(&c, CONFIGURATION, ENTRY, Vec::new()).await;
-    let mut rbac = shipped_rbac(Mechanism::SchedulingGates);
+    let mut rbac = webhook_policy(RESOURCE, &[CONFIGURATION]);
+    // `optIn.namespaceSelector` reads every namespace's labels (the canary's among them).
     rbac.merge(kube_sim::Rbac::cluster_wide(vec![
-        kube_sim::PolicyRule::new(
-            &["admissionregistration.k8s.io"],
-            &[RESOURCE],
-            &["get", "list", "watch", "patch"],
-        )
-        .with_names(&[CONFIGURATION]),
-        // `optIn.namespaceSelector` reads every namespace's labels (the canary's among them).
         kube_sim::PolicyRule::new(&[""], &["namespaces"], &["get", "list", "watch"]),
     ]));
     // The canary's dry-run creates, as deploy/README.md grants them for an `apiserver` owner.
