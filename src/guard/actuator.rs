@@ -103,8 +103,8 @@ pub struct Actuator {
     metrics: Arc<Metrics>,
 }
 
-/// Bypasses waiting for a free slot.
-const QUEUE: usize = 4096;
+/// Bypasses waiting for a free slot; the control loop holds the rest in line until one frees.
+pub const QUEUE: usize = 4096;
 /// Events of written patches kept until the burst is over; beyond this they are dropped (and
 /// counted), so a long burst cannot grow memory without bound.
 const MAX_UNRECORDED: usize = 50_000;
@@ -163,6 +163,38 @@ impl Actuator {
                 Box::new(b)
             }
         })
+    }
+
+    /// An actuator whose queues hold `capacity` each, with no worker: the test takes what
+    /// is queued from the receivers.
+    #[cfg(test)]
+    pub(crate) fn unattended(
+        capacity: usize,
+        metrics: Arc<Metrics>,
+    ) -> (Actuator, mpsc::Receiver<Bypass>, mpsc::Receiver<Waiting>) {
+        let (tx, rx) = mpsc::channel(capacity);
+        let (waiting, waiting_rx) = mpsc::channel(capacity);
+        let actuator = Actuator {
+            tx,
+            waiting,
+            metrics,
+        };
+        (actuator, rx, waiting_rx)
+    }
+
+    /// Whether the bypass queue has a free slot.
+    pub fn has_room(&self) -> bool {
+        self.tx.capacity() > 0
+    }
+
+    /// Resolves once the bypass queue has a free slot; never, once the actuator stopped (the
+    /// caller stops with it). With one submitter, the slot is still free when it looks.
+    pub async fn room(&self) {
+        match self.tx.reserve().await {
+            // Only waited for: the caller submits through `try_submit`.
+            Ok(permit) => drop(permit),
+            Err(_) => std::future::pending().await,
+        }
     }
 }
 

@@ -137,6 +137,8 @@ impl ControlLoop {
             .min(self.shared.stall_after / 4)
             .max(Duration::from_millis(10));
         let mut heartbeat = tokio::time::interval(beat);
+        // A handle of its own, so that waiting for room borrows nothing of the loop.
+        let room = self.actuator.clone();
         loop {
             self.shared.progress();
             let sleep = tokio::time::sleep_until(instant_of(self.wakes.next()));
@@ -144,6 +146,8 @@ impl ControlLoop {
                 biased;
                 _ = cancel.cancelled() => break,
                 Some(reply) = replies.recv() => self.on_reply(reply),
+                // Older than any event below: the backlog goes first.
+                () = room.room(), if !self.backlog.is_empty() => self.drain_backlog(),
                 event = pods.next() => match event {
                     Some(Ok(event)) => self.on_pod_event(event),
                     Some(Err(e)) => {
@@ -558,29 +562,30 @@ impl ControlLoop {
                 );
             }
             Err(_) => {
-                // Decided again as soon as the actuator reports progress (the next report frees
-                // a queue slot), with a timer as a safety net.
+                // Decided again, in arrival order, as soon as the queue has room (the loop
+                // waits for it).
                 if self.backlog.is_empty() {
                     warn!(pod = %key, "actuator queue full; holding further bypasses until it drains");
                 }
                 if self.backlog_set.insert(key.to_owned()) {
                     self.backlog.push_back(key.to_owned());
                 }
-                self.wakes.at_most(key, now + Duration::from_secs(1));
             }
         }
     }
 
-    /// Re-decide pods held back by a full actuator queue, in arrival order, while it takes them.
-    fn drain_backlog(&mut self, slots: usize) {
-        for _ in 0..slots {
+    /// Re-decide pods held back by a full actuator queue, in arrival order, while it has room.
+    /// A pod no longer due (or gone) leaves the line without taking a slot.
+    fn drain_backlog(&mut self) {
+        while self.actuator.has_room() {
             let Some(key) = self.backlog.pop_front() else {
                 break;
             };
             self.backlog_set.remove(&key);
             self.decide(&key);
             if self.backlog_set.contains(&key) {
-                // Still full: it went back to the end of the line; stop for now.
+                // Refused after all (the actuator stopped): it went back to the end of the
+                // line; stop for now.
                 break;
             }
         }
@@ -588,8 +593,6 @@ impl ControlLoop {
 
     fn on_reply(&mut self, reply: Reply) {
         let key = reply.bypass().key.clone();
-        // Every reply means one bypass left the queue.
-        self.drain_backlog(1);
         match reply {
             Reply::Bypassed { .. } => {
                 if let Some(f) = self.in_flight.get_mut(&key) {
@@ -819,6 +822,115 @@ mod tests {
         assert!(later > before + hour, "two hours ahead stays ahead");
         let none = instant_of(None);
         assert!(none >= before + hour);
+    }
+
+    /// A loop as the leader, for gate `g` (deadline 1 s, no owner), whose actuator queue holds
+    /// `capacity` bypasses and has no worker: the test takes them from the receiver.
+    fn loop_with_queue(capacity: usize) -> (ControlLoop, mpsc::Receiver<Bypass>) {
+        let config = crate::config::from_yaml_str(
+            "mechanism: schedulingGates\n\
+             optIn: { label: initguard.io/bypass }\n\
+             initializers: [{ name: g, deadline: 1s }]\n",
+            "test.yaml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let config = Arc::new(config);
+        let metrics = Arc::new(crate::metrics::Metrics::new(&config).unwrap());
+        let readiness = crate::supervise::Readiness::default();
+        let (_, leader) = watch::channel(true);
+        let shared = Arc::new(Shared {
+            config: config.clone(),
+            metrics: metrics.clone(),
+            owners: crate::owners::Owners::new(&config, metrics.clone(), readiness.clone()),
+            identity: "test".into(),
+            leader,
+            readiness: readiness.clone(),
+            tracker: std::sync::Mutex::new(crate::tracker::Tracker::new(config)),
+            last_progress: std::sync::Mutex::new(Instant::now()),
+            stall_after: Duration::from_secs(60),
+            failures: crate::supervise::Failures::default(),
+            scrape: std::sync::Mutex::new(()),
+            webhooks: std::sync::Mutex::new(Default::default()),
+        });
+        let (actuator, queue, _) = Actuator::unattended(capacity, metrics);
+        let pods_listed = readiness.pending("pods", "listing");
+        let control = ControlLoop::new(shared, actuator, pods_listed, None);
+        (control, queue)
+    }
+
+    /// An opted-in pod gated by `g`, created an hour ago: due at once.
+    fn due_pod(name: &str) -> SlimPod {
+        let created = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1);
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "namespace": "default",
+                "name": name,
+                "uid": format!("uid-{name}"),
+                "resourceVersion": "1",
+                "creationTimestamp": created.to_string(),
+                "labels": { "initguard.io/bypass": "true" },
+            },
+            "spec": { "schedulingGates": [{ "name": "g" }] },
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The pods queued so far, by name, in queue order.
+    fn queued(queue: &mut mpsc::Receiver<Bypass>) -> Vec<String> {
+        std::iter::from_fn(|| queue.try_recv().ok())
+            .map(|b| b.name)
+            .collect()
+    }
+
+    /// Pods the full queue refused wait in arrival order and go in as soon as there is room;
+    /// waiting for room, or draining without it, changes neither the line nor the queue.
+    #[test]
+    fn pods_a_full_queue_refused_go_in_arrival_order_once_it_has_room() {
+        let (mut control, mut queue) = loop_with_queue(1);
+        for name in ["a", "b", "c"] {
+            control.apply(&due_pod(name), SystemTime::now());
+        }
+        control.drain_backlog();
+        assert_eq!(queued(&mut queue), ["a"]);
+        // The queue has room now: the first in line goes, then the next.
+        control.drain_backlog();
+        assert_eq!(queued(&mut queue), ["b"]);
+        control.drain_backlog();
+        assert_eq!(queued(&mut queue), ["c"]);
+        control.drain_backlog();
+        assert_eq!(queued(&mut queue), Vec::<String>::new());
+        assert!(control.backlog.is_empty() && control.backlog_set.is_empty());
+    }
+
+    /// A pod that left the line's reason behind (deleted) gives its turn to the next one, not
+    /// its slot to no one.
+    #[test]
+    fn a_pod_gone_from_the_line_leaves_its_slot_to_the_next() {
+        let (mut control, mut queue) = loop_with_queue(1);
+        for name in ["a", "b", "c"] {
+            control.apply(&due_pod(name), SystemTime::now());
+        }
+        control.delete("default/b", SystemTime::now());
+        assert_eq!(queued(&mut queue), ["a"]);
+        control.drain_backlog();
+        assert_eq!(queued(&mut queue), ["c"]);
+    }
+
+    /// `room` resolves only while the queue has a free slot, and never once the actuator
+    /// stopped (the loop would spin on it).
+    #[test]
+    fn room_is_awaited_only_while_the_queue_is_full_and_never_after_it_stopped() {
+        use futures::FutureExt;
+        let (mut control, mut queue) = loop_with_queue(1);
+        assert_eq!(control.actuator.room().now_or_never(), Some(()));
+        assert!(control.actuator.has_room());
+        control.apply(&due_pod("a"), SystemTime::now());
+        assert_eq!(control.actuator.room().now_or_never(), None);
+        assert!(!control.actuator.has_room());
+        assert_eq!(queued(&mut queue), ["a"]);
+        assert_eq!(control.actuator.room().now_or_never(), Some(()));
+        drop(queue);
+        assert_eq!(control.actuator.room().now_or_never(), None);
     }
 
     /// `n` pairs of pods named `{prefix}{i}`, each with its own uid.

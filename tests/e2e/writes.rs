@@ -805,3 +805,67 @@ async fn an_older_event_of_the_pod_does_not_end_its_bypass_expectation() {
     );
     guard.shutdown().await;
 }
+
+/// A burst larger than the actuator's queue is bypassed in full: the pods the full queue
+/// refused wait in line and go in as slots free, though no event of theirs comes to wake
+/// them. Every pod is past its deadline when a guard with `maxInFlight: 1` starts, and the
+/// server holds its PATCHes until that guard has decided its first list: one PATCH held, the
+/// queue full, 40 pods in line. Then, by the server's record, each pod loses its gate once,
+/// to the guard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_larger_than_the_queue_is_bypassed_in_full() {
+    use futures::StreamExt;
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let names: Vec<String> = (0..initguard::guard::actuator::QUEUE + 1 + 40)
+        .map(|i| format!("q-{i}"))
+        .collect();
+    futures::stream::iter(&names)
+        .for_each_concurrent(16, |name| c.pod("default", name, true, &[SIDECAR]))
+        .await;
+    // creationTimestamp is whole seconds, never later than the CREATE.
+    let created = SystemTime::now();
+    until("every pod of the burst past its 1 s deadline", || {
+        SystemTime::now() >= created + Duration::from_secs(2)
+    })
+    .await;
+    c.sim.faults().stall_verb(GUARD_USER, "patch", "pods");
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!(
+            "maxInFlight: 1\nevents: off\nwaitingEvents: off\n\
+             initializers:\n  - {{ name: {SIDECAR}, deadline: 1s }}\n"
+        ),
+    );
+    // Ready once the first list is decided.
+    let guard = c.guard(&config).await;
+    eventually("the guard's first PATCH held by the server", || {
+        (c.sim.faults().stalled_requests() >= 1).then_some(())
+    })
+    .await;
+    c.sim.faults().unstall(GUARD_USER, "pods");
+    eventually("every pod of the burst without its gate", || {
+        let gated = c
+            .sim
+            .list_objects("pods")
+            .iter()
+            .filter(|p| {
+                p["spec"]["schedulingGates"]
+                    .as_array()
+                    .is_some_and(|g| !g.is_empty())
+            })
+            .count();
+        (gated == 0).then_some(())
+    })
+    .await;
+    c.finish(guard).await;
+    let mut removed: Vec<String> = c
+        .removals()
+        .into_iter()
+        .inspect(|r| assert_eq!(r.user, GUARD_USER, "{r:?}"))
+        .map(|r| r.pod)
+        .collect();
+    removed.sort();
+    let mut expected: Vec<String> = names.iter().map(|n| format!("default/{n}")).collect();
+    expected.sort();
+    assert_eq!(removed, expected, "each pod's gate removed once");
+}
