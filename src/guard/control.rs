@@ -552,6 +552,8 @@ impl ControlLoop {
         drop(tracker);
         match self.actuator.try_submit(bypass) {
             Ok(()) => {
+                // Submitted by another decision while in line: its place there is stale.
+                self.backlog_set.remove(key);
                 self.in_flight.insert(
                     key.to_owned(),
                     InFlight {
@@ -564,7 +566,7 @@ impl ControlLoop {
             Err(_) => {
                 // Decided again, in arrival order, as soon as the queue has room (the loop
                 // waits for it).
-                if self.backlog.is_empty() {
+                if self.backlog_set.is_empty() {
                     warn!(pod = %key, "actuator queue full; holding further bypasses until it drains");
                 }
                 if self.backlog_set.insert(key.to_owned()) {
@@ -581,7 +583,11 @@ impl ControlLoop {
             let Some(key) = self.backlog.pop_front() else {
                 break;
             };
-            self.backlog_set.remove(&key);
+            if !self.backlog_set.remove(&key) {
+                // Submitted since: deciding it again here would skip the pause after a failed
+                // or refused write.
+                continue;
+            }
             self.decide(&key);
             if self.backlog_set.contains(&key) {
                 // Refused after all (the actuator stopped): it went back to the end of the
@@ -914,6 +920,28 @@ mod tests {
         assert_eq!(queued(&mut queue), ["a"]);
         control.drain_backlog();
         assert_eq!(queued(&mut queue), ["c"]);
+    }
+
+    /// A pod submitted by another decision while in line keeps no place there: after its
+    /// write failed, it waits out the pause rather than going in again when the line moves.
+    #[test]
+    fn a_pod_submitted_while_in_line_is_not_submitted_again_by_the_line() {
+        let (mut control, mut queue) = loop_with_queue(1);
+        for name in ["a", "b"] {
+            control.apply(&due_pod(name), SystemTime::now());
+        }
+        assert_eq!(queued(&mut queue), ["a"]);
+        control.decide("default/b");
+        let b = queue
+            .try_recv()
+            .unwrap_or_else(|e| panic!("b not submitted: {e}"));
+        control.on_reply(Reply::Failed {
+            bypass: b,
+            error: "refused".into(),
+        });
+        control.drain_backlog();
+        assert_eq!(queued(&mut queue), Vec::<String>::new());
+        assert!(control.backlog_set.is_empty());
     }
 
     /// `room` resolves only while the queue has a free slot, and never once the actuator

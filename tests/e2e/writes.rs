@@ -808,9 +808,10 @@ async fn an_older_event_of_the_pod_does_not_end_its_bypass_expectation() {
 
 /// A burst larger than the actuator's queue is bypassed in full: the pods the full queue
 /// refused wait in line and go in as slots free, though no event of theirs comes to wake
-/// them. Every pod is past its deadline when a guard with `maxInFlight: 1` starts, and the
-/// server holds its PATCHes until that guard has decided its first list: one PATCH held, the
-/// queue full, 40 pods in line. Then, by the server's record, each pod loses its gate once,
+/// them. Every pod is past its deadline when a guard with `maxInFlight: 1` (and no election:
+/// it leads at once) starts, and the server holds its PATCHes until that guard is ready,
+/// which it is only once it has decided its whole first list: one PATCH held, 4,096 queued,
+/// so at least 40 pods in line. Then, by the server's record, each pod loses its gate once,
 /// to the guard.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_larger_than_the_queue_is_bypassed_in_full() {
@@ -843,7 +844,9 @@ async fn a_burst_larger_than_the_queue_is_bypassed_in_full() {
     })
     .await;
     c.sim.faults().unstall(GUARD_USER, "pods");
-    eventually("every pod of the burst without its gate", || {
+    // Each look copies every pod under the server's lock: not too often.
+    let look = Duration::from_millis(250);
+    crate::wait::eventually_every(look, "every pod of the burst without its gate", || async {
         let gated = c
             .sim
             .list_objects("pods")
