@@ -1159,8 +1159,7 @@ mod latency {
         );
         println!(
             "| pods | trigger | maxInFlight | trigger → first PATCH | PATCH span | PATCH/s | \
-             Events created | other guard requests | queue full, retried in 1 s (all \
-             warnings) | guard CPU/bypass | simulator CPU/bypass | busy cores | seeded / guard \
+             Events created | other guard requests | queue-full warnings (all warnings) | guard CPU/bypass | simulator CPU/bypass | busy cores | seeded / guard \
              ready in | trigger instants |"
         );
         println!(
