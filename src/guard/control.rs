@@ -146,7 +146,7 @@ impl ControlLoop {
                 biased;
                 _ = cancel.cancelled() => break,
                 Some(reply) = replies.recv() => self.on_reply(reply),
-                // Older than any event below: the backlog goes first.
+                // The line is older than any event below: it goes first.
                 () = room.room(), if !self.backlog.is_empty() => self.drain_backlog(),
                 event = pods.next() => match event {
                     Some(Ok(event)) => self.on_pod_event(event),
@@ -552,7 +552,8 @@ impl ControlLoop {
         drop(tracker);
         match self.actuator.try_submit(bypass) {
             Ok(()) => {
-                // Submitted by another decision while in line: its place there is stale.
+                // Had it been in line, this decision overtook it: that place is stale now
+                // (`drain_backlog` skips it).
                 self.backlog_set.remove(key);
                 self.in_flight.insert(
                     key.to_owned(),
@@ -577,7 +578,8 @@ impl ControlLoop {
     }
 
     /// Re-decide pods held back by a full actuator queue, in arrival order, while it has room.
-    /// A pod no longer due (or gone) leaves the line without taking a slot.
+    /// A pod no longer due (or gone), or submitted since, leaves the line without taking a
+    /// slot.
     fn drain_backlog(&mut self) {
         while self.actuator.has_room() {
             let Some(key) = self.backlog.pop_front() else {
@@ -908,8 +910,7 @@ mod tests {
         assert!(control.backlog.is_empty() && control.backlog_set.is_empty());
     }
 
-    /// A pod that left the line's reason behind (deleted) gives its turn to the next one, not
-    /// its slot to no one.
+    /// A pod deleted while in line passes its turn, and the slot freed for it, to the next.
     #[test]
     fn a_pod_gone_from_the_line_leaves_its_slot_to_the_next() {
         let (mut control, mut queue) = loop_with_queue(1);
