@@ -976,20 +976,9 @@ mod tests {
         let config = crate::config::from_yaml_str("mechanism: schedulingGates\n", "test.yaml")
             .unwrap_or_else(|e| panic!("{e}"));
         let mut tracker = crate::tracker::Tracker::new(Arc::new(config));
-        let waiting = SlimPod {
-            metadata: ObjectMeta {
-                namespace: Some("default".into()),
-                name: Some("waiting".into()),
-                uid: Some("live-0".into()),
-                resource_version: Some("1".into()),
-                ..ObjectMeta::default()
-            },
-            scheduling_gates: vec!["g".into()],
-            ..SlimPod::default()
-        };
-        tracker.apply(&waiting, SystemTime::now());
+        tracker.apply(&due_pod("waiting"), SystemTime::now());
         assert_eq!(tracker.len(), 1);
-        let live = pairs("live-", 1);
+        let live = HashSet::from([("uid-waiting".to_owned(), "g".to_owned())]);
         let mut remembered = Remembered {
             dry_run_done: pairs("gone-a-", 400),
             refusals_counted: pairs("gone-b-", 400),

@@ -772,7 +772,6 @@ async fn a_canary_in_an_opted_in_namespace_is_a_problem_while_it_is_selected() {
         vec![kube_sim::PolicyRule::new(&[""], &["pods"], &["create"])],
     ));
     c.sim.enforce_rbac_policy(GUARD_USER, rbac);
-    let label = |team: &str| json!({ "metadata": { "labels": { "team": team } } });
     c.admin_post(
         "/api/v1/namespaces",
         &json!({ "apiVersion": "v1", "kind": "Namespace",
@@ -802,7 +801,7 @@ async fn a_canary_in_an_opted_in_namespace_is_a_problem_while_it_is_selected() {
     c.admin_request(
         http::Method::PATCH,
         &format!("/api/v1/namespaces/{CANARY}"),
-        Some(&label("web")),
+        Some(&json!({ "metadata": { "labels": { "team": "web" } } })),
     )
     .await;
     until(
