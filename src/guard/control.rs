@@ -139,12 +139,21 @@ impl ControlLoop {
         let mut heartbeat = tokio::time::interval(beat);
         // A handle of its own, so that waiting for room borrows nothing of the loop.
         let room = self.actuator.clone();
+        let mut held = self.shared.loop_held.subscribe();
         loop {
             self.shared.progress();
+            if *held.borrow_and_update() {
+                tokio::select! {
+                    _ = cancel.cancelled() => break,
+                    _ = held.wait_for(|held| !held) => {}
+                }
+            }
             let sleep = tokio::time::sleep_until(instant_of(self.wakes.next()));
             tokio::select! {
                 biased;
                 _ = cancel.cancelled() => break,
+                // Held (tests): before any event that is ready with it.
+                Ok(()) = held.changed() => continue,
                 Some(reply) = replies.recv() => self.on_reply(reply),
                 // The line is older than any event below: it goes first.
                 () = room.room(), if !self.backlog.is_empty() => self.drain_backlog(),
@@ -856,6 +865,7 @@ mod tests {
             tracker: std::sync::Mutex::new(crate::tracker::Tracker::new(config)),
             last_progress: std::sync::Mutex::new(Instant::now()),
             stall_after: Duration::from_secs(60),
+            loop_held: tokio::sync::watch::channel(false).0,
             failures: crate::supervise::Failures::default(),
             scrape: std::sync::Mutex::new(()),
             webhooks: std::sync::Mutex::new(Default::default()),

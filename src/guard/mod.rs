@@ -193,6 +193,7 @@ impl Guard {
             tracker: Mutex::new(Tracker::new(config.clone()).with_clock(clock.clone())),
             last_progress: Mutex::new(Instant::now()),
             stall_after,
+            loop_held: watch::channel(false).0,
             failures: failures.clone(),
             scrape: Mutex::new(()),
             webhooks: Mutex::new(Default::default()),

@@ -25,6 +25,9 @@ pub struct Shared {
     pub(super) tracker: Mutex<Tracker>,
     pub(super) last_progress: Mutex<Instant>,
     pub(super) stall_after: Duration,
+    /// While true the control loop waits before its next event, without blocking a thread
+    /// (tests stall it through [`Shared::hold_control_loop`]).
+    pub(super) loop_held: watch::Sender<bool>,
     /// Panics of the guard's tasks: any fails /healthz.
     pub failures: Failures,
     /// Serializes scrapes: each resets and refills the gauges before rendering.
@@ -81,10 +84,32 @@ impl Shared {
         self.readiness.list()
     }
 
+    /// Stall the control loop until the returned hold is dropped: it stops before its next
+    /// event and makes no progress meanwhile, as a loop stuck on a dependency would, while
+    /// the runtime's threads stay free (a blocked worker thread can starve the timers of the
+    /// very test that waits for the stall). Built with the simulator only: for tests.
+    #[cfg(feature = "sim")]
+    pub fn hold_control_loop(&self) -> LoopHold<'_> {
+        self.loop_held.send_replace(true);
+        LoopHold(&self.loop_held)
+    }
+
     pub(super) fn progress(&self) {
         if let Ok(mut t) = self.last_progress.lock() {
             *t = Instant::now();
         }
+    }
+}
+
+/// A stalled control loop ([`Shared::hold_control_loop`]): released when dropped.
+#[cfg(feature = "sim")]
+#[must_use = "the loop runs again as soon as the hold is dropped"]
+pub struct LoopHold<'a>(&'a watch::Sender<bool>);
+
+#[cfg(feature = "sim")]
+impl Drop for LoopHold<'_> {
+    fn drop(&mut self) {
+        self.0.send_replace(false);
     }
 }
 

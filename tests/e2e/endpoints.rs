@@ -11,11 +11,11 @@ use serde_json::Value;
 use crate::harness::*;
 
 /// `/healthz` follows the control loop: 503 once it has been stuck longer than the stall
-/// window, 200 again (and staying so while idle) once it runs. The loop is stuck the way a
-/// real one would be, on a dependency: the tracker's lock (which `/status` and scrapes take
-/// too) is held by another thread while a pod event needs it. The blocked loop holds a worker
-/// thread: enough others serve the endpoints meanwhile.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+/// window, 200 again (and staying so while idle) once it runs. The loop is stalled through its
+/// test hold, which parks it before its next event without blocking a thread: a test that
+/// blocks a runtime worker on a lock can starve the runtime's timers, its own timeout included
+/// (this test once hung CI that way). A pod event arrives while it is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn healthz_reports_a_stuck_control_loop() {
     let c = Cluster::start(Mechanism::SchedulingGates).await;
     c.namespace("team-a").await;
@@ -28,24 +28,21 @@ async fn healthz_reports_a_stuck_control_loop() {
     let healthz = || async { http_get(guard.addr, "/healthz").await.0 };
     assert_eq!(healthz().await, 200);
 
-    let (held_tx, held) = std::sync::mpsc::channel();
-    let (release, release_rx) = std::sync::mpsc::channel::<()>();
-    let shared = guard.shared.clone();
-    let holder = std::thread::spawn(move || {
-        let _tracker = shared.tracker();
-        held_tx.send(()).unwrap();
-        // Held until the test says so (or gives up and drops the sender).
-        let _ = release_rx.recv();
-    });
-    held.recv_timeout(PATIENCE).expect("the tracker lock taken");
+    let hold = guard.shared.hold_control_loop();
     c.pod("team-a", "stuck-1", true, &[SIDECAR]).await;
-    eventually_async(
-        "/healthz 503 while the loop waits for the tracker",
-        || async { (healthz().await == 503).then_some(()) },
-    )
+    eventually_async("/healthz 503 while the loop is held", || async {
+        (healthz().await == 503).then_some(())
+    })
     .await;
-    release.send(()).unwrap();
-    holder.join().unwrap();
+    assert!(
+        guard.shared.tracker().get("team-a/stuck-1").is_none(),
+        "a held loop took in the pod event"
+    );
+    drop(hold);
+    until("the held pod event taken in once released", || {
+        guard.shared.tracker().get("team-a/stuck-1").is_some()
+    })
+    .await;
     eventually_async("/healthz 200 again", || async {
         (healthz().await == 200).then_some(())
     })

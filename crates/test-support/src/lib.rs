@@ -16,4 +16,5 @@ pub mod runner;
 pub mod testbed;
 pub mod tools;
 pub mod wait;
+pub mod watchdog;
 pub mod webhook;

@@ -99,6 +99,9 @@ pub fn run(
     };
     let mut failed = Vec::new();
     for (name, scenario) in chosen {
+        // For the suite's watchdog (crate::watchdog), which kills a scenario that hangs past
+        // its limit even where this runtime's own timeout cannot fire.
+        println!("test {name} ... started");
         let t = Instant::now();
         let result = runtime.block_on(async {
             // A panic inside a scenario is caught by its task; a hang by the timeout.
@@ -120,7 +123,11 @@ pub fn run(
         }
     }
     if !every {
-        println!("test {JUDGE} ... not run: it judges the audit log of every scenario");
+        // tests/all sums up the SKIPPED lines: a filtered run leaves the judge out.
+        println!(
+            "test {JUDGE} ... SKIPPED {target}::{JUDGE}: it judges the audit log of every \
+             scenario, and the filter chose some"
+        );
     } else if !failed.is_empty() {
         println!("test {JUDGE} ... not run: a scenario failed");
     } else {
