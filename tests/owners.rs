@@ -88,6 +88,23 @@ async fn wait_synced(owners: &Owners) {
         .unwrap_or_else(|_| panic!("owners not synced: {:?}", owners.not_synced()));
 }
 
+/// Owners of `config` whose API client reaches nothing (probes of http owners still run),
+/// with their metrics and the token that stops them.
+fn spawn_unreachable(config: &Config) -> (Owners, Arc<Metrics>, CancellationToken) {
+    let metrics = Arc::new(Metrics::new(config).unwrap());
+    let cancel = CancellationToken::new();
+    let owners = Owners::spawn(
+        unreachable_client(),
+        &initguard::discovery::Discovery::new(unreachable_client()),
+        config,
+        metrics.clone(),
+        &initguard::supervise::Failures::default(),
+        &initguard::supervise::Readiness::default(),
+        cancel.clone(),
+    );
+    (owners, metrics, cancel)
+}
+
 /// A kube client for an API server that is not there.
 fn unreachable_client() -> kube::Client {
     let config = kube::Config::new("http://127.0.0.1:1".parse().unwrap());
@@ -142,17 +159,7 @@ mod http {
     owner: {{ http: \"{url}\" }}
 "
         ));
-        let metrics = Arc::new(Metrics::new(&config).unwrap());
-        let cancel = CancellationToken::new();
-        let owners = Owners::spawn(
-            unreachable_client(),
-            &initguard::discovery::Discovery::new(unreachable_client()),
-            &config,
-            metrics.clone(),
-            &initguard::supervise::Failures::default(),
-            &initguard::supervise::Readiness::default(),
-            cancel.clone(),
-        );
+        let (owners, metrics, cancel) = spawn_unreachable(&config);
 
         let up = wait_state(&owners, "legacy.example.com", is_up).await;
         assert!(owners.not_synced().is_empty());
@@ -213,17 +220,7 @@ mod http {
     owner: {{ http: \"{https}\" }}
 "
         ));
-        let metrics = Arc::new(Metrics::new(&config).unwrap());
-        let cancel = CancellationToken::new();
-        let owners = Owners::spawn(
-            unreachable_client(),
-            &initguard::discovery::Discovery::new(unreachable_client()),
-            &config,
-            metrics,
-            &initguard::supervise::Failures::default(),
-            &initguard::supervise::Readiness::default(),
-            cancel.clone(),
-        );
+        let (owners, _, cancel) = spawn_unreachable(&config);
         wait_state(&owners, "refused.example.com", is_down).await;
         wait_state(&owners, "tls.example.com", is_down).await;
         assert_eq!(first_bytes.recv().await, Some(0x16), "a TLS ClientHello");
@@ -371,17 +368,7 @@ initializers:
         ));
         let logs = logs();
 
-        let metrics = Arc::new(Metrics::new(&config).unwrap());
-        let cancel = CancellationToken::new();
-        let owners = Owners::spawn(
-            unreachable_client(),
-            &initguard::discovery::Discovery::new(unreachable_client()),
-            &config,
-            metrics,
-            &initguard::supervise::Failures::default(),
-            &initguard::supervise::Readiness::default(),
-            cancel.clone(),
-        );
+        let (owners, _, cancel) = spawn_unreachable(&config);
         wait_state(&owners, "right.example.com", is_up).await;
         wait_state(&owners, "wrong.example.com", is_down).await;
         wait_state(&owners, "platform.example.com", is_down).await;
@@ -429,17 +416,7 @@ initializers:
         ));
         std::fs::remove_file(&ca).unwrap();
         let logs = logs();
-        let metrics = Arc::new(Metrics::new(&config).unwrap());
-        let cancel = CancellationToken::new();
-        let owners = Owners::spawn(
-            unreachable_client(),
-            &initguard::discovery::Discovery::new(unreachable_client()),
-            &config,
-            metrics,
-            &initguard::supervise::Failures::default(),
-            &initguard::supervise::Readiness::default(),
-            cancel.clone(),
-        );
+        let (owners, _, cancel) = spawn_unreachable(&config);
         let line = wait::eventually(
             "the cannot-be-probed error for vanished.example.com",
             || {
@@ -552,17 +529,7 @@ mod unreachable_api {
   - name: audit.example.com
 ",
         );
-        let metrics = Arc::new(Metrics::new(&config).unwrap());
-        let cancel = CancellationToken::new();
-        let owners = Owners::spawn(
-            unreachable_client(),
-            &initguard::discovery::Discovery::new(unreachable_client()),
-            &config,
-            metrics.clone(),
-            &initguard::supervise::Failures::default(),
-            &initguard::supervise::Readiness::default(),
-            cancel.clone(),
-        );
+        let (owners, metrics, cancel) = spawn_unreachable(&config);
 
         // Every watcher fails its first list at once; give them time to fail a few times.
         let restarts = || {

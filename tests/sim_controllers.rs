@@ -16,9 +16,9 @@ use initguard_sim::controllers::{
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Container, Pod, PodSchedulingGate, PodSpec};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
-use kube::api::{ListParams, ObjectMeta, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube_sim::{ChangeType, Sim, SimOptions};
 use serde_json::Value;
 
@@ -39,29 +39,7 @@ async fn start_sim(mechanism: Mechanism, legacy: &[&str], create_timeout: Durati
 }
 
 fn pod(name: &str, gates: &[&str]) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: "main".to_string(),
-                image: Some("busybox".to_string()),
-                ..Default::default()
-            }],
-            scheduling_gates: (!gates.is_empty()).then(|| {
-                gates
-                    .iter()
-                    .map(|g| PodSchedulingGate {
-                        name: g.to_string(),
-                    })
-                    .collect()
-            }),
-            ..Default::default()
-        }),
-        status: None,
-    }
+    initguard_test_support::pod::gated(name, &[], gates)
 }
 
 /// The stored pod as the server keeps it (uninitialized pods included).
@@ -717,15 +695,6 @@ mod binary {
     use std::process::{Command, Stdio};
     use std::time::{Duration, Instant};
 
-    fn kubectl_available() -> bool {
-        Command::new("kubectl")
-            .args(["version", "--client"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    }
-
     /// (f) `initguard sim` with a scenario writes a kubeconfig kubectl can use, runs the
     /// scenario's controllers, and stops cleanly on SIGTERM.
     #[test]
@@ -769,37 +738,38 @@ mod binary {
         let written = std::fs::read_to_string(&kubeconfig).unwrap();
         assert!(written.contains("server: http://127.0.0.1:"), "{written}");
 
-        if kubectl_available() {
-            // The scenario's CronJob makes its first pod at once; kubectl lists it.
-            let start = Instant::now();
-            loop {
-                let out = Command::new("kubectl")
-                    .arg("--kubeconfig")
-                    .arg(&kubeconfig)
-                    .args(["get", "pods", "-A"])
-                    .output()
-                    .unwrap();
-                assert!(
-                    out.status.success(),
-                    "kubectl failed: {}",
-                    String::from_utf8_lossy(&out.stderr)
-                );
-                let table = String::from_utf8_lossy(&out.stdout);
-                if table.contains("nightly-report-") {
-                    break;
+        match initguard_test_support::tools::kubectl() {
+            Ok(kubectl) => {
+                // The scenario's CronJob makes its first pod at once; kubectl lists it.
+                let start = Instant::now();
+                loop {
+                    let out = Command::new(&kubectl)
+                        .arg("--kubeconfig")
+                        .arg(&kubeconfig)
+                        .args(["get", "pods", "-A"])
+                        .output()
+                        .unwrap();
+                    assert!(
+                        out.status.success(),
+                        "kubectl failed: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                    let table = String::from_utf8_lossy(&out.stdout);
+                    if table.contains("nightly-report-") {
+                        break;
+                    }
+                    assert!(
+                        start.elapsed() < crate::wait::PATIENCE,
+                        "no scenario pod listed: {table}"
+                    );
+                    std::thread::sleep(Duration::from_millis(200));
                 }
-                assert!(
-                    start.elapsed() < crate::wait::PATIENCE,
-                    "no scenario pod listed: {table}"
-                );
-                std::thread::sleep(Duration::from_millis(200));
             }
-        } else {
-            initguard_test_support::tools::missing(
+            Err(why) => initguard_test_support::tools::missing(
                 "sim_serves_kubectl_and_exits_on_sigterm (its kubectl check)",
                 "kubectl",
-                "part of the machine image",
-            );
+                &why,
+            ),
         }
 
         let term = Command::new("kill")

@@ -119,7 +119,7 @@ pub(crate) fn kube_version() -> Option<KubeVersion> {
 pub(crate) use crate::wait::{PATIENCE, eventually, eventually_async, until};
 
 pub(crate) use initguard_test_support::http::get as http_get;
-pub(crate) use initguard_test_support::metrics::sum as metric_sum;
+pub(crate) use initguard_test_support::metrics::{series as metric_series, sum as metric_sum};
 
 /// The text of `deploy/<file>`.
 pub(crate) fn deploy_file(file: &str) -> String {
@@ -532,12 +532,16 @@ impl Cluster {
             .collect()
     }
 
-    /// Initializers still pending on the stored pod (empty when it is gone or initialized).
+    /// Initializers still pending on the stored pod (empty once initialized). Panics when the
+    /// pod is gone: a deleted pod must never read as a bypassed one.
     pub(crate) fn pending(&self, namespace: &str, name: &str) -> Vec<String> {
-        self.sim
+        let stored = self
+            .sim
             .get_object("pods", Some(namespace), name)
-            .map(|stored| pod::pending(self.mechanism, &stored))
-            .unwrap_or_default()
+            .unwrap_or_else(|| {
+                panic!("pod {namespace}/{name} is gone: its initializers cannot be read (deleted?)")
+            });
+        pod::pending(self.mechanism, &stored)
     }
 
     /// When `namespace/name` was created.

@@ -254,9 +254,9 @@ async fn cron_job_jobs_pods_are_one_pileup_of_the_cron_job() {
         format!("one pileup of {waiting} pods in /metrics"),
         || async {
             let (_, text) = http_get(guard.addr, "/metrics").await;
-            let piles = metric_sum(&text, "initguard_pileups", &labels);
-            let max = metric_sum(&text, "initguard_pileup_max_waiting_pods", &labels);
-            (piles == 1.0 && max == waiting as f64).then_some(text)
+            let piles = metric_series(&text, "initguard_pileups", &labels);
+            let max = metric_series(&text, "initguard_pileup_max_waiting_pods", &labels);
+            (piles == Some(1.0) && max == Some(waiting as f64)).then_some(text)
         },
     )
     .await;

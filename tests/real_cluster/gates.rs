@@ -410,7 +410,8 @@ pub(crate) async fn namespace_opt_in_survives_a_restart(tb: Arc<Testbed>) {
     tb.gated_pod(listed, "p", false, &[gate]);
     tb.gated_pod(other, "q", false, &[gate]);
     eventually("the first guard to see 2 waiting pods", || {
-        (metric_sum(&first.metrics(), "initguard_waiting_pods", &[]) >= 2.0
+        (initguard_test_support::metrics::series(&first.metrics(), "initguard_waiting_pods", &[])
+            .is_some_and(|n| n >= 2.0)
             || !tb.pod_writes_by(GUARD_USER, listed).is_empty())
         .then_some(())
     })

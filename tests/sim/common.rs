@@ -1,9 +1,8 @@
 //! Helpers shared by the simulator tests.
 
 use initguard_sim::SimClients as _;
-use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSchedulingGate, PodSpec};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 use kube_sim::{Sim, SimOptions};
@@ -30,35 +29,7 @@ pub(crate) fn raw_client(sim: &Sim, user: &str) -> Client {
 
 /// A pod with one container, these labels and scheduling gates.
 pub(crate) fn pod(name: &str, labels: &[(&str, &str)], gates: &[&str]) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            labels: Some(
-                labels
-                    .iter()
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect::<BTreeMap<_, _>>(),
-            ),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: "main".into(),
-                image: Some("registry.k8s.io/pause:3.9".into()),
-                ..Default::default()
-            }],
-            scheduling_gates: (!gates.is_empty()).then(|| {
-                gates
-                    .iter()
-                    .map(|g| PodSchedulingGate {
-                        name: g.to_string(),
-                    })
-                    .collect()
-            }),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    initguard_test_support::pod::gated(name, labels, gates)
 }
 
 /// Create a namespace.

@@ -1,7 +1,8 @@
-//! The real kubectl against the simulator (skipped with a message when it is not installed).
+//! The real kubectl (the test bed's) against the simulator (skipped with a message when it is
+//! not built, failed with CI set).
 
 use initguard_sim::SimClients as _;
-use std::path::Path;
+use std::path::PathBuf;
 use std::process::Stdio;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -13,26 +14,29 @@ use tokio::process::Command;
 
 use crate::common::{ADMIN, namespace, pod, sim};
 
-const KUBECTL: &str = "/usr/bin/kubectl";
+/// The test bed's kubectl, with a kubeconfig for the simulator in a temporary directory.
+struct Kubectl {
+    path: PathBuf,
+    dir: tempfile::TempDir,
+}
 
-/// A kubeconfig for `sim` in a temporary directory, or None when kubectl is missing.
-fn setup(sim: &kube_sim::Sim) -> Option<tempfile::TempDir> {
-    if !Path::new(KUBECTL).exists() {
-        initguard_test_support::tools::missing(
-            "sim::kubectl",
-            KUBECTL,
-            "part of the machine image",
-        );
-        return None;
-    }
+/// kubectl for `sim`, or None when kubectl is missing.
+fn setup(sim: &kube_sim::Sim) -> Option<Kubectl> {
+    let kubectl = match initguard_test_support::tools::kubectl() {
+        Ok(path) => path,
+        Err(why) => {
+            initguard_test_support::tools::missing("sim::kubectl", "kubectl", &why);
+            return None;
+        }
+    };
     let dir = tempfile::tempdir().unwrap();
     sim.write_kubeconfig(&dir.path().join("config"), ADMIN)
         .unwrap();
-    Some(dir)
+    Some(Kubectl { path: kubectl, dir })
 }
 
-fn kubectl(dir: &tempfile::TempDir) -> Command {
-    let mut c = Command::new(KUBECTL);
+fn kubectl(Kubectl { path, dir }: &Kubectl) -> Command {
+    let mut c = Command::new(path);
     c.arg("--kubeconfig")
         .arg(dir.path().join("config"))
         .arg("--cache-dir")
@@ -42,7 +46,7 @@ fn kubectl(dir: &tempfile::TempDir) -> Command {
     c
 }
 
-async fn run(dir: &tempfile::TempDir, args: &[&str]) -> (bool, String, String) {
+async fn run(dir: &Kubectl, args: &[&str]) -> (bool, String, String) {
     let out = kubectl(dir).args(args).output().await.unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
@@ -150,7 +154,7 @@ async fn kubectl_get_label_annotate_patch_delete() {
     assert!(ok);
     assert!(out.contains("pod \"plain\" deleted"), "{out}");
     assert!(pods.get_opt("plain").await.unwrap().is_none());
-    let manifest = dir.path().join("pod.yaml");
+    let manifest = dir.dir.path().join("pod.yaml");
     std::fs::write(&manifest, "apiVersion: v1\nkind: Pod\nmetadata:\n  name: from-file\n  namespace: k\nspec:\n  containers:\n  - name: c\n    image: busybox\n").unwrap();
     let (ok, _, _) = run(&dir, &["create", "-f", manifest.to_str().unwrap()]).await;
     assert!(ok);

@@ -73,6 +73,46 @@ pub fn pending(mechanism: Mechanism, pod: &Value) -> Vec<String> {
         .collect()
 }
 
+/// A pod named `name` with one container, these labels (none: no label map) and scheduling
+/// gates (none: no gate list), for the tests that create pods through a typed client.
+pub fn gated(
+    name: &str,
+    labels: &[(&str, &str)],
+    gates: &[&str],
+) -> k8s_openapi::api::core::v1::Pod {
+    use k8s_openapi::api::core::v1::{Container, Pod, PodSchedulingGate, PodSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            labels: (!labels.is_empty()).then(|| {
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            }),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![Container {
+                name: "main".into(),
+                image: Some("registry.k8s.io/pause:3.9".into()),
+                ..Default::default()
+            }],
+            scheduling_gates: (!gates.is_empty()).then(|| {
+                gates
+                    .iter()
+                    .map(|g| PodSchedulingGate {
+                        name: g.to_string(),
+                    })
+                    .collect()
+            }),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,6 +23,9 @@ pub const SECOND: &str = "second.example.com";
 /// A gate no config lists (`unlistedInitializers: ignore`).
 pub const UNLISTED: &str = "unlisted.example.com";
 
+/// Longest one kubectl command may take before it is killed and its test fails.
+const KUBECTL_TIMEOUT: Duration = Duration::from_secs(120);
+
 /// The initguard repository: this crate lives in `crates/test-support`.
 pub fn repo() -> PathBuf {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
@@ -248,9 +251,7 @@ impl Testbed {
             pipe.write_all(text.as_bytes())
                 .unwrap_or_else(|e| panic!("kubectl {args:?} stdin: {e}"));
         }
-        child
-            .wait_with_output()
-            .unwrap_or_else(|e| panic!("kubectl {args:?}: {e}"))
+        crate::process::output_within(child, KUBECTL_TIMEOUT, &format!("kubectl {args:?}"))
     }
 
     /// kubectl as admin; panics with its stderr unless it succeeds; returns stdout.
@@ -336,11 +337,13 @@ impl Testbed {
         self.kubectl_stdin(&["create", "-f", "-"], Some(&pod.to_string()));
     }
 
-    /// Scheduling gates still on the pod (empty when it has none or is gone).
+    /// Scheduling gates still on the pod (empty when it has none). Panics when the pod is
+    /// gone: a deleted pod has no gates, and must never read as a bypassed one.
     pub fn gates(&self, namespace: &str, name: &str) -> Vec<String> {
-        self.get("pod", namespace, name)
-            .map(|p| gate_names(&p))
-            .unwrap_or_default()
+        let pod = self.get("pod", namespace, name).unwrap_or_else(|| {
+            panic!("pod {namespace}/{name} is gone: its gates cannot be read (deleted?)")
+        });
+        gate_names(&pod)
     }
 
     /// Every audit event so far (one JSON object a line).
@@ -369,11 +372,10 @@ impl Testbed {
     }
 
     /// Run the `initguard` binary as `identity` (kubeconfig name) with `config` (YAML without
-    /// `listen`, which is set to a fresh port) until it is ready.
+    /// `listen`: the guard binds a port of its own choosing and logs it) until it is ready.
     pub async fn guard(&self, name: &str, kubeconfig: &str, config: &str) -> GuardProcess {
-        let port = free_port();
         let config_path = self.dir.join(format!("{name}.config.yaml"));
-        let yaml = format!("listen: 127.0.0.1:{port}\n{config}");
+        let yaml = format!("listen: 127.0.0.1:0\n{config}");
         std::fs::write(&config_path, &yaml)
             .unwrap_or_else(|e| panic!("cannot write {}: {e}", config_path.display()));
         let log_path = self.dir.join(format!("logs/{name}.log"));
@@ -403,11 +405,20 @@ impl Testbed {
         let mut guard = GuardProcess {
             name: name.to_owned(),
             child,
-            port,
+            port: 0,
             log: log_path,
             pid_file,
         };
-        let url = format!("http://127.0.0.1:{port}/readyz");
+        // The port it bound, from its start-up line (no port is picked here and released
+        // for it to take: another process could take it in between).
+        guard.port = eventually(format!("guard {name} to log the port it serves"), || {
+            if let Ok(Some(status)) = guard.child.try_wait() {
+                panic!("guard {name} exited ({status}):\n{}", guard.log_text());
+            }
+            started_port(&guard.log_text())
+        })
+        .await;
+        let url = format!("http://127.0.0.1:{}/readyz", guard.port);
         let ready = eventually(format!("guard {name} /readyz"), || {
             if let Ok(Some(status)) = guard.child.try_wait() {
                 panic!("guard {name} exited ({status}):\n{}", guard.log_text());
@@ -599,23 +610,37 @@ impl GuardProcess {
         let _ = self.child.wait();
     }
 
-    /// SIGTERM, wait for the exit; then assert the log shows no panic.
+    /// SIGTERM, wait for the exit; then assert it exited, successfully, and the log shows no
+    /// panic.
     pub fn stop(mut self) {
         let pid = self.child.id().to_string();
         let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let mut exited = None;
         for _ in 0..300 {
-            if let Ok(Some(_)) = self.child.try_wait() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                exited = Some(status);
                 break;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
         let log = self.log_text();
+        // Drop kills it if SIGTERM was not enough.
+        let status = exited.unwrap_or_else(|| {
+            panic!(
+                "guard {} still running 30 s after SIGTERM:\n{log}",
+                self.name
+            )
+        });
         assert!(
             !log.contains("panicked"),
             "guard {} panicked:\n{log}",
             self.name
         );
-        // Drop kills it if SIGTERM was not enough.
+        assert!(
+            status.success(),
+            "guard {} exited {status} after SIGTERM:\n{log}",
+            self.name
+        );
     }
 }
 
@@ -638,6 +663,18 @@ pub fn gate_names(pod: &Value) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The port of `addr=127.0.0.1:PORT` on the guard's `initguard started` log line, if logged.
+fn started_port(log: &str) -> Option<u16> {
+    log.lines()
+        .find(|l| l.contains("initguard started"))?
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("addr="))?
+        .rsplit_once(':')?
+        .1
+        .parse()
+        .ok()
 }
 
 /// A free port on 127.0.0.1 (bound, then released).
@@ -1075,7 +1112,8 @@ pub async fn assert_no_pod_write_once_seen(
     eventually(
         format!("the guard to see {pods} waiting pods in {ns}"),
         || {
-            (metric_sum(&guard.metrics(), "initguard_waiting_pods", &[]) >= pods as f64
+            (crate::metrics::series(&guard.metrics(), "initguard_waiting_pods", &[])
+                .is_some_and(|n| n >= pods as f64)
                 || !tb.pod_writes_by(GUARD_USER, ns).is_empty())
             .then_some(())
         },
@@ -1101,6 +1139,15 @@ pub async fn bypassed_and_bound(tb: &Testbed, ns: &str, name: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_port_is_read_from_the_guards_start_up_line() {
+        let log = "2026-12-01T23:59:00.100Z  INFO initguard::guard: leader election started\n\
+                   2026-12-01T23:59:00.123Z  INFO initguard::guard: initguard started \
+                   addr=127.0.0.1:41234 secure_addr=None mechanism=\"schedulingGates\" dry_run=false\n";
+        assert_eq!(started_port(log), Some(41234));
+        assert_eq!(started_port("2026-12-01T23:59:00Z  INFO starting\n"), None);
+    }
 
     fn event(user: &str, resource: &str, name: &str, received: &str, code: i64) -> Audit {
         Audit::from(json!({

@@ -14,3 +14,19 @@ pub fn missing(test: &str, tool: &str, install: &str) {
         "SKIPPED {test}: {tool} is not installed ({install}); set CI=1 to make this a failure"
     );
 }
+
+/// The current test bed's kubectl (`tests/testbed/build` builds it with the control plane, so
+/// the suite never depends on one the machine happens to have), or why it is not there.
+pub fn kubectl() -> Result<std::path::PathBuf, String> {
+    use crate::testbed::{Version, repo};
+    let pinned = Version::Current.pinned()?;
+    let path = repo().join(format!("tests/testbed/.cache/{pinned}/bin/kubectl"));
+    if path.exists() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "{} is missing: run tests/testbed/build (the README's test command builds it)",
+            path.display()
+        ))
+    }
+}
