@@ -68,6 +68,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("gates::killed_owner_is_bypassed_and_pods_get_bound", |tb| {
         Box::pin(gates::killed_owner_is_bypassed_and_pods_get_bound(tb))
     }),
+    (
+        "gates::a_skewed_lease_holder_is_judged_by_its_renewals",
+        |tb| Box::pin(gates::a_skewed_lease_holder_is_judged_by_its_renewals(tb)),
+    ),
     ("gates::namespace_opt_in_survives_a_restart", |tb| {
         Box::pin(gates::namespace_opt_in_survives_a_restart(tb))
     }),

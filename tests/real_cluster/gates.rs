@@ -354,6 +354,66 @@ pub(crate) async fn killed_owner_is_bypassed_and_pods_get_bound(tb: Arc<Testbed>
     cleanup(&tb, ns);
 }
 
+/// A Lease owner whose holder's clock is a minute ahead, then a minute behind: the guard
+/// judges renewals by when it saw them, so it bypasses no sooner than the lease duration plus
+/// `ownerDownGrace` after the last renewal the server recorded, and not half the skew later (a
+/// guard that read the holder's `renewTime` would bypass at once behind, while the holder
+/// renews, and a minute late ahead). Judged by the audit log alone.
+pub(crate) async fn a_skewed_lease_holder_is_judged_by_its_renewals(tb: Arc<Testbed>) {
+    for (skew, name) in [(60i64, "ahead"), (-60, "behind")] {
+        let ns = format!("gates-skew-{name}");
+        tb.namespace(&ns);
+        let mut lease = OwnerLease::start_skewed(
+            &tb,
+            &ns,
+            "gate-controller",
+            jiff::SignedDuration::from_secs(skew),
+        );
+        let guard = tb
+            .guard(
+                &format!("skew-{name}"),
+                "initguard",
+                &config(&format!(
+                    "defaults: {{ ownerDownGrace: 1s }}\ninitializers:\n  - {{ name: {SIDECAR}, \
+                     deadline: 10m, owner: {{ lease: {ns}/gate-controller }} }}\n"
+                )),
+            )
+            .await;
+        tb.gated_pod(&ns, "p", true, &[SIDECAR]);
+        assert_no_pod_write_once_seen(&tb, &guard, &ns, 1, "its owner renewed").await;
+        // Renewed for two lease durations with the guard watching: never down meanwhile.
+        tokio::time::sleep(Duration::from_secs(2 * OWNER_LEASE_SECONDS)).await;
+        let early = tb.pod_writes_by(GUARD_USER, &ns);
+        assert!(
+            early.is_empty(),
+            "clock {name}: bypassed while the holder renewed: {early:#?}"
+        );
+        let last = lease.kill(&tb);
+        bypassed_and_bound(&tb, &ns, "p").await;
+        let writes = guard_patches(&tb, GUARD_USER, &ns);
+        let bypass = writes["p"]
+            .iter()
+            .find(|a| a.ok())
+            .unwrap_or_else(|| panic!("clock {name}: no allowed bypass: {writes:#?}"));
+        let at = timestamp(&bypass.received);
+        let ran_out = last + Duration::from_secs(OWNER_LEASE_SECONDS + 1);
+        assert!(
+            at >= ran_out,
+            "clock {name}: bypassed at {at}, before the last renewal ({last}) plus the lease \
+             duration and ownerDownGrace"
+        );
+        let too_late = ran_out + Duration::from_secs(skew.unsigned_abs() / 2);
+        assert!(
+            at < too_late,
+            "clock {name}: bypassed at {at}, {:?} after the lease ran out ({ran_out})",
+            at.duration_since(ran_out)
+        );
+        assert_no_denied(&tb);
+        guard.stop();
+        cleanup(&tb, &ns);
+    }
+}
+
 /// `dryRun: true`: the guard decides (its own counter is only the sync point) but the server
 /// sees no write from it: no pod patch, no Event; the gates stay.
 pub(crate) async fn dry_run_writes_nothing(tb: Arc<Testbed>) {

@@ -807,6 +807,17 @@ pub const OWNER_LEASE_SECONDS: u64 = 5;
 impl OwnerLease {
     /// Create the Lease and renew it until killed.
     pub fn start(tb: &std::sync::Arc<Testbed>, namespace: &str, name: &str) -> OwnerLease {
+        OwnerLease::start_skewed(tb, namespace, name, jiff::SignedDuration::ZERO)
+    }
+
+    /// [`OwnerLease::start`] by a holder whose clock is `skew` ahead of this machine's
+    /// (behind when negative): every `renewTime` it writes is off by that much.
+    pub fn start_skewed(
+        tb: &std::sync::Arc<Testbed>,
+        namespace: &str,
+        name: &str,
+        skew: jiff::SignedDuration,
+    ) -> OwnerLease {
         let lease = |renew: &str| {
             json!({
                 "apiVersion": "coordination.k8s.io/v1",
@@ -819,8 +830,8 @@ impl OwnerLease {
                 },
             })
         };
-        let micro_now = || {
-            jiff::Timestamp::now()
+        let micro_now = move || {
+            (jiff::Timestamp::now() + skew)
                 .strftime("%Y-%m-%dT%H:%M:%S.%6fZ")
                 .to_string()
         };
