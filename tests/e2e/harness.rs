@@ -409,6 +409,16 @@ impl Cluster {
     /// shipped RBAC allowed every request a guard made (a denied watch or Event would
     /// otherwise go unnoticed).
     pub(crate) async fn finish(&self, guard: Guard) {
+        self.finish_refused(guard, |_| false).await;
+    }
+
+    /// [`Cluster::finish`] where the test withheld a grant on purpose: requests `refused`
+    /// names may be denied, any other denial fails.
+    pub(crate) async fn finish_refused(
+        &self,
+        guard: Guard,
+        refused: impl Fn(&RequestRecord) -> bool,
+    ) {
         let panics = guard.shared.failures.list();
         assert!(panics.is_empty(), "guard tasks panicked: {panics:#?}");
         guard.shutdown().await;
@@ -416,7 +426,7 @@ impl Cluster {
             .sim
             .requests()
             .into_iter()
-            .filter(|r| r.user.starts_with(GUARD_USER) && r.status == 403)
+            .filter(|r| r.user.starts_with(GUARD_USER) && r.status == 403 && !refused(r))
             .collect();
         assert_eq!(
             denied,
@@ -591,13 +601,21 @@ pub(crate) async fn sole_leader(replicas: &[Option<Guard>]) -> usize {
 /// Wait until the guard's initial lists are complete.
 pub(crate) async fn wait_ready(guard: &Guard) {
     let shared = guard.shared.clone();
-    eventually("the guard to become ready", || {
-        // Ready, and every owner read at least once (tests then expect known states).
+    // Ready, and every owner read at least once (tests then expect known states).
+    let missing = || {
         let mut missing = shared.not_ready();
         missing.extend(shared.owners.not_synced());
-        missing.is_empty().then_some(())
-    })
-    .await;
+        missing
+    };
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !missing().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out after {PATIENCE:?} waiting for the guard to become ready: {:?}",
+            missing()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 }
 
 /// Wait until the guard sees the owner of `initializer` up (or down).

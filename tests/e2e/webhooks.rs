@@ -914,3 +914,161 @@ async fn initguard_status_shows_a_webhook_bypassed_then_guarded() {
     assert_eq!(states().await, [(webhook, "guarded")]);
     c.finish(guard).await;
 }
+
+/// Owners never seen, of every kind a webhook entry can have — a Deployment, a Lease and a pod
+/// selector that match nothing, and the default owner, the entry's own `clientConfig.service`,
+/// whose Service the guard may not read (a Service read and not found is down, DESIGN.md
+/// "Missing Service"; one never read is unknown) and which has no EndpointSlice — are unknown,
+/// not down: none of their entries is bypassed (grace 0 s), and `/status` and `/metrics` say
+/// `unknown`. The witness, an entry whose owner goes down after the guard has read every
+/// configuration, is bypassed: so the guard decided with the unseen ones known and did not act
+/// on them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owners_never_seen_are_unknown_and_never_bypassed() {
+    const UNSEEN: &str = "unseen";
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    webhook_world(&c, CONFIGURATION, ENTRY, own_conditions(0)).await;
+    set_available(&c, 1).await;
+    // A Service owner's endpoints (EndpointSlices, or core/v1 Endpoints where the server
+    // profile serves no slices), without the Services themselves.
+    let mut rbac = webhook_policy(RESOURCE, &[CONFIGURATION, UNSEEN]);
+    rbac.merge(kube_sim::Rbac::cluster_wide(vec![
+        kube_sim::PolicyRule::new(
+            &["discovery.k8s.io"],
+            &["endpointslices"],
+            &["list", "watch"],
+        ),
+        kube_sim::PolicyRule::new(&[""], &["endpoints"], &["list", "watch"]),
+    ]));
+    c.sim.enforce_rbac_policy(GUARD_USER, rbac);
+    let entry = |name: &str, client_config: Value| {
+        json!({
+            "name": name,
+            "clientConfig": client_config,
+            "rules": [{ "operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"],
+                        "resources": ["pods"] }],
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+        })
+    };
+    let url = json!({ "url": "https://127.0.0.1:1/validate" });
+    let owned = [
+        (
+            "deployment.unseen.example.com",
+            "{ deployment: kube-system/nope }",
+        ),
+        ("lease.unseen.example.com", "{ lease: kube-system/nope }"),
+        (
+            "pods.unseen.example.com",
+            "{ pods: { namespace: kube-system, selector: \"app=nope\" } }",
+        ),
+    ];
+    let service = "service.unseen.example.com";
+    let mut webhooks: Vec<Value> = owned.iter().map(|(n, _)| entry(n, url.clone())).collect();
+    webhooks.push(entry(
+        service,
+        json!({ "service": { "namespace": "kube-system", "name": "nope", "path": "/validate" } }),
+    ));
+    post_configuration(&c, "Validating", UNSEEN, &Value::Array(webhooks)).await;
+    let before = c
+        .sim
+        .get_object(RESOURCE, None, UNSEEN)
+        .expect("the unseen configuration stored");
+
+    let mut yaml = policy_webhook(CONFIGURATION, ENTRY, "0s", Some("0s"));
+    for (name, owner) in owned {
+        yaml.push_str(&format!(
+            "  - name: validating/{UNSEEN}/{name}\n    owner: {owner}\n    ownerDownGrace: 0s\n"
+        ));
+    }
+    yaml.push_str(&format!(
+        "  - name: validating/{UNSEEN}/{service}\n    ownerDownGrace: 0s\n"
+    ));
+    // Not `c.guard`, which waits until every owner was read.
+    let guard =
+        initguard::guard::Guard::start(c.guard_client(), config(Mechanism::SchedulingGates, &yaml))
+            .await
+            .unwrap();
+    until("the guard ready", || guard.shared.not_ready().is_empty()).await;
+    let names: Vec<String> = owned
+        .iter()
+        .map(|(n, _)| *n)
+        .chain([service])
+        .map(|n| format!("validating/{UNSEEN}/{n}"))
+        .collect();
+    // Read: each unseen entry has its configuration's state (guarded), not `not found`.
+    until("the unseen configuration read", || {
+        let statuses = guard.shared.webhook_statuses();
+        names.iter().all(|n| {
+            statuses
+                .iter()
+                .any(|s| &s.webhook == n && s.state == "guarded")
+        })
+    })
+    .await;
+
+    set_available(&c, 0).await;
+    until("the witness bypassed", || bypassed(&stored(&c))).await;
+    let after = c
+        .sim
+        .get_object(RESOURCE, None, UNSEEN)
+        .expect("the unseen configuration stored");
+    assert_eq!(after, before, "an entry of an unseen owner was bypassed");
+    assert!(
+        c.guard_writes()
+            .iter()
+            .all(|w| w.name.as_deref() != Some(UNSEEN)),
+        "{:#?}",
+        c.guard_writes()
+    );
+    let (code, body) = http_get(guard.addr, "/status").await;
+    assert_eq!(code, 200, "{body}");
+    let status: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let listed = status["webhooks"].as_array().cloned().unwrap_or_default();
+    assert_eq!(listed.len(), names.len() + 1, "{status:#}");
+    for name in &names {
+        let entry = listed
+            .iter()
+            .find(|w| w["webhook"] == name.as_str())
+            .unwrap_or_else(|| panic!("{name} not in /status: {status:#}"));
+        assert_eq!(entry["state"], "guarded", "{entry:#}");
+        assert_eq!(entry["owner"]["state"], "unknown", "{entry:#}");
+    }
+    let witness = format!("validating/{CONFIGURATION}/{ENTRY}");
+    let (_, text) = http_get(guard.addr, "/metrics").await;
+    for name in &names {
+        assert_eq!(
+            metric_sum(
+                &text,
+                "initguard_owner_state",
+                &[("initializer", name), ("state", "unknown")]
+            ),
+            1.0,
+            "{name}"
+        );
+        assert_eq!(
+            metric_sum(
+                &text,
+                "initguard_owner_state",
+                &[("initializer", name), ("state", "down")]
+            ),
+            0.0,
+            "{name}"
+        );
+        assert_eq!(
+            metric_sum(&text, "initguard_webhook_bypassed", &[("webhook", name)]),
+            0.0,
+            "{name}"
+        );
+    }
+    assert_eq!(
+        metric_sum(
+            &text,
+            "initguard_webhook_bypassed",
+            &[("webhook", &witness)]
+        ),
+        1.0
+    );
+    c.finish_refused(guard, |r| r.resource == "services").await;
+}
