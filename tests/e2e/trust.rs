@@ -55,8 +55,13 @@ async fn a_labelled_pod_keeps_a_namespaces_only_gate_and_loses_the_others(mechan
         (refused(&guard, QUOTA, "opt_in") == 1.0).then_some(())
     })
     .await;
-    // Past the refusal, and a while later: the quota gate stays, removed by nobody.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Past the refusal: a witness created after it, due at once, is bypassed, so the guard
+    // had every chance to write the tenant's quota gate too; it stays, removed by nobody.
+    c.pod(OPTED_NS, "witness", false, &[AUDIT]).await;
+    until("the witness bypassed", || {
+        c.pending(OPTED_NS, "witness").is_empty()
+    })
+    .await;
     assert_eq!(c.pending("default", "tenant"), vec![QUOTA.to_owned()]);
     let removed: Vec<String> = c
         .bypasses_of("default/tenant")
@@ -160,13 +165,18 @@ async fn a_namespace_selector_opts_in_the_pods_of_matching_namespaces() {
         c.pending("selected", "p").is_empty()
     })
     .await;
-    // The other pod, once tracked (and so decided), is left alone.
+    // The other pod, once tracked (and so decided), is left alone: a witness in the selected
+    // namespace created after it, due at once, is bypassed first.
     let shared = guard.shared.clone();
     until("the other pod tracked", || {
         shared.tracker().get("later/q").is_some()
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    c.pod("selected", "witness", false, &[AUDIT]).await;
+    until("the witness bypassed", || {
+        c.pending("selected", "witness").is_empty()
+    })
+    .await;
     assert_eq!(
         c.guard_pod_patches("q"),
         vec![],

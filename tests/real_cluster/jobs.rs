@@ -19,7 +19,7 @@ pub(crate) async fn parallel_job_healthy_then_owner_down(tb: Arc<Testbed>) {
             "initguard",
             &config(&format!(
                 "defaults: {{ ownerDownGrace: 2s }}\ninitializers:\n  - {{ name: {SIDECAR}, \
-                 deadline: 10m, owner: {{ deployment: {ns}/sidecar-injector }} }}\n"
+                 deadline: 10m, owner: {{ deployment: {ns}/sidecar-injector }} }}\n{WITNESS_ENTRY}"
             )),
         )
         .await;
@@ -50,7 +50,7 @@ pub(crate) async fn parallel_job_healthy_then_owner_down(tb: Arc<Testbed>) {
         .iter()
         .filter_map(|p| p["metadata"]["name"].as_str().map(str::to_owned))
         .collect();
-    assert_no_pod_write_once_seen(&tb, &guard, ns, 3, "the owner was healthy").await;
+    assert_no_pod_write_once_seen(&tb, ns, "the owner was healthy").await;
 
     let killed_at = owner.kill(&tb).await;
     for n in &names {

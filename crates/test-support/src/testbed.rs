@@ -1110,31 +1110,43 @@ pub fn timestamp(text: &str) -> jiff::Timestamp {
         .unwrap_or_else(|e| panic!("timestamp {text:?}: {e}"))
 }
 
-/// Wait until `guard` counts `pods` waiting pods — or has already written a pod of `ns` — then
-/// assert it wrote none: nothing may be bypassed `while` (e.g. "the owner was up"). The metric
-/// is only the sync point; the judge is the audit log.
-pub async fn assert_no_pod_write_once_seen(
-    tb: &Testbed,
-    guard: &GuardProcess,
-    ns: &str,
-    pods: usize,
-    while_: &str,
-) {
-    eventually(
-        format!("the guard to see {pods} waiting pods in {ns}"),
-        || {
-            (crate::metrics::series(&guard.metrics(), "initguard_waiting_pods", &[])
-                .is_some_and(|n| n >= pods as f64)
-                || !tb.pod_writes_by(GUARD_USER, ns).is_empty())
-            .then_some(())
-        },
-    )
+/// The gate of the witness [`assert_no_pod_write_once_seen`] creates; a config lists it with
+/// [`WITNESS_ENTRY`].
+pub const WITNESS: &str = "witness.example.com";
+
+/// The config entry of [`WITNESS`] (under `initializers:`): due at once, no owner.
+pub const WITNESS_ENTRY: &str = "  - { name: witness.example.com, deadline: 0s }\n";
+
+/// Assert that the guard has written no pod of `ns` though it has seen them: a witness pod,
+/// created after them in `NS-witness` with the [`WITNESS`] gate (due at once; the guard's
+/// config lists [`WITNESS_ENTRY`]), is bypassed first, so the guard's watch delivered the pods
+/// of `ns` and the guard decided on them before it wrote the witness. Judged by the server's
+/// audit log, scoped to `ns`; the witness and its namespace are then deleted.
+pub async fn assert_no_pod_write_once_seen(tb: &Testbed, ns: &str, while_: &str) {
+    let witness_ns = format!("{ns}-witness");
+    tb.namespace(&witness_ns);
+    tb.gated_pod(&witness_ns, "witness", true, &[WITNESS]);
+    eventually(format!("the witness in {witness_ns} bypassed"), || {
+        (!tb.pod_writes_by(GUARD_USER, &witness_ns).is_empty()
+            && tb.gates(&witness_ns, "witness").is_empty())
+        .then_some(())
+    })
     .await;
     let early = tb.pod_writes_by(GUARD_USER, ns);
     assert!(
         early.is_empty(),
         "the guard wrote while {while_}: {early:#?}"
     );
+    tb.kubectl(&[
+        "delete",
+        "pod",
+        "witness",
+        "-n",
+        &witness_ns,
+        "--force",
+        "--grace-period=0",
+    ]);
+    tb.kubectl(&["delete", "namespace", &witness_ns, "--wait=false"]);
 }
 
 /// Wait until pod `ns/name` has lost every gate and the scheduler has bound it.
