@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use futures::{StreamExt, TryStreamExt, stream};
-use k8s_openapi::api::core::v1::{Container, Namespace, Pod, PodSchedulingGate, PodSpec};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Api;
 use kube::api::{ListParams, ObjectMeta, PostParams};
 use kube_sim::{Sim, SimOptions};
@@ -76,25 +76,12 @@ fn rss_mib() -> f64 {
 }
 
 fn gated_pod(i: usize) -> Pod {
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(format!("pod-{i:06}")),
-            labels: Some([("app".to_string(), format!("app-{}", i % 10))].into()),
-            ..Default::default()
-        },
-        spec: Some(PodSpec {
-            containers: vec![Container {
-                name: "main".into(),
-                image: Some("registry.k8s.io/pause:3.9".into()),
-                ..Default::default()
-            }],
-            scheduling_gates: Some(vec![PodSchedulingGate {
-                name: "example.com/gate".into(),
-            }]),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    let app = format!("app-{}", i % 10);
+    initguard_test_support::pod::gated(
+        &format!("pod-{i:06}"),
+        &[("app", &app)],
+        &["example.com/gate"],
+    )
 }
 
 /// List every page; returns (items, pages, elapsed).
