@@ -18,7 +18,6 @@
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
@@ -30,6 +29,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use initguard_test_support::promql;
+use initguard_test_support::testbed::free_port;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_initguard");
@@ -379,12 +379,6 @@ fn sample_value(result: &Value) -> Option<&str> {
 
 fn encode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
-}
-
-/// A port free right now on 127.0.0.1, for a process that cannot be told to pick its own.
-fn free_port() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local address").port()
 }
 
 /// Starts the simulated cluster and the guard; returns the guard's address.

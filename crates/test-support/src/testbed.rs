@@ -677,12 +677,34 @@ fn started_port(log: &str) -> Option<u16> {
         .ok()
 }
 
-/// A free port on 127.0.0.1 (bound, then released).
+/// A free port on 127.0.0.1 below the kernel's ephemeral range, as `tests/testbed/up` picks
+/// its components' ports: bound, then released for the caller to bind. Below that range no
+/// outgoing connection (a client's retry, a TCP self-connect) is ever given it, so a server
+/// that stops and comes back on it (the webhook backend) finds it free; only a process that
+/// binds that very number in between could take it. Where the range starts too low to leave
+/// room, any free port.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("no free port on 127.0.0.1: {e}"))
+    use std::hash::{BuildHasher, Hasher};
+    let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    for _ in 0..1000 {
+        let port = if low > 11000 {
+            let random = std::collections::hash_map::RandomState::new()
+                .build_hasher()
+                .finish();
+            10000 + (random % u64::from(low - 10000)) as u16
+        } else {
+            0
+        };
+        if let Ok(bound) =
+            std::net::TcpListener::bind(("127.0.0.1", port)).and_then(|l| l.local_addr())
+        {
+            return bound.port();
+        }
+    }
+    panic!("no free port on 127.0.0.1 below {low} in 1000 tries")
 }
 
 /// `GET url` with curl (5 s limit): (status, body); status 0 when nothing answered.
@@ -1162,6 +1184,23 @@ pub async fn bypassed_and_bound(tb: &Testbed, ns: &str, name: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn free_ports_are_below_the_ephemeral_range_and_free() {
+        let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+            .expect("the ephemeral range")
+            .split_whitespace()
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("its low end");
+        for _ in 0..20 {
+            let port = free_port();
+            if low > 11000 {
+                assert!((10000..low).contains(&port), "{port} (range from {low})");
+            }
+            std::net::TcpListener::bind(("127.0.0.1", port)).expect("still free");
+        }
+    }
 
     #[test]
     fn the_port_is_read_from_the_guards_start_up_line() {
