@@ -16,10 +16,11 @@ pub(crate) fn config(rest: &str) -> String {
     )
 }
 
-/// Every guard write in the audit log was allowed: the shipped RBAC suffices.
+/// Every guard request of this scenario in the audit log was allowed: the shipped RBAC
+/// suffices.
 pub(crate) fn assert_no_denied(tb: &Testbed) {
     let denied: Vec<Audit> = tb
-        .audit()
+        .scenario_audit()
         .into_iter()
         .filter(|a| (a.user == GUARD_USER || a.user == GUARD_USER_2) && a.code == 403)
         .collect();

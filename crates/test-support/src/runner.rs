@@ -102,6 +102,7 @@ pub fn run(
         // For the suite's watchdog (crate::watchdog), which kills a scenario that hangs past
         // its limit even where this runtime's own timeout cannot fire.
         println!("test {name} ... started");
+        tb.begin_scenario();
         let t = Instant::now();
         let result = runtime.block_on(async {
             // A panic inside a scenario is caught by its task; a hang by the timeout.

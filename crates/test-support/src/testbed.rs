@@ -93,6 +93,9 @@ pub struct Testbed {
     guard_bin: PathBuf,
     /// Set when a scenario failed: the directory is kept.
     pub failed: AtomicBool,
+    /// When the running scenario began ([`Testbed::begin_scenario`]): the start of its window
+    /// of the audit log.
+    scenario_start: std::sync::Mutex<jiff::Timestamp>,
 }
 
 impl Testbed {
@@ -116,6 +119,7 @@ impl Testbed {
             bin: PathBuf::new(),
             guard_bin: guard_bin.into(),
             failed: AtomicBool::new(false),
+            scenario_start: std::sync::Mutex::new(jiff::Timestamp::now()),
         };
         let status = Command::new(repo().join("tests/testbed/up"))
             .arg(&dir)
@@ -344,6 +348,27 @@ impl Testbed {
             panic!("pod {namespace}/{name} is gone: its gates cannot be read (deleted?)")
         });
         gate_names(&pod)
+    }
+
+    /// Mark the start of a scenario: [`Testbed::scenario_audit`] is judged from here on.
+    pub fn begin_scenario(&self) {
+        *self
+            .scenario_start
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = jiff::Timestamp::now();
+    }
+
+    /// The audit events the server received since the running scenario began, so that one
+    /// scenario's refusals never fail the next one's judge.
+    pub fn scenario_audit(&self) -> Vec<Audit> {
+        let start = *self
+            .scenario_start
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.audit()
+            .into_iter()
+            .filter(|a| timestamp(&a.received) >= start)
+            .collect()
     }
 
     /// Every audit event so far (one JSON object a line).
