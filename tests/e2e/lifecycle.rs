@@ -81,7 +81,7 @@ fn describe(commits: &[ObjectChange]) -> Vec<String> {
 async fn the_lease_is_released_only_after_a_held_webhook_patch_is_committed() {
     let (c, guard) = bed(Duration::from_secs(1)).await;
     patch_held(&c).await;
-    guard.shutdown().await;
+    c.finish(guard).await;
 
     let commits = guard_commits(&c);
     let listed = describe(&commits);
@@ -120,7 +120,7 @@ async fn the_lease_is_released_only_after_a_held_webhook_patch_is_committed() {
 async fn a_write_without_answer_leaves_the_lease_to_expire() {
     let (c, guard) = bed(Duration::from_secs(4)).await;
     patch_held(&c).await;
-    guard.shutdown().await;
+    c.finish(guard).await;
     until("the held PATCH to be committed", || {
         c.sim
             .object_history()

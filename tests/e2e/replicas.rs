@@ -284,7 +284,7 @@ async fn restarted_guard_is_never_early_and_never_repeats(mechanism: Mechanism) 
     }
     // Part of the deadline passes under the first guard.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    first.shutdown().await;
+    c.finish(first).await;
     let restarted = SystemTime::now();
     let second = c.guard(&config).await;
 
