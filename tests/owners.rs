@@ -1012,9 +1012,22 @@ mod sim {
             .await
             .unwrap();
         let up = wait_state(&h.owners, "quota.example.com", is_up).await;
+        // Each change judged once the module has seen it (its own count of Ready pods),
+        // never after a pause.
+        let seen = |detail: &'static str| {
+            let owners = h.owners.clone();
+            async move {
+                wait::until(format!("the owner module to see {detail}"), || {
+                    owners.snapshot()[0].detail.contains(detail)
+                })
+                .await
+            }
+        };
         set_ready(&api, "quota-0", true).await;
+        seen("2 of 2 matching pods Ready").await;
+        assert_eq!(h.owners.state("quota.example.com"), up);
         set_ready(&api, "quota-1", false).await;
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        seen("1 of 2 matching pods Ready").await;
         assert_eq!(h.owners.state("quota.example.com"), up);
 
         // Only a non-Ready pod left: down; then every seen pod deleted: still down.
@@ -1026,7 +1039,7 @@ mod sim {
             .await
             .unwrap();
         until_gone(&api, "quota-1").await;
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        seen("deleted after it was seen (no matching pod)").await;
         assert_eq!(h.owners.state("quota.example.com"), down);
     }
 
