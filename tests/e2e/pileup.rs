@@ -483,3 +483,73 @@ async fn pods_of_jobs_listed_at_start_join_the_cron_jobs_pile() {
     }
     c.finish(guard).await;
 }
+
+/// `pileup.minWait` under clock skew: the simulated server's clock runs `offset_secs` from the
+/// guard's. A pile of three pods of one Job (owner dead, grace an hour, deadline ten minutes:
+/// only the pileup rule acts) is bypassed no sooner than `minWait` after its last pod's
+/// `creationTimestamp` on the server's own clock, when the third pod has waited long enough,
+/// and not half the skew later (judged from the object history). A guard that compared the
+/// server's timestamps with its own clock would be a minute early behind, a minute late ahead.
+async fn a_pile_is_never_bypassed_early_under_skew(offset_secs: i64) {
+    let offset = jiff::SignedDuration::from_secs(offset_secs);
+    let c = Cluster::start_with(Mechanism::SchedulingGates, |o| o.clock_offset = offset).await;
+    let _owner = c.owner(SIDECAR, |o| o.alive = false).await;
+    let min_wait = Duration::from_secs(2);
+    let config = config(
+        Mechanism::SchedulingGates,
+        &format!(
+            "defaults: {{ ownerDownGrace: 1h }}\npileup: {{ threshold: 3, minWait: 2s, action: bypass }}\ninitializers:\n{}",
+            owned(SIDECAR, "10m")
+        ),
+    );
+    let guard = c.guard(&config).await;
+    let names = ["skew-a", "skew-b", "skew-c"];
+    for name in names {
+        job_pod(&c, name, "skewed-run", "skewed-run-uid", true).await;
+    }
+    until("every pod of the pile bypassed", || {
+        names.iter().all(|n| c.pending("default", n).is_empty())
+    })
+    .await;
+    let last_created = names
+        .iter()
+        .map(|n| c.created("default", n).timestamp)
+        .max()
+        .expect("three pods");
+    let due = jiff::Timestamp::try_from(last_created + min_wait).expect("a timestamp");
+    let late_bound = due
+        .checked_add(jiff::SignedDuration::from_secs(offset_secs.abs() / 2))
+        .expect("a timestamp");
+    for name in names {
+        let bypasses = c.bypasses_of(&format!("default/{name}"));
+        assert!(
+            bypasses.len() == 1 && bypasses[0].reason.as_deref() == Some("pileup"),
+            "{name}: {bypasses:?}"
+        );
+        let on_server_clock = jiff::Timestamp::try_from(bypasses[0].time)
+            .expect("a timestamp")
+            .checked_add(offset)
+            .expect("a timestamp");
+        assert!(
+            on_server_clock >= due,
+            "{name} bypassed at {on_server_clock} on the server's clock, before the pile was \
+             due ({due})"
+        );
+        assert!(
+            on_server_clock <= late_bound,
+            "{name} bypassed at {on_server_clock} on the server's clock, due {due}: later than \
+             half the skew ({late_bound})"
+        );
+    }
+    c.finish(guard).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pile_is_never_bypassed_early_when_the_server_clock_is_behind() {
+    a_pile_is_never_bypassed_early_under_skew(-60).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pile_is_never_bypassed_late_by_the_skew_when_the_server_clock_is_ahead() {
+    a_pile_is_never_bypassed_early_under_skew(60).await;
+}
