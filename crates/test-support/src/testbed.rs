@@ -945,6 +945,12 @@ impl OwnerLease {
 impl Drop for OwnerLease {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
+        // Joined (within its 1 s sleep), so that its handle on the test bed is gone before the
+        // runner drops the last one: otherwise the process could exit first, and the test
+        // bed's `Drop` (`down`, then removing its directory) would never run.
+        if let Some(renewer) = self.renewer.take() {
+            let _ = renewer.join();
+        }
     }
 }
 
