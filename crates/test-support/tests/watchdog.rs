@@ -9,6 +9,7 @@ use initguard_test_support::wait::PATIENCE;
 use initguard_test_support::watchdog;
 
 const HANG: &str = "INITGUARD_WATCHDOG_SELF_TEST_PIDFILE";
+const LEAVE: &str = "INITGUARD_WATCHDOG_SELF_TEST_LEFT_PIDFILE";
 
 /// Hangs forever when `HANG` names a file (where it writes the pid of a child it started);
 /// passes at once otherwise, so that a run with `--include-ignored` is not held up.
@@ -28,6 +29,23 @@ fn hangs_on_purpose() {
     loop {
         std::thread::park();
     }
+}
+
+/// Passes, leaving behind a process that holds this binary's standard output open, when
+/// `LEAVE` names a file (where it writes that process's pid).
+#[test]
+#[ignore = "leaves a process behind on purpose: the watchdog's test runs it"]
+fn leaves_a_process_on_its_stdout() {
+    let Some(pidfile) = std::env::var_os(LEAVE) else {
+        return;
+    };
+    let child = Command::new("sleep")
+        .arg("600")
+        .stdout(Stdio::inherit())
+        .spawn()
+        .expect("sleep runs");
+    std::fs::write(pidfile, child.id().to_string()).expect("pid file written");
+    std::mem::forget(child);
 }
 
 /// Passes at once: the watchdog must pass a passing run through unchanged.
@@ -143,4 +161,33 @@ fn a_bad_limit_is_refused_with_its_name() {
     );
     assert_eq!(code, Some(2));
     assert!(err.contains("INITGUARD_TEST_TIMEOUT=\"soon\""), "{err}");
+}
+
+/// A binary that exits while a process it left holds its pipes is done when it exits, as
+/// cargo sees it, not when the pipes close: the watchdog returns its exit code, without waiting
+/// (the quiet limit, 20 minutes, would otherwise end this test's own limit first).
+#[test]
+fn a_binary_is_done_when_it_exits_whatever_holds_its_pipes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let pidfile = dir.path().join("left.pid");
+    let (code, out, err) = watched(
+        &[
+            "leaves_a_process_on_its_stdout",
+            "--exact",
+            "--include-ignored",
+        ],
+        &[(LEAVE, pidfile.to_str().expect("utf-8 path"))],
+    );
+    let left: Option<i32> = std::fs::read_to_string(&pidfile)
+        .ok()
+        .and_then(|p| p.trim().parse().ok());
+    if let Some(pid) = left {
+        // SAFETY: kill(2) of the process this test's binary left; no memory is touched.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+    assert_eq!(code, Some(0), "stdout:\n{out}\nstderr:\n{err}");
+    assert!(left.is_some(), "the test left no process: {out}");
+    assert!(out.contains("test result: ok. 1 passed"), "{out}");
 }

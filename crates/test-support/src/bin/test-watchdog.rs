@@ -16,6 +16,8 @@ use initguard_test_support::watchdog::{self, Running};
 
 /// The binary's last lines printed with a timeout.
 const TAIL_LINES: usize = 60;
+/// How long the binary's pipes are still read after it exited.
+const PIPE_DRAIN: Duration = Duration::from_secs(2);
 /// How long the debugger may take for its dump.
 const DUMP_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long what the binary started may take to stop after it is killed (the test bed's own
@@ -88,7 +90,13 @@ fn main() -> ExitCode {
     let mut tail: VecDeque<String> = VecDeque::new();
     let mut last_output = Instant::now();
     let mut open = 2;
-    while open > 0 {
+    // Set once the binary has exited: a process it left behind may hold its pipes open, and
+    // cargo, like this runner, goes on when the binary exits (what is left is not waited for).
+    let mut drain_until = None;
+    while open > 0 && drain_until.is_none_or(|t| Instant::now() < t) {
+        if drain_until.is_none() && matches!(child.try_wait(), Ok(Some(_))) {
+            drain_until = Some(Instant::now() + PIPE_DRAIN);
+        }
         match rx.recv_timeout(Duration::from_millis(500)) {
             Ok(Out::Stdout(bytes)) => {
                 let mut out = std::io::stdout().lock();
