@@ -671,6 +671,34 @@ pub(crate) fn policy_webhook(
     yaml
 }
 
+/// A bypass the simulator recorded at `written` (the guard's clock), on a server whose clock
+/// runs `offset_secs` from it, was due at `due` on the server's clock: assert it came no
+/// sooner, nor later than half the skew after (a bound that fails a guard counting on the
+/// wrong clock at any machine load, while its own lateness, about a second, stays far below).
+pub(crate) fn assert_on_time_under_skew(
+    what: &str,
+    written: std::time::SystemTime,
+    offset_secs: i64,
+    due: jiff::Timestamp,
+) {
+    let on_server_clock = jiff::Timestamp::try_from(written)
+        .expect("a timestamp")
+        .checked_add(jiff::SignedDuration::from_secs(offset_secs))
+        .expect("a timestamp");
+    assert!(
+        on_server_clock >= due,
+        "{what} bypassed at {on_server_clock} on the server's clock, before it was due ({due})"
+    );
+    let late_bound = due
+        .checked_add(jiff::SignedDuration::from_secs(offset_secs.abs() / 2))
+        .expect("a timestamp");
+    assert!(
+        on_server_clock <= late_bound,
+        "{what} bypassed at {on_server_clock} on the server's clock, due {due}: later than \
+         half the skew ({late_bound})"
+    );
+}
+
 /// The shipped RBAC plus get, list, watch and patch on exactly the webhook configurations
 /// `configurations` of `resource` (`validatingwebhookconfigurations` or
 /// `mutatingwebhookconfigurations`; by name, as the chart grants them), to which a test adds

@@ -517,29 +517,13 @@ async fn a_pile_is_never_bypassed_early_under_skew(offset_secs: i64) {
         .max()
         .expect("three pods");
     let due = jiff::Timestamp::try_from(last_created + min_wait).expect("a timestamp");
-    let late_bound = due
-        .checked_add(jiff::SignedDuration::from_secs(offset_secs.abs() / 2))
-        .expect("a timestamp");
     for name in names {
         let bypasses = c.bypasses_of(&format!("default/{name}"));
         assert!(
             bypasses.len() == 1 && bypasses[0].reason.as_deref() == Some("pileup"),
             "{name}: {bypasses:?}"
         );
-        let on_server_clock = jiff::Timestamp::try_from(bypasses[0].time)
-            .expect("a timestamp")
-            .checked_add(offset)
-            .expect("a timestamp");
-        assert!(
-            on_server_clock >= due,
-            "{name} bypassed at {on_server_clock} on the server's clock, before the pile was \
-             due ({due})"
-        );
-        assert!(
-            on_server_clock <= late_bound,
-            "{name} bypassed at {on_server_clock} on the server's clock, due {due}: later than \
-             half the skew ({late_bound})"
-        );
+        assert_on_time_under_skew(name, bypasses[0].time, offset_secs, due);
     }
     c.finish(guard).await;
 }

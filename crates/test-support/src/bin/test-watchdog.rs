@@ -48,19 +48,13 @@ fn main() -> ExitCode {
         eprintln!("usage: test-watchdog BINARY [ARGS...]");
         return ExitCode::from(2);
     };
-    let limits = seconds_from_env("INITGUARD_TEST_TIMEOUT", watchdog::TEST_TIMEOUT).and_then(|t| {
-        Ok((
-            t,
+    let limits = (|| {
+        Ok::<_, String>((
+            seconds_from_env("INITGUARD_TEST_TIMEOUT", watchdog::TEST_TIMEOUT)?,
             seconds_from_env("INITGUARD_TEST_QUIET_TIMEOUT", watchdog::QUIET_TIMEOUT)?,
-        ))
-    });
-    let limits = limits.and_then(|(t, q)| {
-        Ok((
-            t,
-            q,
             seconds_from_env("INITGUARD_TEST_KILL_GRACE", KILL_GRACE)?,
         ))
-    });
+    })();
     let (limit, quiet, grace) = match limits {
         Ok(l) => l,
         Err(e) => {
