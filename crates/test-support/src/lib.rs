@@ -5,6 +5,7 @@ pub mod alloc;
 pub mod cpu;
 pub mod differential;
 pub mod harness_args;
+pub mod host;
 pub mod http;
 pub mod metrics;
 pub mod pki;

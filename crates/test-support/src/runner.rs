@@ -39,6 +39,49 @@ pub fn run(
     guard_bin: &str,
     refused_on_purpose: fn(&Request) -> bool,
 ) -> ExitCode {
+    run_bed(
+        target,
+        version,
+        false,
+        scenarios,
+        guard_bin,
+        refused_on_purpose,
+    )
+}
+
+/// The host check's name in a node run's report: it runs after `down`.
+const HOST_CHECK: &str = "host::down_leaves_the_host_as_it_was";
+
+/// [`run`] on a test bed with a real node (`tests/testbed/up --node`): it needs root and the
+/// node's Debian packages (a missing one skips, or fails with `CI` set). After `down`, the
+/// host is compared with a snapshot taken before `up` ([`crate::host`]): anything the node
+/// bed left behind fails the run. The least-privilege judge does not run: it needs the whole
+/// suite's use of the shipped RBAC, which `real_cluster`'s run gives.
+pub fn run_node(
+    target: &str,
+    version: Version,
+    scenarios: &[(&str, Scenario)],
+    guard_bin: &str,
+    refused_on_purpose: fn(&Request) -> bool,
+) -> ExitCode {
+    run_bed(
+        target,
+        version,
+        true,
+        scenarios,
+        guard_bin,
+        refused_on_purpose,
+    )
+}
+
+fn run_bed(
+    target: &str,
+    version: Version,
+    node: bool,
+    scenarios: &[(&str, Scenario)],
+    guard_bin: &str,
+    refused_on_purpose: fn(&Request) -> bool,
+) -> ExitCode {
     let args = match crate::harness_args::HarnessArgs::parse(std::env::args().skip(1)) {
         Ok(args) => args,
         Err(e) => {
@@ -50,14 +93,19 @@ pub fn run(
         .iter()
         .filter(|(name, _)| args.chooses(name))
         .collect();
-    // The judge needs the audit log of every scenario.
+    // The judge needs the audit log of every scenario (of real_cluster: a node run uses too
+    // little of the guard's grants to judge them).
     let every = chosen.len() == scenarios.len();
+    let judge = every && !node;
     if args.list {
         for (name, _) in &chosen {
             println!("{name}: test");
         }
-        if every {
+        if judge {
             println!("{JUDGE}: test");
+        }
+        if node {
+            println!("{HOST_CHECK}: test");
         }
         return ExitCode::SUCCESS;
     }
@@ -65,7 +113,12 @@ pub fn run(
         println!("{target}: no scenario matches {args:?}");
         return ExitCode::SUCCESS;
     }
-    if let Some(why) = testbed::not_built_version(version) {
+    let missing = testbed::not_built_version(version).or_else(|| {
+        node.then(testbed::node_missing)
+            .flatten()
+            .map(|why| format!("a node bed cannot run here: {why}"))
+    });
+    if let Some(why) = missing {
         if std::env::var_os("CI").is_some() {
             eprintln!("{target}: FAILED: CI is set and the test bed is not built: {why}");
             return ExitCode::FAILURE;
@@ -77,8 +130,24 @@ pub fn run(
     }
 
     println!("\nrunning {} {target} scenarios", chosen.len());
+    let before = if node {
+        match crate::host::Snapshot::take() {
+            Ok(s) => Some(s),
+            Err(e) => {
+                eprintln!("{target}: FAILED to read the host before the test bed: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
     let started = Instant::now();
-    let tb = match Testbed::up_version(guard_bin, version) {
+    let up = if node {
+        Testbed::up_node(guard_bin, version)
+    } else {
+        Testbed::up_version(guard_bin, version)
+    };
+    let tb = match up {
         Ok(tb) => Arc::new(tb),
         Err(e) => {
             eprintln!("{target}: FAILED to start the test bed: {e}");
@@ -123,7 +192,9 @@ pub fn run(
             }
         }
     }
-    if !every {
+    if node {
+        // Not a skip: this target never runs the judge (run_node).
+    } else if !every {
         // tests/all sums up the SKIPPED lines: a filtered run leaves the judge out.
         println!(
             "test {JUDGE} ... SKIPPED {target}::{JUDGE}: it judges the audit log of every \
@@ -163,6 +234,26 @@ pub fn run(
     drop(runtime);
     tb.failed.store(!failed.is_empty(), Ordering::Relaxed);
     drop(tb);
+    if let Some(before) = before {
+        match crate::host::Snapshot::take() {
+            Ok(after) => {
+                let diff = before.diff(&after);
+                if diff.is_empty() {
+                    println!("test {HOST_CHECK} ... ok");
+                } else {
+                    println!(
+                        "test {HOST_CHECK} ... FAILED: the host differs after down:\n  {}",
+                        diff.join("\n  ")
+                    );
+                    failed.push(HOST_CHECK);
+                }
+            }
+            Err(e) => {
+                println!("test {HOST_CHECK} ... FAILED: cannot read the host after down: {e}");
+                failed.push(HOST_CHECK);
+            }
+        }
+    }
     println!(
         "\n{target}: {} failed of the chosen scenarios, {:.1}s in all{}",
         failed.len(),

@@ -83,6 +83,41 @@ pub fn not_built_version(version: Version) -> Option<String> {
     })
 }
 
+/// Why a node bed (`tests/testbed/up --node`) cannot run on this machine: not root, or a
+/// program it needs missing (.ci/run installs them).
+pub fn node_missing() -> Option<String> {
+    // The effective user, from /proc/self/status (no libc call).
+    let uid = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(str::to_owned))
+        })
+        .unwrap_or_default();
+    if uid != "0" {
+        return Some("not root".to_owned());
+    }
+    let missing: Vec<&str> = [
+        "containerd",
+        "containerd-shim-runc-v2",
+        "ctr",
+        "runc",
+        "umoci",
+        "skopeo",
+        "busybox",
+        "gcc",
+        "iptables",
+        "iptables-save",
+        "ip",
+    ]
+    .into_iter()
+    .filter(|tool| !crate::tools::on_path(tool))
+    .chain((!Path::new("/usr/lib/cni/bridge").exists()).then_some("/usr/lib/cni/bridge"))
+    .collect();
+    (!missing.is_empty()).then(|| format!("missing {}", missing.join(", ")))
+}
+
 /// A running test bed; `down` runs when it is dropped.
 pub struct Testbed {
     pub dir: PathBuf,
@@ -107,6 +142,16 @@ impl Testbed {
 
     /// [`Testbed::up`] of `version`.
     pub fn up_version(guard_bin: impl Into<PathBuf>, version: Version) -> Result<Testbed, String> {
+        Testbed::start(guard_bin.into(), version, false)
+    }
+
+    /// [`Testbed::up_version`] with a real node (`up --node`: containerd and a kubelet, as
+    /// root; [`node_missing`] says why it cannot run).
+    pub fn up_node(guard_bin: impl Into<PathBuf>, version: Version) -> Result<Testbed, String> {
+        Testbed::start(guard_bin.into(), version, true)
+    }
+
+    fn start(guard_bin: PathBuf, version: Version, node: bool) -> Result<Testbed, String> {
         let pinned = version.pinned()?;
         let tmp = tempfile::Builder::new()
             .prefix("initguard-testbed-")
@@ -117,7 +162,7 @@ impl Testbed {
             dir: dir.clone(),
             tmp: Some(tmp),
             bin: PathBuf::new(),
-            guard_bin: guard_bin.into(),
+            guard_bin,
             failed: AtomicBool::new(false),
             scenario_start: std::sync::Mutex::new(jiff::Timestamp::now()),
         };
@@ -127,6 +172,7 @@ impl Testbed {
             .arg(&pinned)
             .arg("--owner-pid")
             .arg(std::process::id().to_string())
+            .args(node.then_some("--node"))
             .stdin(Stdio::null())
             .status()
             .map_err(|e| format!("cannot run tests/testbed/up: {e}"))?;
@@ -145,6 +191,17 @@ impl Testbed {
             .map(PathBuf::from)
             .ok_or("testbed.env names no TESTBED_BIN")?;
         Ok(tb)
+    }
+
+    /// `KEY` of `DIR/testbed.env`; panics when it is missing.
+    pub fn env(&self, key: &str) -> String {
+        let path = self.dir.join("testbed.env");
+        let text = std::fs::read_to_string(&path)
+            .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+        text.lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+            .map(str::to_owned)
+            .unwrap_or_else(|| panic!("{} has no {key}", path.display()))
     }
 
     /// `DIR/NAME.kubeconfig`.

@@ -1,6 +1,6 @@
 // Command testbed is one binary holding the real Kubernetes components that
 // initguard's test bed runs: kube-apiserver, kube-controller-manager,
-// kube-scheduler and kubectl from one k8s.io/kubernetes version, plus etcd from
+// kube-scheduler, kubelet and kubectl from one k8s.io/kubernetes version, plus etcd from
 // go.etcd.io/etcd/server/v3 (the version k8s.io/kubernetes itself requires).
 // One binary links the shared dependencies once, which saves build time and disk.
 //
@@ -29,6 +29,7 @@ var components = map[string]func() int{
 	"kube-apiserver":          func() int { return cli.Run(apiserver.NewAPIServerCommand()) },
 	"kube-controller-manager": func() int { return cli.Run(controllermanager.NewControllerManagerCommand()) },
 	"kube-scheduler":          func() int { return cli.Run(scheduler.NewSchedulerCommand()) },
+	"kubelet":                 func() int { return cli.Run(newKubelet()) },
 	"kubectl": func() int {
 		// As cmd/kubectl's main: print the error kubectl-style, exit 1.
 		if err := cli.RunNoErrOutput(kubectlcmd.NewDefaultKubectlCommand()); err != nil {
@@ -43,7 +44,7 @@ func main() {
 	name := filepath.Base(os.Args[0])
 	if _, ok := components[name]; !ok {
 		if len(os.Args) < 2 {
-			fmt.Fprintln(os.Stderr, "usage: testbed kube-apiserver|kube-controller-manager|kube-scheduler|kubectl|etcd [args...]")
+			fmt.Fprintln(os.Stderr, "usage: testbed kube-apiserver|kube-controller-manager|kube-scheduler|kubelet|kubectl|etcd [args...]")
 			os.Exit(2)
 		}
 		name = os.Args[1]

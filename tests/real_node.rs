@@ -1,0 +1,48 @@
+//! On a test bed with a real node (`tests/testbed/up --node`: containerd, runc, a CNI bridge
+//! and a kubelet of the bed's version): initguard run where users run it, as the kubelet's
+//! static pod, judged by the API server's record and its audit log. The node bed needs root
+//! and the node's Debian packages (.ci/run installs them); without them the target skips, or
+//! fails with `CI` set. After `down`, the runner compares the host with a snapshot taken
+//! before `up` (`host::down_leaves_the_host_as_it_was`).
+//!
+//! One node bed serves every scenario (node beds never run concurrently: the kubelet's
+//! device-plugin socket and the static pod's host ports are fixed), scenarios one after
+//! another, as in tests/real_cluster.rs.
+
+use initguard_test_support::{testbed, wait};
+
+#[path = "real_node/pods.rs"]
+mod pods;
+#[path = "real_node/static_pod.rs"]
+mod static_pod;
+
+use std::process::ExitCode;
+
+use initguard_test_support::rbac::Request;
+use initguard_test_support::runner::{self, Scenario};
+
+/// Every scenario, in run order.
+const SCENARIOS: &[(&str, Scenario)] = &[
+    ("pods::a_job_pod_runs_to_completion_with_its_token", |tb| {
+        Box::pin(pods::a_job_pod_runs_to_completion_with_its_token(tb))
+    }),
+    (
+        "static_pod::the_kubelet_runs_it_and_it_bypasses_a_gate",
+        |tb| Box::pin(static_pod::the_kubelet_runs_it_and_it_bypasses_a_gate(tb)),
+    ),
+];
+
+/// No scenario here makes the server refuse the guard on purpose.
+fn refused_on_purpose(_: &Request) -> bool {
+    false
+}
+
+fn main() -> ExitCode {
+    runner::run_node(
+        "real_node",
+        testbed::Version::Current,
+        SCENARIOS,
+        env!("CARGO_BIN_EXE_initguard"),
+        refused_on_purpose,
+    )
+}

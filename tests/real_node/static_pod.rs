@@ -1,0 +1,176 @@
+//! deploy/static-pod.yaml run by the kubelet as users run it on a master: the shipped manifest
+//! with only its image rewritten, its config and kubeconfig at the host paths it mounts.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::pods::{POLL, namespace, node_name};
+use crate::testbed::*;
+use crate::wait::eventually_every;
+
+/// The gate the static pod's guard bypasses: listed with a short deadline, no owner.
+const GATE: &str = "example.com/dead";
+
+/// The image the test bed builds from the shipped binary (tests/testbed/node.sh).
+pub(crate) const IMAGE: &str = "initguard.test/initguard:dev";
+
+/// The guard's config at /etc/initguard/config.yaml: deploy/config.yaml's listeners and
+/// leader election on [`LOCK`], acting (not a dry run) on one gate.
+fn config() -> String {
+    format!(
+        "mechanism: schedulingGates\n\
+         optIn: {{ label: {OPT_IN} }}\n\
+         initializers:\n  - {{ name: {GATE}, deadline: 3s }}\n\
+         unlistedInitializers: ignore\n\
+         leaderElection: {{ enabled: true, namespace: {}, name: {}, leaseDuration: 15s }}\n\
+         listen: 127.0.0.1:9777\n\
+         secureListen: 0.0.0.0:9778\n\
+         dryRun: false\n",
+        LOCK.0, LOCK.1
+    )
+}
+
+/// deploy/static-pod.yaml with its placeholder image replaced by [`IMAGE`], and nothing else.
+pub(crate) fn manifest() -> String {
+    let path = repo().join("deploy/static-pod.yaml");
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    let placeholder = "image: registry.example.com/initguard:0.1.0";
+    assert_eq!(
+        text.matches(placeholder).count(),
+        1,
+        "{} must name its image once as {placeholder:?}",
+        path.display()
+    );
+    text.replace(placeholder, &format!("image: {IMAGE}"))
+}
+
+/// The files the manifest mounts from the host: the config and the guard's kubeconfig (the
+/// bed's `system:initguard` credentials), readable by the image's user (uid 65532).
+/// `tests/testbed/down` removes /etc/initguard when the bed created it.
+fn install_host_files(tb: &Testbed) {
+    let dir = Path::new("/etc/initguard");
+    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("cannot create {}: {e}", dir.display()));
+    let kubeconfig = std::fs::read_to_string(tb.kubeconfig("initguard"))
+        .unwrap_or_else(|e| panic!("cannot read the guard's kubeconfig: {e}"));
+    for (name, text) in [("config.yaml", config()), ("kubeconfig", kubeconfig)] {
+        let path = dir.join(name);
+        std::fs::write(&path, text)
+            .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
+            .unwrap_or_else(|e| panic!("cannot chmod {}: {e}", path.display()));
+    }
+}
+
+/// The mirror pod of the static pod `name` on the real node, once the kubelet reports it Ready.
+pub(crate) async fn ready_mirror(tb: &Testbed, name: &str) -> Value {
+    let mirror = format!("{name}-{}", node_name(tb));
+    eventually_every(
+        POLL,
+        format!("mirror pod kube-system/{mirror} Ready"),
+        || async {
+            let pod = tb.get("pod", "kube-system", &mirror)?;
+            let ready = pod["status"]["conditions"]
+                .as_array()?
+                .iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True");
+            ready.then_some(pod)
+        },
+    )
+    .await
+}
+
+/// The one container's status of a pod.
+fn container(pod: &Value) -> &Value {
+    &pod["status"]["containerStatuses"][0]
+}
+
+/// A pod on the real node that the scheduler may place once its gates are gone.
+fn gated_pod(tb: &Testbed, ns: &str, name: &str) {
+    tb.apply(&json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": name, "namespace": ns, "labels": { OPT_IN: "true" } },
+        "spec": {
+            "schedulingGates": [{ "name": GATE }],
+            "containers": [{
+                "name": "main",
+                "image": "initguard.test/pause:1",
+                "imagePullPolicy": "IfNotPresent",
+            }],
+        },
+    }));
+}
+
+/// The kubelet starts deploy/static-pod.yaml: its mirror pod turns Ready through the
+/// manifest's own readiness probe (HTTPS on 127.0.0.1:9778) and its container is never
+/// restarted by the liveness probe; the guard inside takes the Lease and bypasses an opted-in
+/// pod's gate (the audit log's patch by `system:initguard`), whose pod then runs on the node.
+pub(crate) async fn the_kubelet_runs_it_and_it_bypasses_a_gate(tb: Arc<Testbed>) {
+    let ns = "static-pod";
+    namespace(&tb, ns).await;
+    install_host_files(&tb);
+    let manifests = tb.env("TESTBED_NODE_MANIFESTS");
+    let path = Path::new(&manifests).join("initguard.yaml");
+    std::fs::write(&path, manifest())
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+
+    let mirror = ready_mirror(&tb, "initguard").await;
+    assert!(
+        mirror["metadata"]["annotations"]["kubernetes.io/config.mirror"].is_string(),
+        "{mirror:#}"
+    );
+    assert_eq!(container(&mirror)["image"], json!(IMAGE), "{mirror:#}");
+    let holder = eventually_every(
+        POLL,
+        format!("a holder of Lease {}/{}", LOCK.0, LOCK.1),
+        || async {
+            let lease = tb.get("lease", LOCK.0, LOCK.1)?;
+            lease["spec"]["holderIdentity"]
+                .as_str()
+                .filter(|h| !h.is_empty())
+                .map(str::to_owned)
+        },
+    )
+    .await;
+
+    gated_pod(&tb, ns, "held");
+    eventually_every(POLL, format!("the gate of {ns}/held bypassed"), || async {
+        tb.gates(ns, "held").is_empty().then_some(())
+    })
+    .await;
+    let running = eventually_every(POLL, format!("{ns}/held Running on the node"), || async {
+        let pod = tb.get("pod", ns, "held")?;
+        (pod["status"]["phase"] == "Running").then_some(pod)
+    })
+    .await;
+    assert_eq!(running["spec"]["nodeName"], json!(node_name(&tb)));
+    let patches = tb.pod_writes_by(GUARD_USER, ns);
+    assert!(
+        patches
+            .iter()
+            .any(|a| a.name == "held" && a.verb == "patch" && a.ok()),
+        "no successful patch of {ns}/held by {GUARD_USER}: {patches:#?}"
+    );
+    // The guard that wrote holds the lock (its lease writes and the patch, in order).
+    guard_pod_writes_by_lease_holders(&tb.scenario_audit(), LOCK, ns);
+
+    // The liveness probe has had its initial delay and more by now: nothing restarted.
+    let mirror = ready_mirror(&tb, "initguard").await;
+    assert_eq!(container(&mirror)["restartCount"], json!(0), "{mirror:#}");
+    let lease = tb.get("lease", LOCK.0, LOCK.1).unwrap_or_default();
+    assert_eq!(lease["spec"]["holderIdentity"], json!(holder), "{lease:#}");
+
+    std::fs::remove_file(&path).unwrap_or_else(|e| panic!("cannot remove {}: {e}", path.display()));
+    let mirror_name = format!("initguard-{}", node_name(&tb));
+    eventually_every(POLL, "the mirror pod gone with its manifest", || async {
+        tb.get("pod", "kube-system", &mirror_name)
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    tb.kubectl(&["delete", "namespace", ns, "--wait=false"]);
+}
