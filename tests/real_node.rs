@@ -30,6 +30,14 @@ const SCENARIOS: &[(&str, Scenario)] = &[
         "static_pod::the_kubelet_runs_it_and_it_bypasses_a_gate",
         |tb| Box::pin(static_pod::the_kubelet_runs_it_and_it_bypasses_a_gate(tb)),
     ),
+    (
+        "static_pod::it_survives_restarts_and_hands_over_the_lease",
+        |tb| {
+            Box::pin(static_pod::it_survives_restarts_and_hands_over_the_lease(
+                tb,
+            ))
+        },
+    ),
 ];
 
 /// No scenario here makes the server refuse the guard on purpose.

@@ -4,6 +4,7 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -112,11 +113,7 @@ fn gated_pod(tb: &Testbed, ns: &str, name: &str) {
 pub(crate) async fn the_kubelet_runs_it_and_it_bypasses_a_gate(tb: Arc<Testbed>) {
     let ns = "static-pod";
     namespace(&tb, ns).await;
-    install_host_files(&tb);
-    let manifests = tb.env("TESTBED_NODE_MANIFESTS");
-    let path = Path::new(&manifests).join("initguard.yaml");
-    std::fs::write(&path, manifest())
-        .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+    let path = install(&tb);
 
     let mirror = ready_mirror(&tb, "initguard").await;
     assert!(
@@ -164,13 +161,172 @@ pub(crate) async fn the_kubelet_runs_it_and_it_bypasses_a_gate(tb: Arc<Testbed>)
     let lease = tb.get("lease", LOCK.0, LOCK.1).unwrap_or_default();
     assert_eq!(lease["spec"]["holderIdentity"], json!(holder), "{lease:#}");
 
-    std::fs::remove_file(&path).unwrap_or_else(|e| panic!("cannot remove {}: {e}", path.display()));
-    let mirror_name = format!("initguard-{}", node_name(&tb));
+    uninstall(&tb, &path).await;
+    tb.kubectl(&["delete", "namespace", ns, "--wait=false"]);
+}
+
+/// The host files and the manifest in the kubelet's staticPodPath; returns the manifest's path.
+fn install(tb: &Testbed) -> std::path::PathBuf {
+    install_host_files(tb);
+    let manifests = tb.env("TESTBED_NODE_MANIFESTS");
+    let path = Path::new(&manifests).join("initguard.yaml");
+    std::fs::write(&path, manifest())
+        .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
+    path
+}
+
+/// Remove the manifest and wait until the kubelet removed the mirror pod (it stops the
+/// container first).
+async fn uninstall(tb: &Testbed, path: &Path) {
+    std::fs::remove_file(path).unwrap_or_else(|e| panic!("cannot remove {}: {e}", path.display()));
+    let mirror = format!("initguard-{}", node_name(tb));
     eventually_every(POLL, "the mirror pod gone with its manifest", || async {
-        tb.get("pod", "kube-system", &mirror_name)
+        tb.get("pod", "kube-system", &mirror)
             .is_none()
             .then_some(())
     })
     .await;
+}
+
+/// Gated pod `name` in `ns` bypassed: create it, wait until its gate is gone.
+async fn bypassed(tb: &Testbed, ns: &str, name: &str) {
+    gated_pod(tb, ns, name);
+    eventually_every(
+        POLL,
+        format!("the gate of {ns}/{name} bypassed"),
+        || async { tb.gates(ns, name).is_empty().then_some(()) },
+    )
+    .await;
+}
+
+/// From this scenario's audit log: the holders named by the successful writes of [`LOCK`],
+/// in the order the server received them, after asserting that a holder took over from
+/// another only after the other released it (an empty holder) or after a full `lease`
+/// without a write by the other: never two leaders at once.
+fn assert_one_leader_at_a_time(tb: &Testbed, lease: Duration) -> Vec<String> {
+    let mut writes: Vec<Audit> = tb
+        .scenario_audit()
+        .into_iter()
+        .filter(|a| {
+            a.resource == "leases"
+                && a.namespace == LOCK.0
+                && a.name == LOCK.1
+                && a.is_write()
+                && a.ok()
+        })
+        .collect();
+    writes.sort_by(|x, y| x.received.cmp(&y.received));
+    let holder = |a: &Audit| {
+        a.request["spec"]["holderIdentity"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+    let lease = jiff::SignedDuration::try_from(lease).unwrap_or_else(|e| panic!("{lease:?}: {e}"));
+    for pair in writes.windows(2) {
+        let (before, after) = (holder(&pair[0]), holder(&pair[1]));
+        if before != after && !before.is_empty() && !after.is_empty() {
+            // pair[0] is `before`'s last write: the lock was free only a lease after it.
+            let gap = timestamp(&pair[1].received).duration_since(timestamp(&pair[0].received));
+            assert!(
+                gap >= lease,
+                "{after} took Lease {}/{} {gap:?} after {before}'s last write, within its \
+                 {lease:?} lease: {pair:#?}",
+                LOCK.0,
+                LOCK.1,
+            );
+        }
+    }
+    let mut holders: Vec<String> = Vec::new();
+    for h in writes.iter().map(holder).filter(|h| !h.is_empty()) {
+        if holders.last() != Some(&h) {
+            holders.push(h);
+        }
+    }
+    holders
+}
+
+/// `tests/testbed/crash` of `component`, off the runtime's threads.
+async fn crash(tb: &Arc<Testbed>, component: &'static str, down: Duration) {
+    let tb = tb.clone();
+    let report = tokio::task::spawn_blocking(move || tb.crash(&[component], down))
+        .await
+        .unwrap_or_else(|e| panic!("crash {component}: {e}"));
+    println!("{report}");
+}
+
+/// The static pod across restarts. The API server crashed and started again: the guard's
+/// container keeps running (the same container) and bypasses again once the server is back.
+/// The kubelet crashed and started again: the container keeps running, and the audit log's
+/// Lease writes show one leader throughout. Then the hand-over: a second replica, run as a
+/// process (two static pods need two kubelets, which one host cannot keep apart: README
+/// "Test bed: a real node"), takes the Lease once the manifest is removed and the kubelet
+/// stops the container, and bypasses the next pod, written by the replica holding the lock.
+pub(crate) async fn it_survives_restarts_and_hands_over_the_lease(tb: Arc<Testbed>) {
+    let ns = "static-restarts";
+    namespace(&tb, ns).await;
+    let path = install(&tb);
+    let first = ready_mirror(&tb, "initguard").await;
+    let id = container(&first)["containerID"].clone();
+    assert!(id.is_string(), "{first:#}");
+    bypassed(&tb, ns, "before").await;
+
+    crash(&tb, "kube-apiserver", Duration::from_secs(5)).await;
+    bypassed(&tb, ns, "after-api-server").await;
+    let mirror = ready_mirror(&tb, "initguard").await;
+    assert_eq!(container(&mirror)["containerID"], id, "{mirror:#}");
+
+    crash(&tb, "kubelet", Duration::from_secs(2)).await;
+    bypassed(&tb, ns, "after-kubelet").await;
+    let mirror = ready_mirror(&tb, "initguard").await;
+    assert_eq!(container(&mirror)["containerID"], id, "{mirror:#}");
+    // The same container ID is the proof. (Not restartCount: the same manifest as the
+    // scenario before gives the same pod UID, and the kubelet counts that pod's stopped
+    // container for a while.)
+    assert_eq!(
+        container(&mirror)["state"]["running"]["startedAt"],
+        container(&first)["state"]["running"]["startedAt"],
+        "{mirror:#}"
+    );
+    let lease = Duration::from_secs(15);
+    let holders = assert_one_leader_at_a_time(&tb, lease);
+    assert_eq!(
+        holders.len(),
+        1,
+        "the Lease changed hands while one guard ran: {holders:?}"
+    );
+
+    // The hand-over, to a replica with the bed's ServiceAccount identity.
+    let replica_config =
+        config().replace("listen: 127.0.0.1:9777\nsecureListen: 0.0.0.0:9778\n", "");
+    let replica = tb
+        .guard("static-replica", "initguard-2", &replica_config)
+        .await;
+    uninstall(&tb, &path).await;
+    eventually_every(POLL, "the replica to hold the Lease", || async {
+        let lease = tb.get("lease", LOCK.0, LOCK.1)?;
+        lease["spec"]["holderIdentity"]
+            .as_str()
+            .is_some_and(|h| h.starts_with("static-replica_"))
+            .then_some(())
+    })
+    .await;
+    bypassed(&tb, ns, "after-hand-over").await;
+    let holders = assert_one_leader_at_a_time(&tb, lease);
+    assert_eq!(holders.len(), 2, "{holders:?}");
+    let audit = tb.scenario_audit();
+    let writes = guard_pod_writes_by_lease_holders(&audit, LOCK, ns);
+    let by = |pod: &str| -> Vec<&str> {
+        writes
+            .iter()
+            .filter(|w| w.name == pod && w.ok())
+            .map(|w| w.user.as_str())
+            .collect()
+    };
+    for pod in ["before", "after-api-server", "after-kubelet"] {
+        assert_eq!(by(pod), [GUARD_USER], "{pod}");
+    }
+    assert_eq!(by("after-hand-over"), [GUARD_USER_2]);
+    replica.stop();
     tb.kubectl(&["delete", "namespace", ns, "--wait=false"]);
 }
