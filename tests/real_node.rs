@@ -26,6 +26,9 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("pods::a_job_pod_runs_to_completion_with_its_token", |tb| {
         Box::pin(pods::a_job_pod_runs_to_completion_with_its_token(tb))
     }),
+    ("pods::a_pod_turns_ready_through_its_probe", |tb| {
+        Box::pin(pods::a_pod_turns_ready_through_its_probe(tb))
+    }),
     (
         "static_pod::the_kubelet_runs_it_and_it_bypasses_a_gate",
         |tb| Box::pin(static_pod::the_kubelet_runs_it_and_it_bypasses_a_gate(tb)),

@@ -86,3 +86,47 @@ pub(crate) async fn a_job_pod_runs_to_completion_with_its_token(tb: Arc<Testbed>
 pub(crate) fn node_name(tb: &Testbed) -> String {
     tb.env("TESTBED_NODE")
 }
+
+/// A pod turns Ready through its HTTP readiness probe (busybox's httpd, probed by the
+/// kubelet over the pod network), and unready once the probed file is gone.
+pub(crate) async fn a_pod_turns_ready_through_its_probe(tb: Arc<Testbed>) {
+    let ns = "node-ready";
+    namespace(&tb, ns).await;
+    tb.apply(&json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": "web", "namespace": ns },
+        "spec": {
+            "containers": [{
+                "name": "main",
+                "image": "initguard.test/busybox:1",
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", "mkdir -p /www && echo ok >/www/ready && exec httpd -f -p 8080 -h /www"],
+                "readinessProbe": {
+                    "httpGet": { "path": "/ready", "port": 8080 },
+                    "periodSeconds": 1,
+                    "failureThreshold": 1,
+                },
+            }],
+        },
+    }));
+    let ready = |want: &'static str| {
+        let tb = tb.clone();
+        move || {
+            let tb = tb.clone();
+            async move {
+                let pod = tb.get("pod", ns, "web")?;
+                pod["status"]["conditions"]
+                    .as_array()?
+                    .iter()
+                    .any(|c| c["type"] == "Ready" && c["status"] == want)
+                    .then_some(pod)
+            }
+        }
+    };
+    let pod = eventually_every(POLL, format!("{ns}/web Ready"), ready("True")).await;
+    assert_eq!(pod["spec"]["nodeName"], json!(node_name(&tb)), "{pod:#}");
+    tb.kubectl(&["exec", "-n", ns, "web", "--", "rm", "/www/ready"]);
+    eventually_every(POLL, format!("{ns}/web unready"), ready("False")).await;
+    tb.kubectl(&["delete", "namespace", ns, "--wait=false"]);
+}
