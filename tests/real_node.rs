@@ -11,6 +11,8 @@
 
 use initguard_test_support::{testbed, wait};
 
+#[path = "real_node/chart.rs"]
+mod chart;
 #[path = "real_node/pods.rs"]
 mod pods;
 #[path = "real_node/static_pod.rs"]
@@ -41,6 +43,9 @@ const SCENARIOS: &[(&str, Scenario)] = &[
             ))
         },
     ),
+    ("chart::the_chart_upgrades_tests_and_is_scraped", |tb| {
+        Box::pin(chart::the_chart_upgrades_tests_and_is_scraped(tb))
+    }),
 ];
 
 /// No scenario here makes the server refuse the guard on purpose.

@@ -553,6 +553,9 @@ pub struct Audit {
     pub user_agent: String,
     /// `responseStatus.message`: who refused, and why.
     pub message: String,
+    /// The pod whose bound ServiceAccount token made the request (the token's
+    /// `authentication.kubernetes.io/pod-name` extra, 1.30+); empty for any other credential.
+    pub pod: String,
 }
 
 impl From<Value> for Audit {
@@ -580,6 +583,7 @@ impl From<Value> for Audit {
             uri: s("/requestURI"),
             user_agent: s("/userAgent"),
             message: s("/responseStatus/message"),
+            pod: s("/user/extra/authentication.kubernetes.io~1pod-name/0"),
         }
     }
 }
