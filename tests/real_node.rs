@@ -46,6 +46,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     ("chart::the_chart_upgrades_tests_and_is_scraped", |tb| {
         Box::pin(chart::the_chart_upgrades_tests_and_is_scraped(tb))
     }),
+    (
+        "chart::uninstall_restores_a_bypassed_webhook_from_a_real_hook_pod",
+        |tb| Box::pin(chart::uninstall_restores_a_bypassed_webhook_from_a_real_hook_pod(tb)),
+    ),
 ];
 
 /// No scenario here makes the server refuse the guard on purpose.

@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
 
+use base64::Engine as _;
 use serde_json::{Value, json};
+
+use initguard_test_support::webhook::{RECORD, get_configuration};
 
 use crate::pods::{POLL, namespace, node_name};
 use crate::testbed::*;
@@ -164,24 +167,8 @@ fn scrape_as_the_pod_monitor_says(tb: &Testbed, ns: &str, name: &str, pods: &[Va
         .unwrap_or_else(|| panic!("the Secret of {endpoint:#}"));
     let token = secret["data"][credentials["key"].as_str().unwrap_or_default()]
         .as_str()
-        .map(|b64| {
-            let out = Command::new("base64")
-                .arg("-d")
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()
-                .and_then(|mut child| {
-                    use std::io::Write as _;
-                    child
-                        .stdin
-                        .take()
-                        .map(|mut s| s.write_all(b64.as_bytes()))
-                        .transpose()?;
-                    child.wait_with_output()
-                })
-                .unwrap_or_else(|e| panic!("base64 -d: {e}"));
-            String::from_utf8_lossy(&out.stdout).into_owned()
-        })
+        .and_then(|b64| base64::engine::general_purpose::STANDARD.decode(b64).ok())
+        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned())
         .unwrap_or_else(|| panic!("no token in {secret:#}"));
     for pod in pods {
         let ip = pod["status"]["podIP"].as_str().unwrap_or_default();
@@ -357,4 +344,169 @@ pub(crate) async fn the_chart_upgrades_tests_and_is_scraped(tb: Arc<Testbed>) {
         ],
     );
     tb.kubectl(&["delete", "namespace", tenant, ns, "--wait=false"]);
+}
+
+/// A server-side dry-run create of a pod in `ns` (admission runs, webhooks are called, nothing
+/// is stored): Ok, or Err with the server's refusal.
+fn admitted(tb: &Testbed, ns: &str, opted_in: bool) -> Result<(), String> {
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": "probe", "namespace": ns },
+        "spec": { "containers": [{ "name": "main", "image": "initguard.test/pause:1" }] },
+    });
+    if opted_in {
+        pod["metadata"]["labels"] = json!({ OPT_IN: "true" });
+    }
+    let out = tb.kubectl_with(
+        "admin",
+        &["create", "--dry-run=server", "-f", "-"],
+        Some(&pod.to_string()),
+    );
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// The chart's own replica, on the node, bypasses a listed webhook whose Service has no ready
+/// endpoint (an opted-in pod is admitted again, one not opted in still refused); then
+/// `helm uninstall` runs the pre-delete restore hook, whose Job's pod the kubelet runs: the
+/// webhook's entries are exactly as before the bypass (the server's record), the bypass record
+/// says it was restored by the uninstall, and the audit log shows the restoring write made with the hook pod's own token.
+pub(crate) async fn uninstall_restores_a_bypassed_webhook_from_a_real_hook_pod(tb: Arc<Testbed>) {
+    let (release, ns, system, tenant) = (
+        "restore",
+        "chart-restore",
+        "chart-restore-system",
+        "chart-restore-tenant",
+    );
+    let name = "chart-restore-policy";
+    let entry = "pods.policy.example.com";
+    for n in [system, tenant] {
+        namespace(&tb, n).await;
+    }
+    // A Service with no pods behind it: the webhook's default owner, down.
+    tb.apply(&json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": { "name": "policy", "namespace": system },
+        "spec": { "selector": { "app": "policy" }, "ports": [{ "port": 443, "targetPort": 8443 }] },
+    }));
+    let ca =
+        std::fs::read(tb.dir.join("pki/ca.crt")).unwrap_or_else(|e| panic!("the bed's CA: {e}"));
+    tb.apply(&json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingWebhookConfiguration",
+        "metadata": { "name": name },
+        "webhooks": [{
+            "name": entry,
+            "clientConfig": {
+                "service": { "namespace": system, "name": "policy", "path": "/validate", "port": 443 },
+                "caBundle": base64::engine::general_purpose::STANDARD.encode(ca),
+            },
+            "rules": [{ "operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"] }],
+            "namespaceSelector": { "matchLabels": { "kubernetes.io/metadata.name": tenant } },
+            "failurePolicy": "Fail",
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+        }],
+    }));
+    let before = get_configuration(&tb, name)["webhooks"].clone();
+    let refused = admitted(&tb, tenant, true).expect_err("a dead Fail webhook refuses");
+    assert!(refused.contains("failed calling webhook"), "{refused}");
+
+    let values = write(
+        &tb,
+        "chart-restore.yaml",
+        &format!(
+            "{IMAGE_VALUES}replicaCount: 1\n\
+             config:\n  dryRun: false\n  webhooks:\n    - {{ name: validating/{name}/{entry}, ownerDownGrace: 1s }}\n"
+        ),
+    );
+    helm(
+        &tb,
+        &[
+            "install",
+            release,
+            path_str(&chart()),
+            "--namespace",
+            ns,
+            "--create-namespace",
+            "-f",
+            path_str(&values),
+            "--wait",
+            "--timeout",
+            HELM_TIMEOUT,
+        ],
+    );
+    available(&tb, ns, &format!("{release}-initguard")).await;
+    eventually_every(
+        POLL,
+        format!("{name}/{entry} bypassed for opted-in pods"),
+        || async { admitted(&tb, tenant, true).ok() },
+    )
+    .await;
+    let still = admitted(&tb, tenant, false).expect_err("not opted in: still refused");
+    assert!(still.contains("failed calling webhook"), "{still}");
+    let bypassed = get_configuration(&tb, name);
+    assert_ne!(
+        bypassed["webhooks"], before,
+        "no bypass in the configuration"
+    );
+    assert!(
+        bypassed["metadata"]["annotations"][RECORD].is_string(),
+        "{bypassed:#}"
+    );
+
+    helm(
+        &tb,
+        &[
+            "uninstall",
+            release,
+            "--namespace",
+            ns,
+            "--wait",
+            "--timeout",
+            HELM_TIMEOUT,
+        ],
+    );
+    let after = get_configuration(&tb, name);
+    assert_eq!(after["webhooks"], before, "not restored exactly: {after:#}");
+    let record: Value = after["metadata"]["annotations"][RECORD]
+        .as_str()
+        .and_then(|r| serde_json::from_str(r).ok())
+        .unwrap_or_else(|| panic!("no bypass record: {after:#}"));
+    assert_eq!(
+        record[entry]["restored"]["by"],
+        json!("uninstall"),
+        "{record:#}"
+    );
+    let sa = format!("system:serviceaccount:{ns}:{release}-initguard");
+    let hook = format!("{release}-initguard-restore-");
+    let restoring: Vec<Audit> = tb
+        .scenario_audit()
+        .into_iter()
+        .filter(|a| {
+            a.resource == "validatingwebhookconfigurations"
+                && a.name == name
+                && a.is_write()
+                && a.ok()
+        })
+        .collect();
+    let last = restoring
+        .last()
+        .unwrap_or_else(|| panic!("no write of {name}"));
+    assert!(
+        last.user == sa && last.pod.starts_with(&hook),
+        "the last write of {name} is not the hook pod's ({hook}*, as {sa}): {last:#?}"
+    );
+    assert_eq!(
+        admitted(&tb, tenant, true).map_err(|e| e.contains("failed calling webhook")),
+        Err(true)
+    );
+    tb.kubectl(&["delete", "validatingwebhookconfiguration", name]);
+    tb.kubectl(&["delete", "namespace", tenant, system, ns, "--wait=false"]);
 }

@@ -217,9 +217,12 @@ EOF
     node_ctr images import --no-unpack=false "$image" >>"$dir/logs/setup.log" 2>&1 \
       || fail "ctr images import $image failed (logs/setup.log)"
   done
+  # The list first: `grep -q` would close the pipe on ctr (pipefail).
+  local listed
+  listed="$(node_ctr images ls -q)"
   for image in "${NODE_IMAGES[@]}"; do
-    node_ctr images ls -q | grep -qx "docker.io/$image\|$image" \
-      || fail "image $image missing in containerd after import"
+    grep -qx "docker.io/$image\|$image" <<<"$listed" \
+      || fail "image $image missing in containerd after import (it lists: $listed)"
   done
 }
 
@@ -331,7 +334,8 @@ node_route_service() {
 node_pids_with() {
   local p
   for p in /proc/[0-9]*; do
-    tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$1" && echo "${p#/proc/}"
+    # A process may end meanwhile (errors to /dev/null first); grep reads all (pipefail).
+    tr '\0' ' ' 2>/dev/null <"$p/cmdline" | grep -F -- "$1" >/dev/null && echo "${p#/proc/}"
   done
   return 0
 }
