@@ -17,6 +17,8 @@ mod chart;
 mod pods;
 #[path = "real_node/static_pod.rs"]
 mod static_pod;
+#[path = "real_node/webhook_backend.rs"]
+mod webhook_backend;
 
 use std::process::ExitCode;
 
@@ -49,6 +51,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     (
         "chart::uninstall_restores_a_bypassed_webhook_from_a_real_hook_pod",
         |tb| Box::pin(chart::uninstall_restores_a_bypassed_webhook_from_a_real_hook_pod(tb)),
+    ),
+    (
+        "webhook_backend::a_webhook_deployment_killed_unready_and_frozen",
+        |tb| Box::pin(webhook_backend::a_webhook_deployment_killed_unready_and_frozen(tb)),
     ),
 ];
 

@@ -59,6 +59,12 @@ fn install_host_files(tb: &Testbed) {
         .unwrap_or_else(|e| panic!("cannot read the guard's kubeconfig: {e}"));
     for (name, text) in [("config.yaml", config()), ("kubeconfig", kubeconfig)] {
         let path = dir.join(name);
+        // A master's own files are never overwritten (uninstall removes the test's).
+        assert!(
+            !path.exists(),
+            "{} exists: refusing to replace the host's",
+            path.display()
+        );
         std::fs::write(&path, text)
             .unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644))
@@ -175,8 +181,8 @@ fn install(tb: &Testbed) -> std::path::PathBuf {
     path
 }
 
-/// Remove the manifest and wait until the kubelet removed the mirror pod (it stops the
-/// container first).
+/// Remove the manifest, wait until the kubelet removed the mirror pod (it stops the container
+/// first), then remove the host files.
 async fn uninstall(tb: &Testbed, path: &Path) {
     std::fs::remove_file(path).unwrap_or_else(|e| panic!("cannot remove {}: {e}", path.display()));
     let mirror = format!("initguard-{}", node_name(tb));
@@ -186,6 +192,17 @@ async fn uninstall(tb: &Testbed, path: &Path) {
             .then_some(())
     })
     .await;
+    // Its host files go too: on this host they would be any later guard's or `initguard
+    // why`'s configuration (/etc/initguard/config.yaml, the static pod's default).
+    let dir = Path::new("/etc/initguard");
+    for name in ["config.yaml", "kubeconfig"] {
+        let file = dir.join(name);
+        std::fs::remove_file(&file)
+            .unwrap_or_else(|e| panic!("cannot remove {}: {e}", file.display()));
+    }
+    // The kubelet made the tls directory (DirectoryOrCreate); empty, it goes with the rest.
+    let _ = std::fs::remove_dir(dir.join("tls"));
+    let _ = std::fs::remove_dir(dir);
 }
 
 /// Gated pod `name` in `ns` bypassed: create it, wait until its gate is gone.

@@ -94,8 +94,37 @@ node_image() {
   for p in "$@"; do args+=(--config.exposedports "$p"); done
   umoci config --image "$work/oci:img" "${args[@]}" >/dev/null
   local archive="$dir/node/images/${name//[\/:]/_}.tar"
+  NODE_IMAGE_ARCHIVE="$archive"
   skopeo copy -q "oci:$work/oci:img" "docker-archive:$archive:$name" >/dev/null
   rm -rf "$work"
+}
+
+# The shared libraries BINARY links (the loader among them), copied into ROOT at their paths.
+node_libs() { # ROOT BINARY
+  local lib
+  for lib in $(ldd "$2" | grep -o '/[^ ]*'); do
+    mkdir -p "$1$(dirname "$lib")"
+    cp -L "$lib" "$1$lib"
+  done
+}
+
+# busybox (Debian's busybox-static, statically linked) in ROOT: a shell, coreutils, httpd.
+node_busybox() { # ROOT
+  local applet
+  mkdir -p "$1/bin" "$1/tmp" "$1/etc"
+  cp "$(command -v busybox)" "$1/bin/busybox"
+  for applet in $("$1/bin/busybox" --list); do
+    [ "$applet" = busybox ] || ln -s busybox "$1/bin/$applet"
+  done
+  chmod 1777 "$1/tmp"
+  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$1/etc/passwd"
+  printf 'root:x:0:\nnobody:x:65534:\n' >"$1/etc/group"
+}
+
+# Imports an image archive of node_image into the bed's containerd.
+node_import() { # ARCHIVE
+  node_ctr images import "$1" >>"$dir/logs/setup.log" 2>&1 \
+    || fail "ctr images import $1 failed (logs/setup.log)"
 }
 
 # The three local images (no registry: built here and imported into containerd).
@@ -119,15 +148,8 @@ EOF
   node_image initguard.test/pause:1 "$root/pause" 65535:65535 /pause -
 
   # busybox (Debian's busybox-static, statically linked): a shell, coreutils, httpd; root.
-  local bb="$root/busybox" applet
-  mkdir -p "$bb/bin" "$bb/tmp" "$bb/etc"
-  cp "$(command -v busybox)" "$bb/bin/busybox"
-  for applet in $("$bb/bin/busybox" --list); do
-    [ "$applet" = busybox ] || ln -s busybox "$bb/bin/$applet"
-  done
-  chmod 1777 "$bb/tmp"
-  printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n' >"$bb/etc/passwd"
-  printf 'root:x:0:\nnobody:x:65534:\n' >"$bb/etc/group"
+  local bb="$root/busybox"
+  node_busybox "$bb"
   node_image initguard.test/busybox:1 "$bb" 0:0 - '/bin/sh'
 
   # initguard: the shipped binary in deploy/Dockerfile's layout on what distroless cc gives
@@ -137,10 +159,7 @@ EOF
   [ -x "$guard" ] || fail "no $guard: cargo build --profile dist --no-default-features --bin initguard"
   mkdir -p "$ig/etc/ssl/certs" "$ig/tmp" "$ig/home/nonroot"
   cp "$guard" "$ig/initguard"
-  for lib in $(ldd "$guard" | grep -o '/[^ ]*'); do
-    mkdir -p "$ig$(dirname "$lib")"
-    cp -L "$lib" "$ig$lib"
-  done
+  node_libs "$ig" "$guard"
   [ ! -f /etc/ssl/certs/ca-certificates.crt ] || cp /etc/ssl/certs/ca-certificates.crt "$ig/etc/ssl/certs/"
   chmod 1777 "$ig/tmp"
   chown 65532:65532 "$ig/home/nonroot"
@@ -213,10 +232,7 @@ EOF
   echo $! >"$dir/pids/containerd.pid"
   wait_for "containerd on $c/containerd.sock" "$dir/logs/containerd.log" node_ctr version
   local image
-  for image in "$dir"/node/images/*.tar; do
-    node_ctr images import --no-unpack=false "$image" >>"$dir/logs/setup.log" 2>&1 \
-      || fail "ctr images import $image failed (logs/setup.log)"
-  done
+  for image in "$dir"/node/images/*.tar; do node_import "$image"; done
   # The list first: `grep -q` would close the pipe on ctr (pipefail).
   local listed
   listed="$(node_ctr images ls -q)"

@@ -70,6 +70,43 @@ impl WebhookServer {
         server
     }
 
+    /// Serve on `addr` with the PEM certificate chain `cert_pem` and PKCS#8 key `key_pem` (as
+    /// `openssl req -nodes` writes it): the backend of a webhook Deployment (the
+    /// `test-webhook` binary), whose certificate the test signs for its Service's name.
+    pub fn from_pem(
+        addr: SocketAddr,
+        cert_pem: &str,
+        key_pem: &str,
+    ) -> Result<WebhookServer, String> {
+        let certs: Vec<rustls::pki_types::CertificateDer<'static>> =
+            pem_blocks(cert_pem, "CERTIFICATE")?
+                .into_iter()
+                .map(rustls::pki_types::CertificateDer::from)
+                .collect();
+        let key = pem_blocks(key_pem, "PRIVATE KEY")?
+            .into_iter()
+            .next()
+            .ok_or("no PRIVATE KEY block (PKCS#8) in the key")?;
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS versions: {e}"))?
+            .with_no_client_auth()
+            .with_single_cert(certs, rustls::pki_types::PrivateKeyDer::Pkcs8(key.into()))
+            .map_err(|e| format!("TLS config: {e}"))?;
+        let mut server = WebhookServer {
+            addr,
+            ca_pem: cert_pem.to_owned(),
+            tls: Arc::new(tls),
+            calls: Arc::new(AtomicUsize::new(0)),
+            reviews: Arc::default(),
+            frozen: Arc::default(),
+            handle: None,
+        };
+        server.serve();
+        Ok(server)
+    }
+
     /// (Re)start serving on [`WebhookServer::addr`].
     pub fn serve(&mut self) {
         let socket = tokio::net::TcpSocket::new_v4().unwrap_or_else(|e| panic!("socket: {e}"));
@@ -187,6 +224,33 @@ impl Drop for WebhookServer {
             handle.shutdown();
         }
     }
+}
+
+/// The DER bodies of the `-----BEGIN LABEL-----` blocks of `pem`, in order.
+fn pem_blocks(pem: &str, label: &str) -> Result<Vec<Vec<u8>>, String> {
+    let (begin, end) = (
+        format!("-----BEGIN {label}-----"),
+        format!("-----END {label}-----"),
+    );
+    let mut out = Vec::new();
+    let mut rest = pem;
+    while let Some(start) = rest.find(&begin) {
+        let body = &rest[start + begin.len()..];
+        let stop = body
+            .find(&end)
+            .ok_or_else(|| format!("{begin} without {end}"))?;
+        let b64: String = body[..stop].split_whitespace().collect();
+        out.push(
+            base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .map_err(|e| format!("{label} block: {e}"))?,
+        );
+        rest = &body[stop + end.len()..];
+    }
+    if out.is_empty() {
+        return Err(format!("no {begin} block"));
+    }
+    Ok(out)
 }
 
 /// A ValidatingWebhookConfiguration `name` calling `server` for pod creates in namespaces
