@@ -13,6 +13,8 @@ use initguard_test_support::{testbed, wait};
 
 #[path = "real_node/chart.rs"]
 mod chart;
+#[path = "real_node/image.rs"]
+mod image;
 #[path = "real_node/pods.rs"]
 mod pods;
 #[path = "real_node/static_pod.rs"]
@@ -27,6 +29,9 @@ use initguard_test_support::runner::{self, Scenario};
 
 /// Every scenario, in run order.
 const SCENARIOS: &[(&str, Scenario)] = &[
+    ("image::the_initguard_image_is_the_dockerfiles", |tb| {
+        Box::pin(image::the_initguard_image_is_the_dockerfiles(tb))
+    }),
     ("pods::a_job_pod_runs_to_completion_with_its_token", |tb| {
         Box::pin(pods::a_job_pod_runs_to_completion_with_its_token(tb))
     }),

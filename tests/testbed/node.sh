@@ -76,8 +76,8 @@ node_network() {
   ip link set "$NODE_BRIDGE" up
 }
 
-# A container image from a root filesystem: NAME ROOTFS USER ENTRYPOINT-JSON CMD-JSON
-# [PORT...], as an archive in DIR/node/images, imported into containerd by node_images.
+# A container image from a root filesystem: NAME ROOTFS USER ENTRYPOINT CMD [PORT...]
+# (ENTRYPOINT and CMD: words separated by spaces, or - for none), as an archive in DIR/node/images, imported into containerd by node_images.
 node_image() {
   local name="$1" rootfs="$2" user="$3" entrypoint="$4" cmd="$5"; shift 5
   local work="$dir/node/images/work" args=() p
@@ -89,8 +89,10 @@ node_image() {
   cp -a "$rootfs/." "$work/bundle/rootfs/"
   umoci repack --image "$work/oci:img" "$work/bundle" >/dev/null
   args=(--config.user "$user")
-  [ "$entrypoint" = - ] || args+=(--config.entrypoint "$entrypoint")
-  [ "$cmd" = - ] || args+=(--config.cmd "$cmd")
+  # umoci takes one flag per word of the entrypoint and command.
+  local word
+  if [ "$entrypoint" != - ]; then for word in $entrypoint; do args+=(--config.entrypoint "$word"); done; fi
+  if [ "$cmd" != - ]; then for word in $cmd; do args+=(--config.cmd "$word"); done; fi
   for p in "$@"; do args+=(--config.exposedports "$p"); done
   umoci config --image "$work/oci:img" "${args[@]}" >/dev/null
   local archive="$dir/node/images/${name//[\/:]/_}.tar"
@@ -166,7 +168,7 @@ EOF
   printf 'root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$ig/etc/passwd"
   printf 'root:x:0:\nnonroot:x:65532:\n' >"$ig/etc/group"
   node_image initguard.test/initguard:dev "$ig" 65532:65532 /initguard \
-    'run,--config,/etc/initguard/config.yaml' 9777/tcp 9778/tcp
+    'run --config /etc/initguard/config.yaml' 9777/tcp 9778/tcp
   rm -rf "$root"
 }
 
