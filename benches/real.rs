@@ -43,6 +43,8 @@ use testbed::{OPT_IN, Testbed};
 
 #[path = "real/pile.rs"]
 mod pile;
+#[path = "real/pile_gates.rs"]
+mod pile_gates;
 #[path = "real/two.rs"]
 mod two;
 
@@ -75,14 +77,20 @@ struct Args {
     gates_only: bool,
     /// Section f only (`--pile`): the pileup on the real 1.13 server, with `jobs` Jobs.
     pile: bool,
+    /// Section g only (`--pile-gates`): the gated pileup on the current server with a real
+    /// node, with `jobs` Jobs.
+    pile_gates: bool,
     jobs: usize,
 }
 
 const USAGE: &str =
-    "usage: real [--quick] [--two [--legacy-only]] [--pile [--jobs N]] [--sizes N,N] [--runs N,N] [--scale-pods N] [--idle-seconds N]
+    "usage: real [--quick] [--two [--legacy-only]] [--pile [--jobs N]] [--pile-gates [--jobs N]] [--sizes N,N] [--runs N,N] [--scale-pods N] [--idle-seconds N]
   defaults: --sizes 1000,10000 --runs 9,5 --scale-pods 50000 --idle-seconds 60
   --pile    only section f: the pileup of a 60 s initializer outage on the real 1.13 server,
             without the guard, with a deadline, with the owner check (--jobs N Jobs, default 50)
+  --pile-gates  only section g: the same with scheduling gates on the current server and a
+            real node (tests/testbed/up --node, as root): Jobs run to completion on the kubelet
+            (--jobs N ≤ 100, default 50)
   --two     only section e: two initializers per pod, one dead owner, on the 1.13 test bed
             (legacy initializers) and the current one (gates), each beside the simulator
             (--legacy-only: the 1.13 servers only; --gates-only: the current ones only;
@@ -104,6 +112,7 @@ fn parse_args() -> Result<Args, String> {
         real_only: false,
         gates_only: false,
         pile: false,
+        pile_gates: false,
         jobs: 50,
     };
     let mut it = std::env::args().skip(1);
@@ -144,6 +153,7 @@ fn parse_args() -> Result<Args, String> {
             "--real-only" => args.real_only = true,
             "--gates-only" => args.gates_only = true,
             "--pile" => args.pile = true,
+            "--pile-gates" => args.pile_gates = true,
             "--jobs" => args.jobs = number("--jobs", it.next())?,
             "--scale-pods" => args.scale_pods = number("--scale-pods", it.next())?,
             "--idle-seconds" => args.idle_seconds = number("--idle-seconds", it.next())? as u64,
@@ -1046,6 +1056,9 @@ async fn scale(server: &mut Server, pods: usize, idle: Duration) -> Result<Scale
 async fn run(args: Args) -> Result<()> {
     if args.pile {
         return pile::run_pile(args.jobs).await;
+    }
+    if args.pile_gates {
+        return pile_gates::run_pile_gates(args.jobs).await;
     }
     if args.two {
         let rounds: Vec<usize> = (0..args.sizes.len()).map(|i| args.rounds(i)).collect();

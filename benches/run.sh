@@ -5,8 +5,9 @@
 #   benches/run.sh --quick         short run (about 2 minutes), printed only
 #   benches/run.sh --out FILE      write FILE instead of benches/RESULTS.md
 #   benches/run.sh --two           also sections 8 and 9 (`cargo bench --bench real -- --two`,
-#                                  then `-- --pile`: about an hour more; needs the 1.13 and
-#                                  current test beds built)
+#                                  then `-- --pile` and `-- --pile-gates`: about an hour more;
+#                                  needs the 1.13 and current test beds built, and root for the
+#                                  real node of --pile-gates)
 #   benches/run.sh -- ARGS...      extra arguments for the guard benchmark, e.g.
 #                                  -- --only pileup --pileup-seconds 20
 #
@@ -124,6 +125,14 @@ started=$(date -u +%s)
     echo "## 9. Pileup on the real 1.13 server: a dead initializer owner, without and with initguard"
     echo
     echo "_Not run by this invocation: \`benches/run.sh --two\` adds it (about 5 minutes; the 1.13 test bed must be built)._"
+  fi
+  echo
+  if [ "$two" = 1 ]; then
+    cargo bench --quiet --bench real -- --pile-gates $( [ "$quick" = 1 ] && echo --jobs 10 )
+  else
+    echo "## 10. Pileup with scheduling gates on the current server and a real node"
+    echo
+    echo "_Not run by this invocation: \`benches/run.sh --two\` adds it (about 4 minutes, as root: a node bed)._"
   fi
   echo
   echo "_Total benchmark time: $(( $(date -u +%s) - started )) s; load average after the run: $(cut -d' ' -f1-3 /proc/loadavg)._"
