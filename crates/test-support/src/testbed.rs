@@ -112,7 +112,7 @@ pub fn node_missing() -> Option<String> {
         "ip",
     ]
     .into_iter()
-    .filter(|tool| !crate::tools::on_path(tool))
+    .filter(|tool| !crate::host::on_path(tool))
     .chain((!Path::new("/usr/lib/cni/bridge").exists()).then_some("/usr/lib/cni/bridge"))
     .collect();
     (!missing.is_empty()).then(|| format!("missing {}", missing.join(", ")))
