@@ -30,18 +30,18 @@ const SLACK: Duration = Duration::from_secs(1);
 /// After the revival, how long the Jobs may take to have a bound pod each.
 const SETTLE: Duration = Duration::from_secs(120);
 
-/// Which run.
+/// Which run (section g's too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     NoGuard,
     Deadline,
     OwnerDown,
 }
 
 impl Mode {
-    const ALL: [Mode; 3] = [Mode::NoGuard, Mode::Deadline, Mode::OwnerDown];
+    pub(crate) const ALL: [Mode; 3] = [Mode::NoGuard, Mode::Deadline, Mode::OwnerDown];
 
-    fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Mode::NoGuard => "no guard",
             Mode::Deadline => "initguard, deadline 1 s",
@@ -49,7 +49,7 @@ impl Mode {
         }
     }
 
-    fn short(self) -> &'static str {
+    pub(crate) fn short(self) -> &'static str {
         match self {
             Mode::NoGuard => "none",
             Mode::Deadline => "deadline",

@@ -15,6 +15,9 @@ use super::*;
 
 use initguard_test_support::testbed::OwnerLease;
 
+// The same three runs as section f, told apart the same way.
+use super::pile::Mode;
+
 /// The gate of every Job's pods.
 const PILE_GATE: &str = "queue.example.com/admission";
 /// The gate's owner, renewed until t = 0, in each run's namespace.
@@ -24,46 +27,20 @@ const PILE_OUTAGE: Duration = Duration::from_secs(60);
 /// After the controller is back, how long the Jobs may take to complete.
 const PILE_SETTLE: Duration = Duration::from_secs(180);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
-    NoGuard,
-    Deadline,
-    OwnerDown,
-}
-
-impl Mode {
-    const ALL: [Mode; 3] = [Mode::NoGuard, Mode::Deadline, Mode::OwnerDown];
-
-    fn label(self) -> &'static str {
-        match self {
-            Mode::NoGuard => "no guard",
-            Mode::Deadline => "initguard, deadline 1 s",
-            Mode::OwnerDown => "initguard, owner-down only (grace 1 s)",
-        }
-    }
-
-    fn short(self) -> &'static str {
-        match self {
-            Mode::NoGuard => "none",
-            Mode::Deadline => "deadline",
-            Mode::OwnerDown => "owner",
-        }
-    }
-
-    fn guard_config(self, ns: &str) -> Option<String> {
-        let gate = match self {
-            Mode::NoGuard => return None,
-            Mode::Deadline => format!("{{ name: {PILE_GATE}, deadline: 1s }}"),
-            Mode::OwnerDown => format!(
-                "{{ name: {PILE_GATE}, deadline: 1h, ownerDownGrace: 1s, owner: {{ lease: {ns}/{PILE_LEASE} }} }}"
-            ),
-        };
-        Some(format!(
-            "mechanism: schedulingGates\noptIn: {{ label: {OPT_IN} }}\n\
-             leaderElection: {{ enabled: false }}\nunlistedInitializers: ignore\ndryRun: false\n\
-             initializers:\n  - {gate}\n"
-        ))
-    }
+/// The guard's config for `mode` (None: no guard), on the gate of every Job's pods.
+fn guard_config(mode: Mode, ns: &str) -> Option<String> {
+    let gate = match mode {
+        Mode::NoGuard => return None,
+        Mode::Deadline => format!("{{ name: {PILE_GATE}, deadline: 1s }}"),
+        Mode::OwnerDown => format!(
+            "{{ name: {PILE_GATE}, deadline: 1h, ownerDownGrace: 1s, owner: {{ lease: {ns}/{PILE_LEASE} }} }}"
+        ),
+    };
+    Some(format!(
+        "mechanism: schedulingGates\noptIn: {{ label: {OPT_IN} }}\n\
+         leaderElection: {{ enabled: false }}\nunlistedInitializers: ignore\ndryRun: false\n\
+         initializers:\n  - {gate}\n"
+    ))
 }
 
 /// One run's figures.
@@ -165,7 +142,7 @@ async fn pile_gates(tb: &Arc<Testbed>, mode: Mode, jobs: usize) -> Result<Run> {
     )
     .await?;
     let mut owner = OwnerLease::start(tb, &ns, PILE_LEASE);
-    let guard = match mode.guard_config(&ns) {
+    let guard = match guard_config(mode, &ns) {
         Some(config) => Some(
             tb.guard(&format!("pileg-{}", mode.short()), "initguard", &config)
                 .await,

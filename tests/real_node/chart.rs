@@ -11,7 +11,7 @@ use std::sync::Arc;
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-use initguard_test_support::webhook::{RECORD, get_configuration};
+use initguard_test_support::webhook::{RECORD, dry_run_pod, get_configuration};
 
 use crate::pods::{POLL, namespace, node_name};
 use crate::testbed::*;
@@ -57,6 +57,22 @@ fn helm_output(tb: &Testbed, args: &[&str]) -> Output {
         std::time::Duration::from_secs(300),
         &format!("helm {args:?}"),
     )
+}
+
+/// `helm uninstall --wait`: its hooks run and its objects are gone when it returns.
+fn uninstall(tb: &Testbed, release: &str, ns: &str) {
+    helm(
+        tb,
+        &[
+            "uninstall",
+            release,
+            "--namespace",
+            ns,
+            "--wait",
+            "--timeout",
+            HELM_TIMEOUT,
+        ],
+    );
 }
 
 fn write(tb: &Testbed, name: &str, text: &str) -> PathBuf {
@@ -331,43 +347,8 @@ pub(crate) async fn the_chart_upgrades_tests_and_is_scraped(tb: Arc<Testbed>) {
         "why did not read the installed release's configuration: {text}"
     );
 
-    helm(
-        &tb,
-        &[
-            "uninstall",
-            release,
-            "--namespace",
-            ns,
-            "--wait",
-            "--timeout",
-            HELM_TIMEOUT,
-        ],
-    );
+    uninstall(&tb, release, ns);
     tb.kubectl(&["delete", "namespace", tenant, ns, "--wait=false"]);
-}
-
-/// A server-side dry-run create of a pod in `ns` (admission runs, webhooks are called, nothing
-/// is stored): Ok, or Err with the server's refusal.
-fn admitted(tb: &Testbed, ns: &str, opted_in: bool) -> Result<(), String> {
-    let mut pod = json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": { "name": "probe", "namespace": ns },
-        "spec": { "containers": [{ "name": "main", "image": "initguard.test/pause:1" }] },
-    });
-    if opted_in {
-        pod["metadata"]["labels"] = json!({ OPT_IN: "true" });
-    }
-    let out = tb.kubectl_with(
-        "admin",
-        &["create", "--dry-run=server", "-f", "-"],
-        Some(&pod.to_string()),
-    );
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
 }
 
 /// The chart's own replica, on the node, bypasses a listed webhook whose Service has no ready
@@ -415,7 +396,7 @@ pub(crate) async fn uninstall_restores_a_bypassed_webhook_from_a_real_hook_pod(t
         }],
     }));
     let before = get_configuration(&tb, name)["webhooks"].clone();
-    let refused = admitted(&tb, tenant, true).expect_err("a dead Fail webhook refuses");
+    let refused = dry_run_pod(&tb, tenant, true).expect_err("a dead Fail webhook refuses");
     assert!(refused.contains("failed calling webhook"), "{refused}");
 
     let values = write(
@@ -446,10 +427,10 @@ pub(crate) async fn uninstall_restores_a_bypassed_webhook_from_a_real_hook_pod(t
     eventually_every(
         POLL,
         format!("{name}/{entry} bypassed for opted-in pods"),
-        || async { admitted(&tb, tenant, true).ok() },
+        || async { dry_run_pod(&tb, tenant, true).ok() },
     )
     .await;
-    let still = admitted(&tb, tenant, false).expect_err("not opted in: still refused");
+    let still = dry_run_pod(&tb, tenant, false).expect_err("not opted in: still refused");
     assert!(still.contains("failed calling webhook"), "{still}");
     let bypassed = get_configuration(&tb, name);
     assert_ne!(
@@ -461,18 +442,7 @@ pub(crate) async fn uninstall_restores_a_bypassed_webhook_from_a_real_hook_pod(t
         "{bypassed:#}"
     );
 
-    helm(
-        &tb,
-        &[
-            "uninstall",
-            release,
-            "--namespace",
-            ns,
-            "--wait",
-            "--timeout",
-            HELM_TIMEOUT,
-        ],
-    );
+    uninstall(&tb, release, ns);
     let after = get_configuration(&tb, name);
     assert_eq!(after["webhooks"], before, "not restored exactly: {after:#}");
     let record: Value = after["metadata"]["annotations"][RECORD]
@@ -504,7 +474,7 @@ pub(crate) async fn uninstall_restores_a_bypassed_webhook_from_a_real_hook_pod(t
         "the last write of {name} is not the hook pod's ({hook}*, as {sa}): {last:#?}"
     );
     assert_eq!(
-        admitted(&tb, tenant, true).map_err(|e| e.contains("failed calling webhook")),
+        dry_run_pod(&tb, tenant, true).map_err(|e| e.contains("failed calling webhook")),
         Err(true)
     );
     tb.kubectl(&["delete", "validatingwebhookconfiguration", name]);

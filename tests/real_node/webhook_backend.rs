@@ -12,7 +12,7 @@ use base64::Engine as _;
 use serde_json::{Value, json};
 
 use initguard_test_support::pki;
-use initguard_test_support::webhook::{RECORD, get_configuration, grant_names};
+use initguard_test_support::webhook::{RECORD, dry_run_pod, get_configuration, grant_names};
 
 use crate::pods::{POLL, namespace};
 use crate::testbed::*;
@@ -293,7 +293,7 @@ pub(crate) async fn a_webhook_deployment_killed_unready_and_frozen(tb: Arc<Testb
     let before = get_configuration(&tb, NAME)["webhooks"].clone();
     // The backend answers: a pod that is not opted in is admitted (a dry run).
     eventually_every(POLL, "the backend admitting a dry-run create", || async {
-        dry_run(&tb, false).ok()
+        dry_run_pod(&tb, TENANT, false).ok()
     })
     .await;
 
@@ -321,9 +321,11 @@ pub(crate) async fn a_webhook_deployment_killed_unready_and_frozen(tb: Arc<Testb
         "--replicas=0",
     ]);
     until_bypassed(&tb, "scaled to zero", &both).await;
-    let refused = dry_run(&tb, false).expect_err("not opted in: still sent to the dead webhook");
+    let refused =
+        dry_run_pod(&tb, TENANT, false).expect_err("not opted in: still sent to the dead webhook");
     assert!(refused.contains("failed calling webhook"), "{refused}");
-    dry_run(&tb, true).unwrap_or_else(|e| panic!("opted in: admitted while bypassed: {e}"));
+    dry_run_pod(&tb, TENANT, true)
+        .unwrap_or_else(|e| panic!("opted in: admitted while bypassed: {e}"));
     tb.kubectl(&[
         "scale",
         "deployment",
@@ -368,7 +370,7 @@ pub(crate) async fn a_webhook_deployment_killed_unready_and_frozen(tb: Arc<Testb
     signal(pid, "STOP");
     until_bypassed(&tb, "frozen", &[BY_CANARY]).await;
     ready_backends(&tb, 1).await;
-    let refused = dry_run(&tb, false).expect_err("frozen: calls time out");
+    let refused = dry_run_pod(&tb, TENANT, false).expect_err("frozen: calls time out");
     assert!(refused.contains("failed calling webhook"), "{refused}");
     signal(pid, "CONT");
     until_bypassed(&tb, "continued", &[]).await;
@@ -398,27 +400,4 @@ pub(crate) async fn a_webhook_deployment_killed_unready_and_frozen(tb: Arc<Testb
         SYSTEM,
         "--wait=false",
     ]);
-}
-
-/// A server-side dry-run create of a pod in [`TENANT`]: Ok, or Err with the refusal.
-fn dry_run(tb: &Testbed, opted_in: bool) -> Result<(), String> {
-    let mut pod = json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": { "name": "probe", "namespace": TENANT },
-        "spec": { "containers": [{ "name": "main", "image": "initguard.test/pause:1" }] },
-    });
-    if opted_in {
-        pod["metadata"]["labels"] = json!({ OPT_IN: "true" });
-    }
-    let out = tb.kubectl_with(
-        "admin",
-        &["create", "--dry-run=server", "-f", "-"],
-        Some(&pod.to_string()),
-    );
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
 }

@@ -47,27 +47,13 @@ impl WebhookServer {
         let cert = params
             .self_signed(&key)
             .unwrap_or_else(|e| panic!("webhook certificate: {e}"));
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let tls = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap_or_else(|e| panic!("webhook TLS versions: {e}"))
-            .with_no_client_auth()
-            .with_single_cert(
-                vec![cert.der().clone()],
-                rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-            )
-            .unwrap_or_else(|e| panic!("webhook TLS config: {e}"));
-        let mut server = WebhookServer {
-            addr: SocketAddr::from(([127, 0, 0, 1], free_port())),
-            ca_pem: cert.pem(),
-            tls: Arc::new(tls),
-            calls: Arc::new(AtomicUsize::new(0)),
-            reviews: Arc::default(),
-            frozen: Arc::default(),
-            handle: None,
-        };
-        server.serve();
-        server
+        WebhookServer::serving(
+            SocketAddr::from(([127, 0, 0, 1], free_port())),
+            vec![cert.der().clone()],
+            key.serialize_der(),
+            cert.pem(),
+        )
+        .unwrap_or_else(|e| panic!("webhook {e}"))
     }
 
     /// Serve on `addr` with the PEM certificate chain `cert_pem` and PKCS#8 key `key_pem` (as
@@ -87,6 +73,17 @@ impl WebhookServer {
             .into_iter()
             .next()
             .ok_or("no PRIVATE KEY block (PKCS#8) in the key")?;
+        WebhookServer::serving(addr, certs, key, cert_pem.to_owned())
+    }
+
+    /// Serve on `addr` with the chain `certs` and PKCS#8 `key`; `ca_pem` is what a
+    /// configuration trusts ([`WebhookServer::ca_bundle`]).
+    fn serving(
+        addr: SocketAddr,
+        certs: Vec<rustls::pki_types::CertificateDer<'static>>,
+        key: Vec<u8>,
+        ca_pem: String,
+    ) -> Result<WebhookServer, String> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let tls = rustls::ServerConfig::builder_with_provider(provider)
             .with_safe_default_protocol_versions()
@@ -96,7 +93,7 @@ impl WebhookServer {
             .map_err(|e| format!("TLS config: {e}"))?;
         let mut server = WebhookServer {
             addr,
-            ca_pem: cert_pem.to_owned(),
+            ca_pem,
             tls: Arc::new(tls),
             calls: Arc::new(AtomicUsize::new(0)),
             reviews: Arc::default(),
@@ -301,6 +298,31 @@ pub fn create_pod(tb: &Testbed, ns: &str, name: &str, opted_in: bool) -> Result<
         pod["metadata"]["labels"][OPT_IN] = json!("true");
     }
     let out = tb.kubectl_with("admin", &["create", "-f", "-"], Some(&pod.to_string()));
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// A server-side dry-run create of a pod in `ns` (admission runs and webhooks are called;
+/// nothing is stored, so no kubelet or image is involved): Ok, or Err with the server's
+/// refusal.
+pub fn dry_run_pod(tb: &Testbed, ns: &str, opted_in: bool) -> Result<(), String> {
+    let mut pod = json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": { "name": "probe", "namespace": ns },
+        "spec": { "containers": [{ "name": "main", "image": "initguard.test/pause:1" }] },
+    });
+    if opted_in {
+        pod["metadata"]["labels"] = json!({ OPT_IN: "true" });
+    }
+    let out = tb.kubectl_with(
+        "admin",
+        &["create", "--dry-run=server", "-f", "-"],
+        Some(&pod.to_string()),
+    );
     if out.status.success() {
         Ok(())
     } else {
