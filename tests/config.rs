@@ -110,7 +110,36 @@ mod examples {
             c.initializer("legacy.example.com").unwrap().probe_interval,
             Duration::from_secs(5)
         );
-        assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+        assert_eq!(c.warnings(), [initguard::config::NODE_STAGE_NOT_WIRED]);
+    }
+
+    #[test]
+    fn example_yaml_lists_the_istio_validation_step_of_the_node_stage() {
+        use initguard::config::{ObjectRef, StepAction, StepOwner};
+        let c = load("config/example.yaml");
+        let [istio] = c.init_containers.as_slice() else {
+            panic!("{:?}", c.init_containers)
+        };
+        assert_eq!(istio.name, "istio-validation");
+        assert_eq!(
+            istio.owner,
+            Some(StepOwner::DaemonSet(ObjectRef {
+                namespace: "istio-system".to_owned(),
+                name: "istio-cni-node".to_owned(),
+            }))
+        );
+        assert_eq!(istio.deadline, Some(Duration::from_secs(300)));
+        assert_eq!(istio.failed_exit_codes, [126]);
+        assert_eq!(istio.action, StepAction::Recreate);
+        // The file shows the defaults of the rest.
+        let defaults = initguard::config::from_yaml_str("{}", "defaults").unwrap();
+        assert_eq!(istio.repair_after, initguard::config::DEFAULT_REPAIR_AFTER);
+        assert_eq!(c.recreate, defaults.recreate);
+        assert_eq!(c.evictions, defaults.evictions);
+        assert_eq!(
+            c.defaults.unlisted_alert_after,
+            defaults.defaults.unlisted_alert_after
+        );
     }
 
     #[test]
@@ -181,6 +210,13 @@ mod cli {
             "  sidecar.example.com: deadline 15s, grace 5s, owner deployment kube-system/sidecar-injector\n"
         ));
         assert!(stdout.contains("  audit.example.com: deadline 1m, no owner (deadline only)\n"));
+        assert!(
+            stdout.contains(
+                "  istio-validation: owner daemonset istio-system/istio-cni-node (on the pod's \
+                 node), deadline 5m, failedExitCodes 126, action recreate (repairAfter 10s)\n"
+            ),
+            "{stdout}"
+        );
     }
 
     #[test]
@@ -281,10 +317,453 @@ mod rules {
         assert_eq!(c.listen.to_string(), "0.0.0.0:9777");
         assert!(!c.dry_run);
         assert_eq!(c.max_in_flight, 16);
+        // The node stage: nothing listed, its budget, evictions anywhere but kube-system.
+        assert!(c.init_containers.is_empty());
+        assert_eq!(c.recreate.max_per_hour, 10);
+        assert!(c.evictions.namespaces.is_empty());
+        assert!(c.evictions.allows("default") && !c.evictions.allows("kube-system"));
+        assert_eq!(c.defaults.unlisted_alert_after, Duration::from_secs(3600));
+        assert_eq!(initguard::config::DEFAULT_MAX_RECREATIONS_PER_HOUR, 10);
+        assert_eq!(
+            initguard::config::DEFAULT_UNLISTED_ALERT_AFTER,
+            Duration::from_secs(3600)
+        );
         // Sections present but empty resolve the same way.
         let sections =
             accepted("optIn: {}\ndefaults: {}\ninitializers: []\npileup: {}\nleaderElection: {}\n");
         assert_eq!(sections, c);
+        let node_stage = accepted("initContainers: []\nrecreate: {}\nevictions: {}\n");
+        assert_eq!(node_stage, c);
+        assert_eq!(accepted("evictions: { namespaces: [] }\n"), c);
+    }
+
+    /// An `initContainers` entry with only a name: report only, no trigger of its own yet.
+    #[test]
+    fn an_init_container_entry_defaults_to_report_without_deadline_or_codes() {
+        use initguard::config::{OptInMode, StepAction};
+        // defaults.deadline is for initializers: an image still pulling is not stuck.
+        let c =
+            accepted("defaults: { deadline: 7s }\ninitContainers:\n  - name: istio-validation\n");
+        let step = &c.init_containers[0];
+        assert_eq!(step.name, "istio-validation");
+        assert_eq!(step.owner, None);
+        assert_eq!(step.deadline, None);
+        assert!(step.failed_exit_codes.is_empty());
+        assert_eq!(step.action, StepAction::Report);
+        assert_eq!(step.repair_after, Duration::from_secs(10));
+        assert_eq!(step.repair_after, initguard::config::DEFAULT_REPAIR_AFTER);
+        assert_eq!(step.opt_in, OptInMode::Any);
+        assert_eq!(c.warnings(), [initguard::config::NODE_STAGE_NOT_WIRED]);
+    }
+
+    #[test]
+    fn an_init_container_entry_takes_every_key() {
+        use initguard::config::{ObjectRef, OptInMode, StepAction, StepOwner};
+        let c = accepted(
+            "initContainers:\n  - name: istio-validation\n    owner: { daemonset: \
+             istio-system/istio-cni-node }\n    deadline: 5m\n    failedExitCodes: [126, 1, 126, 255]\n    \
+             action: recreate\n    repairAfter: 0s\n    optIn: namespaces\n  - name: linkerd-init\n    \
+             owner: { deployment: linkerd/linkerd-destination }\n    failedExitCodes: [95]\n",
+        );
+        let istio = &c.init_containers[0];
+        assert_eq!(
+            istio.owner,
+            Some(StepOwner::DaemonSet(ObjectRef {
+                namespace: "istio-system".to_owned(),
+                name: "istio-cni-node".to_owned(),
+            }))
+        );
+        assert_eq!(istio.deadline, Some(Duration::from_secs(300)));
+        // Sorted, each once.
+        assert_eq!(istio.failed_exit_codes, [1, 126, 255]);
+        assert_eq!(istio.action, StepAction::Recreate);
+        assert_eq!(istio.repair_after, Duration::ZERO);
+        assert_eq!(istio.opt_in, OptInMode::Namespaces);
+        // Every other kind is judged cluster-wide, as for initializers.
+        let linkerd = &c.init_containers[1];
+        assert_eq!(
+            linkerd.owner,
+            Some(StepOwner::Cluster(OwnerSpec::Deployment(ObjectRef {
+                namespace: "linkerd".to_owned(),
+                name: "linkerd-destination".to_owned(),
+            })))
+        );
+        assert_eq!(linkerd.failed_exit_codes, [95]);
+        assert_eq!(linkerd.action, StepAction::Report);
+        let pods = accepted(
+            "initContainers:\n  - name: a\n    owner: { pods: { namespace: cni, selector: app=cni } }\n",
+        );
+        assert!(
+            matches!(&pods.init_containers[0].owner, Some(StepOwner::Cluster(OwnerSpec::Pods { namespace, .. })) if namespace == "cni"),
+            "{:?}",
+            pods.init_containers[0].owner
+        );
+    }
+
+    #[test]
+    fn init_container_names_are_container_names() {
+        assert_rejected(
+            "initContainers:\n  - deadline: 5m\n",
+            "2:5",
+            "initContainers[0]: expected a name key (the init container's name in the pod spec)",
+        );
+        assert_rejected(
+            "initContainers:\n  - name: \"\"\n",
+            "2:11",
+            "initContainers[0].name: expected a container name: expected a DNS-1123 label such as \
+             \"kube-system\", got an empty string",
+        );
+        // A gate's name is not a container's.
+        assert_rejected(
+            "initContainers:\n  - name: istio.io/validation\n",
+            "2:11",
+            "initContainers[0].name: expected a container name: expected a DNS-1123 label \
+             (lowercase letters, digits and '-'",
+        );
+        assert_rejected(
+            "initContainers:\n  - name: Istio-Validation\n",
+            "2:11",
+            "initContainers[0].name: expected a container name: expected a DNS-1123 label",
+        );
+        assert_rejected(
+            &format!("initContainers:\n  - name: {}\n", "a".repeat(64)),
+            "2:11",
+            "initContainers[0].name: expected a container name: expected a DNS-1123 label of at \
+             most 63 characters, got 64 characters",
+        );
+        accepted(&format!("initContainers:\n  - name: {}\n", "a".repeat(63)));
+    }
+
+    #[test]
+    fn init_container_names_must_be_unique() {
+        assert_rejected(
+            "initContainers:\n  - name: istio-validation\n  - name: linkerd-init\n  - name: \
+             istio-validation\n",
+            "4:11",
+            "initContainers[2].name: duplicate init container \"istio-validation\": already listed \
+             at initContainers[0], line 2; expected each name once",
+        );
+        // Init containers and initializers are named apart.
+        accepted("initializers:\n  - name: a\ninitContainers:\n  - name: a\n");
+    }
+
+    #[test]
+    fn an_init_container_deadline_is_positive() {
+        assert_rejected(
+            "initContainers:\n  - name: a\n    deadline: 0s\n",
+            "3:15",
+            "initContainers[0].deadline: expected a duration greater than 0s, got 0s: the \
+             deadline counts from the pod's binding, so 0s would report every pod with this init \
+             container at once (omit deadline for none)",
+        );
+        assert_rejected(
+            "initContainers:\n  - name: a\n    deadline: 2y\n",
+            "3:15",
+            "initContainers[0].deadline: expected a duration of at most 1y",
+        );
+        assert_rejected(
+            "initContainers:\n  - name: a\n    deadline: 5\n",
+            "3:15",
+            "initContainers[0].deadline: expected a duration with a unit",
+        );
+        assert_eq!(
+            accepted("initContainers:\n  - name: a\n    deadline: 1ms\n").init_containers[0]
+                .deadline,
+            Some(Duration::from_millis(1))
+        );
+    }
+
+    #[test]
+    fn failed_exit_codes_are_1_to_255() {
+        assert_rejected(
+            "initContainers:\n  - name: a\n    failedExitCodes: [126, 0]\n",
+            "3:28",
+            "initContainers[0].failedExitCodes[1]: expected an exit code from 1 to 255, got 0 \
+             (0 is success)",
+        );
+        assert_rejected(
+            "initContainers:\n  - name: a\n    failedExitCodes: [256]\n",
+            "3:23",
+            "initContainers[0].failedExitCodes[0]: expected an exit code from 1 to 255, got 256 \
+             (a container's exit code is 0-255)",
+        );
+        assert_rejected(
+            "initContainers:\n  - name: a\n    failedExitCodes: [1, -1]\n",
+            "3:26",
+            "initContainers[0].failedExitCodes[1]: expected an exit code from 1 to 255, got -1",
+        );
+        assert_rejected(
+            "initContainers:\n  - name: a\n    failedExitCodes:\n      - 126\n      - 4294967422\n",
+            "5:9",
+            "initContainers[0].failedExitCodes[1]: expected an exit code from 1 to 255, got \
+             4294967422",
+        );
+        assert_rejected(
+            "initContainers:\n  - name: a\n    failedExitCodes: [\"126\"]\n",
+            "3:23",
+            "initContainers[0].failedExitCodes[0]: invalid type: string \"126\"",
+        );
+        assert_rejected(
+            "initContainers:\n  - name: a\n    failedExitCodes: 126\n",
+            "3:22",
+            "initContainers[0].failedExitCodes: invalid type: integer `126`, expected a sequence",
+        );
+        let c = accepted("initContainers:\n  - name: a\n    failedExitCodes: [255, 1]\n");
+        assert_eq!(c.init_containers[0].failed_exit_codes, [1, 255]);
+    }
+
+    #[test]
+    fn recreate_needs_a_deadline_or_exit_codes() {
+        let step =
+            |keys: &str| format!("initContainers:\n  - name: a\n    action: recreate\n{keys}");
+        let message = "initContainers[0].action: expected a deadline or failedExitCodes with \
+                       action: recreate: without either nothing could ever trigger a recreate";
+        assert_rejected(&step(""), "3:13", message);
+        assert_rejected(&step("    failedExitCodes: []\n"), "3:13", message);
+        accepted(&step("    deadline: 5m\n"));
+        accepted(&step("    failedExitCodes: [126]\n"));
+        // Reporting needs no trigger: the step is still counted and timed.
+        accepted("initContainers:\n  - name: a\n    action: report\n");
+        assert_rejected(
+            "initContainers:\n  - name: a\n    action: restart\n",
+            "3:13",
+            "initContainers[0].action: unknown variant `restart`, expected `report` or `recreate`",
+        );
+    }
+
+    #[test]
+    fn init_container_owners_are_a_daemonset_or_a_cluster_wide_kind() {
+        assert_rejected(
+            "initContainers:\n  - name: a\n    owner: { daemonset: istio-cni-node }\n",
+            "3:25",
+            "initContainers[0].owner.daemonset: expected \"namespace/name\", got \"istio-cni-node\"",
+        );
+        assert_rejected(
+            "initContainers:\n  - name: a\n    owner: { daemonset: Istio/cni }\n",
+            "3:25",
+            "initContainers[0].owner.daemonset: expected \"namespace/name\", got \"Istio/cni\": \
+             namespace:",
+        );
+        // A canary judges a webhook's calls; an init step's agent is not one.
+        assert_rejected(
+            "initContainers:\n  - name: a\n    owner: { apiserver: { namespace: canary } }\n",
+            "3:14",
+            "initContainers[0].owner.apiserver: expected another owner kind: an apiserver owner \
+             (a dry-run canary) judges a webhook's calls, and is for webhooks only",
+        );
+        assert_rejected(
+            "initContainers:\n  - name: a\n    owner: {}\n",
+            "3:5",
+            "initContainers[0].owner: expected exactly one of daemonset, deployment, lease, \
+             service, pods or http, got none (omit owner for none: the deadline and \
+             failedExitCodes only)",
+        );
+        assert_rejected(
+            "initContainers:\n  - name: a\n    owner: { daemonset: a/b, lease: a/b }\n",
+            "3:5",
+            "initContainers[0].owner: expected exactly one of daemonset, deployment, lease, \
+             service, pods or http, got daemonset and lease",
+        );
+        assert_rejected(
+            "initContainers:\n  - name: a\n    owner: { statefulset: a/b }\n",
+            "3:14",
+            "initContainers[0].owner: unknown field `statefulset`, expected one of `deployment`, \
+             `lease`, `service`, `pods`, `http`, `apiserver`, `daemonset`",
+        );
+    }
+
+    #[test]
+    fn daemonset_owners_are_for_init_containers_only() {
+        let message = "expected another owner kind: a daemonset owner is judged on each pod's own \
+                       node, and only initContainers entries take one";
+        assert_rejected(
+            "initializers:\n  - name: cni.example.com\n    owner: { daemonset: kube-system/cni }\n",
+            "3:14",
+            &format!("initializers[0].owner.daemonset: {message}"),
+        );
+        assert_rejected(
+            "webhooks:\n  - name: validating/policy/check.policy.example.com\n    owner: { \
+             daemonset: policy/agent }\n",
+            "3:14",
+            &format!("webhooks[0].owner.daemonset: {message}"),
+        );
+        // Still exactly one kind: both problems are said.
+        let errors = rejected(
+            "initializers:\n  - name: cni.example.com\n    owner: { deployment: a/b, daemonset: \
+             a/b }\n",
+        );
+        assert_eq!(
+            errors,
+            [
+                format!(
+                    "{FILE}:3:5: initializers[0].owner: expected exactly one of deployment, lease, \
+                     service, pods, http or apiserver, got daemonset and deployment"
+                ),
+                format!("{FILE}:3:31: initializers[0].owner.daemonset: {message}"),
+            ]
+        );
+    }
+
+    #[test]
+    fn init_container_repair_after_and_opt_in_are_checked() {
+        assert_rejected(
+            "initContainers:\n  - name: a\n    repairAfter: 2y\n",
+            "3:18",
+            "initContainers[0].repairAfter: expected a duration of at most 1y",
+        );
+        assert_rejected(
+            "initContainers:\n  - name: a\n    repairAfter: -1s\n",
+            "3:18",
+            "initContainers[0].repairAfter: expected a duration with a unit",
+        );
+        assert_rejected(
+            "initContainers:\n  - name: a\n    optIn: label\n",
+            "3:12",
+            "initContainers[0].optIn: unknown variant `label`, expected one of `any`, \
+             `namespaces`, `none`",
+        );
+        assert_rejected(
+            "initContainers:\n  - name: a\n    restartPolicy: Always\n",
+            "3:5",
+            "initContainers[0]: unknown field `restartPolicy`, expected one of `name`, `owner`, \
+             `deadline`, `failedExitCodes`, `action`, `repairAfter`, `optIn`",
+        );
+        assert_eq!(
+            accepted("initContainers:\n  - name: a\n    optIn: none\n").init_containers[0].opt_in,
+            initguard::config::OptInMode::None
+        );
+    }
+
+    #[test]
+    fn recreate_max_per_hour_is_1_to_1000() {
+        assert_rejected(
+            "recreate: { maxPerHour: 0 }\n",
+            "1:25",
+            "recreate.maxPerHour: expected a whole number from 1 to 1000, got 0",
+        );
+        assert_rejected(
+            "recreate:\n  maxPerHour: 1001\n",
+            "2:15",
+            "recreate.maxPerHour: expected a whole number from 1 to 1000, got 1001",
+        );
+        assert_rejected(
+            "recreate:\n  maxPerHour: -1\n",
+            "2:15",
+            "recreate.maxPerHour: expected a whole number of at least 1, got -1",
+        );
+        assert_rejected(
+            "recreate: { perHour: 3 }\n",
+            "1:13",
+            "recreate: unknown field `perHour`, expected `maxPerHour`",
+        );
+        assert_eq!(
+            accepted("recreate: { maxPerHour: 1 }\n")
+                .recreate
+                .max_per_hour,
+            1
+        );
+        assert_eq!(
+            accepted("recreate: { maxPerHour: 1000 }\n")
+                .recreate
+                .max_per_hour,
+            1000
+        );
+    }
+
+    #[test]
+    fn eviction_namespaces_are_dns_labels() {
+        assert_rejected(
+            "evictions:\n  namespaces: [apps, Kube_System]\n",
+            "2:22",
+            "evictions.namespaces[1]: expected a DNS-1123 label",
+        );
+        assert_rejected(
+            "evictions: { namespace: [apps] }\n",
+            "1:14",
+            "evictions: unknown field `namespace`, expected `namespaces`",
+        );
+        let c = accepted("evictions: { namespaces: [apps, kube-system] }\n");
+        assert_eq!(c.evictions.namespaces, ["apps", "kube-system"]);
+        // Listed, kube-system is allowed; unlisted namespaces no longer are.
+        assert!(c.evictions.allows("kube-system") && !c.evictions.allows("default"));
+    }
+
+    #[test]
+    fn unlisted_alert_after_is_a_positive_duration() {
+        assert_rejected(
+            "defaults:\n  unlistedAlertAfter: 0s\n",
+            "2:23",
+            "defaults.unlistedAlertAfter: expected a duration greater than 0s, got 0s",
+        );
+        assert_rejected(
+            "defaults:\n  unlistedAlertAfter: 1h30\n",
+            "2:23",
+            "defaults.unlistedAlertAfter: expected a duration with a unit",
+        );
+        assert_eq!(
+            accepted("defaults: { unlistedAlertAfter: 30m }\n")
+                .defaults
+                .unlisted_alert_after,
+            Duration::from_secs(1800)
+        );
+    }
+
+    #[test]
+    fn the_summary_lists_init_containers_and_warns_about_a_recreate_that_never_acts() {
+        let c = accepted(
+            "initContainers:\n  - name: istio-validation\n    owner: { daemonset: \
+             istio-system/istio-cni-node }\n    deadline: 5m\n    failedExitCodes: [126]\n    \
+             action: recreate\n  - name: wait-for-db\n    optIn: none\nrecreate: { maxPerHour: 4 }\n\
+             evictions: { namespaces: [apps] }\n",
+        );
+        let summary = c.summary();
+        for line in [
+            "defaults: deadline 20s, ownerDownGrace 5s, probeInterval 2s, unlistedAlertAfter 1h\n",
+            "init containers: 2\n",
+            "  istio-validation: owner daemonset istio-system/istio-cni-node (on the pod's node), \
+             deadline 5m, failedExitCodes 126, action recreate (repairAfter 10s)\n",
+            "  wait-for-db: no owner, action report, optIn none\n",
+            "recreate: at most 4 per top-level controller per hour, by eviction in apps\n",
+        ] {
+            assert!(summary.contains(line), "missing {line:?} in\n{summary}");
+        }
+        assert_eq!(c.warnings(), [initguard::config::NODE_STAGE_NOT_WIRED]);
+        // Nothing recreates: no budget line.
+        let report = accepted("initContainers:\n  - name: a\n");
+        assert!(
+            !report.summary().contains("recreate:"),
+            "{}",
+            report.summary()
+        );
+
+        let never = accepted(
+            "initContainers:\n  - name: istio-validation\n    owner: { daemonset: a/b }\n    \
+             failedExitCodes: [126]\n    action: recreate\n    optIn: none\n",
+        );
+        assert_eq!(
+            never.warnings(),
+            [
+                initguard::config::NODE_STAGE_NOT_WIRED,
+                "initContainers istio-validation: action recreate with optIn: none never recreates \
+              a pod, it only reports; say action: report, or optIn any or namespaces"
+            ]
+        );
+        assert!(
+            never.summary().contains(
+                "\nwarning: initContainers istio-validation: action recreate with optIn: none"
+            ),
+            "{}",
+            never.summary()
+        );
+        let blind =
+            accepted("initContainers:\n  - name: a\n    deadline: 5m\n    action: recreate\n");
+        let warnings = blind.warnings();
+        assert!(
+            warnings.len() == 2
+                && warnings[0] == initguard::config::NODE_STAGE_NOT_WIRED
+                && warnings[1].starts_with("initContainers a: action recreate without an owner"),
+            "{warnings:?}"
+        );
     }
 
     #[test]

@@ -28,17 +28,26 @@ pub use kube_common::selector::{LabelSelector, Requirement, SelectorError, Selec
 pub use resolve::{
     DEFAULT_DEADLINE, DEFAULT_FLAP_UNDOS, DEFAULT_FLAP_WINDOW, DEFAULT_LEASE_DURATION,
     DEFAULT_LEASE_NAME, DEFAULT_LEASE_NAMESPACE, DEFAULT_LISTEN, DEFAULT_MAX_IN_FLIGHT,
-    DEFAULT_OPT_IN_LABEL, DEFAULT_OWNER_DOWN_GRACE, DEFAULT_PILEUP_MIN_WAIT,
-    DEFAULT_PILEUP_THRESHOLD, DEFAULT_PROBE_INTERVAL, DEFAULT_RESTORE_GRACE, Elsewhere,
+    DEFAULT_MAX_RECREATIONS_PER_HOUR, DEFAULT_OPT_IN_LABEL, DEFAULT_OWNER_DOWN_GRACE,
+    DEFAULT_PILEUP_MIN_WAIT, DEFAULT_PILEUP_THRESHOLD, DEFAULT_PROBE_INTERVAL,
+    DEFAULT_REPAIR_AFTER, DEFAULT_RESTORE_GRACE, DEFAULT_UNLISTED_ALERT_AFTER, Elsewhere,
     MAX_DURATION, MAX_IN_FLIGHT_LIMIT, ReadFile, parse_object_ref, parse_webhook_id,
     validate_http_url, webhook_namespace_requirement,
 };
 pub use types::{
     AfterRestore, BypassVia, CANARY_LABEL, Canary, CanaryResource, Config, Defaults, EventsMode,
-    Flapping, InitializerConfig, LeaderElection, ObjectRef, Operation, OptIn, OptInMode, OwnerSpec,
-    Pileup, PileupAction, Requester, ServingCert, Trigger, UnlistedPolicy, WebhookConfig,
-    WebhookId, WebhookKind,
+    Evictions, Flapping, InitContainerConfig, InitializerConfig, LeaderElection, ObjectRef,
+    Operation, OptIn, OptInMode, OwnerSpec, Pileup, PileupAction, RecreateBudget, Requester,
+    ServingCert, StepAction, StepOwner, Trigger, UnlistedPolicy, WebhookConfig, WebhookId,
+    WebhookKind,
 };
+
+/// The warning of a config listing `initContainers`, said until the running guard feeds the
+/// node stage's core (README "The node stage"): a listed step must not look guarded when it
+/// is not.
+pub const NODE_STAGE_NOT_WIRED: &str = "initContainers: this version validates the node \
+    stage's entries, but the running guard does not watch init containers yet: nothing is \
+    reported or recreated";
 
 /// Largest configuration file accepted, checked before any parsing.
 pub const MAX_CONFIG_BYTES: usize = 1024 * 1024;
@@ -306,6 +315,30 @@ impl Config {
                     .to_owned(),
             );
         }
+        if !self.init_containers.is_empty() {
+            warnings.push(NODE_STAGE_NOT_WIRED.to_owned());
+        }
+        for step in &self.init_containers {
+            if step.action != StepAction::Recreate {
+                continue;
+            }
+            if step.opt_in == OptInMode::None {
+                warnings.push(format!(
+                    "initContainers {}: action recreate with optIn: none never recreates a pod, \
+                     it only reports; say action: report, or optIn any or namespaces",
+                    step.name
+                ));
+            }
+            if step.owner.is_none() && step.opt_in != OptInMode::None {
+                warnings.push(format!(
+                    "initContainers {}: action recreate without an owner recreates a pod as \
+                     soon as a trigger holds, even while the node agent the step waits on is \
+                     still down (the new pod would fail the same way); name it, e.g. owner: {{ \
+                     daemonset: NAMESPACE/NAME }}",
+                    step.name
+                ));
+            }
+        }
         if self.pileup.action == PileupAction::Bypass && self.pileup.min_wait.is_zero() {
             warnings.push(
                 "pileup.minWait is 0s: a healthy owner's batch of pileup.threshold pods \
@@ -351,10 +384,11 @@ impl Config {
         }
         writeln!(
             out,
-            "defaults: deadline {}, ownerDownGrace {}, probeInterval {}",
+            "defaults: deadline {}, ownerDownGrace {}, probeInterval {}, unlistedAlertAfter {}",
             d(self.defaults.deadline),
             d(self.defaults.owner_down_grace),
-            d(self.defaults.probe_interval)
+            d(self.defaults.probe_interval),
+            d(self.defaults.unlisted_alert_after)
         )?;
         writeln!(out, "initializers: {}", self.initializers.len())?;
         for i in &self.initializers {
@@ -384,6 +418,7 @@ impl Config {
             }
         };
         writeln!(out, "unlisted initializers: {unlisted}")?;
+        self.write_node_stage(out, d)?;
         let action = match self.pileup.action {
             PileupAction::Alert => "alert",
             PileupAction::Bypass => "bypass",
@@ -484,6 +519,60 @@ impl Config {
         }
         for w in self.warnings() {
             writeln!(out, "warning: {w}")?;
+        }
+        Ok(())
+    }
+
+    /// The node stage's lines of the summary: every listed step, then the budget and where
+    /// evictions may happen once something recreates.
+    fn write_node_stage(
+        &self,
+        out: &mut String,
+        d: &dyn Fn(Duration) -> humantime::FormattedDuration,
+    ) -> fmt::Result {
+        writeln!(out, "init containers: {}", self.init_containers.len())?;
+        for step in &self.init_containers {
+            let owner = match &step.owner {
+                None => "no owner".to_owned(),
+                Some(StepOwner::DaemonSet(r)) => format!("owner daemonset {r} (on the pod's node)"),
+                Some(StepOwner::Cluster(spec)) => format!("owner {spec}"),
+            };
+            write!(out, "  {}: {owner}", step.name)?;
+            if let Some(deadline) = step.deadline {
+                write!(out, ", deadline {}", d(deadline))?;
+            }
+            if !step.failed_exit_codes.is_empty() {
+                let codes: Vec<String> = step
+                    .failed_exit_codes
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect();
+                write!(out, ", failedExitCodes {}", codes.join(","))?;
+            }
+            write!(out, ", action {}", step.action.as_str())?;
+            if step.action == StepAction::Recreate {
+                write!(out, " (repairAfter {})", d(step.repair_after))?;
+            }
+            if step.opt_in != OptInMode::Any {
+                write!(out, ", optIn {}", step.opt_in.as_str())?;
+            }
+            writeln!(out)?;
+        }
+        if self
+            .init_containers
+            .iter()
+            .any(|s| s.action == StepAction::Recreate)
+        {
+            let where_ = if self.evictions.namespaces.is_empty() {
+                "every namespace but kube-system".to_owned()
+            } else {
+                self.evictions.namespaces.join(", ")
+            };
+            writeln!(
+                out,
+                "recreate: at most {} per top-level controller per hour, by eviction in {where_}",
+                self.recreate.max_per_hour
+            )?;
         }
         Ok(())
     }

@@ -9,6 +9,7 @@
 
 pub mod bypass;
 pub mod config;
+pub mod node_stage;
 pub mod owners;
 pub mod pod;
 pub mod policy;

@@ -12,6 +12,7 @@ use serde::{Deserialize, Deserializer};
 
 use crate::bypass::BYPASSED_ANNOTATION;
 use crate::config::Mechanism;
+use crate::node_stage::{InitProgress, InitStep, RestartPolicy, StepStatus};
 use crate::policy::ControllerRef;
 
 /// The parts of a Pod the guard needs; the API treats it as a Pod.
@@ -31,6 +32,9 @@ pub struct SlimPod {
     pub bypassed_record: Option<String>,
     /// `status.phase`.
     pub phase: Option<String>,
+    /// The node stage's facts, only for a bound pod with init containers whose `Initialized`
+    /// condition is not True (boxed: most pods have none).
+    pub init: Option<Box<InitProgress>>,
 }
 
 impl SlimPod {
@@ -114,11 +118,167 @@ struct RawInitializers {
 struct RawSpec {
     #[serde(default, deserialize_with = "null_default")]
     scheduling_gates: Vec<Entry>,
+    #[serde(default, deserialize_with = "lenient_string")]
+    node_name: String,
+    #[serde(default, deserialize_with = "lenient_string")]
+    restart_policy: String,
+    #[serde(default, deserialize_with = "null_default")]
+    init_containers: Vec<Lenient<RawInitContainer>>,
 }
 
 #[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
 struct RawStatus {
     phase: Option<String>,
+    #[serde(default, deserialize_with = "null_default")]
+    conditions: Vec<Lenient<RawCondition>>,
+    #[serde(default, deserialize_with = "null_default")]
+    init_container_statuses: Vec<Lenient<RawContainerStatus>>,
+}
+
+/// A list entry of the expected shape, or anything else (kept as absent rather than failing
+/// the whole pod, as for pending entries).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Lenient<T> {
+    Valid(T),
+    Other(serde::de::IgnoredAny),
+}
+
+impl<T> Lenient<T> {
+    fn valid(self) -> Option<T> {
+        match self {
+            Lenient::Valid(t) => Some(t),
+            Lenient::Other(_) => None,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawInitContainer {
+    #[serde(default, deserialize_with = "lenient_string")]
+    name: String,
+    #[serde(default, deserialize_with = "lenient_string")]
+    restart_policy: String,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawCondition {
+    #[serde(default, rename = "type", deserialize_with = "lenient_string")]
+    type_: String,
+    #[serde(default, deserialize_with = "lenient_string")]
+    status: String,
+    #[serde(default, deserialize_with = "lenient_time")]
+    last_transition_time: Option<Time>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawContainerStatus {
+    #[serde(default, deserialize_with = "lenient_string")]
+    name: String,
+    #[serde(default)]
+    started: Option<bool>,
+    #[serde(default, deserialize_with = "null_default")]
+    state: RawState,
+    #[serde(default, deserialize_with = "null_default")]
+    last_state: RawState,
+    #[serde(default)]
+    restart_count: Option<i64>,
+}
+
+#[derive(Deserialize, Default)]
+struct RawState {
+    #[serde(default)]
+    running: Option<serde::de::IgnoredAny>,
+    #[serde(default, deserialize_with = "null_default")]
+    terminated: Option<Lenient<RawTerminated>>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawTerminated {
+    exit_code: i64,
+}
+
+impl RawState {
+    fn exit_code(&self) -> Option<i32> {
+        match &self.terminated {
+            Some(Lenient::Valid(t)) => i32::try_from(t.exit_code).ok(),
+            _ => None,
+        }
+    }
+}
+
+fn lenient_time<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Time>, D::Error> {
+    Ok(serde_json::from_value(serde_json::Value::deserialize(d)?).ok())
+}
+
+/// The node-stage facts of a pod as read: None unless it is bound, has init containers and
+/// its `Initialized` condition is not True.
+fn init_progress(spec: &mut RawSpec, status: &mut RawStatus) -> Option<Box<InitProgress>> {
+    let condition = |kind: &str| {
+        status
+            .conditions
+            .iter()
+            .filter_map(|c| match c {
+                Lenient::Valid(c) if c.type_ == kind => Some(c),
+                _ => None,
+            })
+            .next()
+    };
+    if spec.node_name.is_empty()
+        || spec.init_containers.is_empty()
+        || condition("Initialized").is_some_and(|c| c.status == "True")
+    {
+        return None;
+    }
+    let scheduled_at = condition("PodScheduled")
+        .filter(|c| c.status == "True")
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| SystemTime::from(t.0));
+    let mut statuses: Vec<RawContainerStatus> = std::mem::take(&mut status.init_container_statuses)
+        .into_iter()
+        .filter_map(Lenient::valid)
+        .collect();
+    let steps = std::mem::take(&mut spec.init_containers)
+        .into_iter()
+        .map(|c| {
+            let c = c.valid();
+            let name = c.as_ref().map(|c| c.name.clone()).unwrap_or_default();
+            let own = c
+                .as_ref()
+                .and_then(|c| RestartPolicy::parse(&c.restart_policy));
+            let status = statuses
+                .iter()
+                .position(|s| !name.is_empty() && s.name == name)
+                .map(|i| statuses.swap_remove(i))
+                .map(|s| StepStatus {
+                    started: s.started == Some(true),
+                    running: s.state.running.is_some(),
+                    exit_code: s.state.exit_code(),
+                    last_exit_code: s.last_state.exit_code(),
+                    restarts: s
+                        .restart_count
+                        .and_then(|n| u32::try_from(n).ok())
+                        .unwrap_or(0),
+                });
+            InitStep {
+                name,
+                restart_policy: own,
+                status,
+            }
+        })
+        .collect();
+    Some(Box::new(InitProgress {
+        node: std::mem::take(&mut spec.node_name),
+        scheduled_at,
+        // The API server defaults it to Always.
+        restart_policy: RestartPolicy::parse(&spec.restart_policy).unwrap_or(RestartPolicy::Always),
+        steps,
+    }))
 }
 
 /// `{name: ...}` entries; an entry without a string name is kept as "" so indices stay aligned
@@ -192,7 +352,8 @@ fn lenient_string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 
 impl<'de> Deserialize<'de> for SlimPod {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let raw = RawPod::deserialize(d)?;
+        let mut raw = RawPod::deserialize(d)?;
+        let init = init_progress(&mut raw.spec, &mut raw.status);
         let m = raw.metadata;
         let controller: Vec<OwnerReference> = m
             .owner_references
@@ -227,6 +388,7 @@ impl<'de> Deserialize<'de> for SlimPod {
             annotations_present: m.annotations.is_some(),
             bypassed_record: m.annotations.and_then(|a| a.0),
             phase: raw.status.phase,
+            init,
         })
     }
 }
@@ -287,5 +449,96 @@ mod tests {
         let pod: SlimPod = serde_json::from_value(json!({})).unwrap();
         assert_eq!(pod.key(), "/");
         assert!(serde_json::from_str::<SlimPod>("{\"metadata\": ").is_err());
+    }
+
+    fn bound_pod(initialized: &str) -> serde_json::Value {
+        json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {
+                "nodeName": "node-3",
+                "restartPolicy": "OnFailure",
+                "initContainers": [
+                    {"name": "istio-validation", "image": "x"},
+                    {"name": "proxy", "restartPolicy": "Always"},
+                    7,
+                    {"name": "last", "restartPolicy": "Never"}
+                ],
+                "containers": [{"name": "c"}]
+            },
+            "status": {
+                "phase": "Pending",
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": "2026-12-01T10:00:00Z"},
+                    {"type": "Initialized", "status": initialized},
+                    null
+                ],
+                "initContainerStatuses": [
+                    {"name": "proxy", "started": false, "state": {"waiting": {"reason": "PodInitializing"}}},
+                    {"name": "istio-validation", "started": false, "restartCount": 4,
+                     "state": {"terminated": {"exitCode": 126}},
+                     "lastState": {"terminated": {"exitCode": 126, "reason": "Error"}}},
+                    "junk"
+                ]
+            }
+        })
+    }
+
+    #[test]
+    fn decodes_the_init_steps_of_a_bound_uninitialized_pod() {
+        let pod: SlimPod = serde_json::from_value(bound_pod("False")).unwrap();
+        let init = pod.init.expect("bound and not initialized");
+        assert_eq!(init.node, "node-3");
+        assert_eq!(init.restart_policy, RestartPolicy::OnFailure);
+        assert_eq!(
+            init.scheduled_at,
+            Some(SystemTime::from(
+                "2026-12-01T10:00:00Z".parse::<jiff::Timestamp>().unwrap()
+            ))
+        );
+        let names: Vec<&str> = init.steps.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["istio-validation", "proxy", "", "last"]);
+        let first = init.steps[0].status.expect("reported");
+        assert_eq!(
+            (
+                first.exit_code,
+                first.last_exit_code,
+                first.restarts,
+                first.started
+            ),
+            (Some(126), Some(126), 4, false)
+        );
+        assert!(init.steps[1].is_sidecar() && !init.steps[0].is_sidecar());
+        assert_eq!(init.steps[3].restart_policy, Some(RestartPolicy::Never));
+        assert!(init.steps[1].status.is_some_and(|s| !s.running));
+        assert!(init.steps[2].status.is_none() && init.steps[3].status.is_none());
+    }
+
+    #[test]
+    fn keeps_no_init_steps_once_initialized_or_while_unbound() {
+        let pod: SlimPod = serde_json::from_value(bound_pod("True")).unwrap();
+        assert!(pod.init.is_none());
+        let mut unbound = bound_pod("False");
+        unbound["spec"]["nodeName"] = json!(null);
+        let pod: SlimPod = serde_json::from_value(unbound).unwrap();
+        assert!(pod.init.is_none());
+        let mut none = bound_pod("False");
+        none["spec"]["initContainers"] = json!([]);
+        assert!(
+            serde_json::from_value::<SlimPod>(none)
+                .unwrap()
+                .init
+                .is_none()
+        );
+        // No restartPolicy: the server's default; no PodScheduled time: none.
+        let mut bare = bound_pod("False");
+        bare["spec"]["restartPolicy"] = json!(null);
+        bare["status"]["conditions"] = json!([{"type": "PodScheduled", "status": "True",
+            "lastTransitionTime": "not a time"}]);
+        let init = serde_json::from_value::<SlimPod>(bare)
+            .unwrap()
+            .init
+            .unwrap();
+        assert_eq!(init.restart_policy, RestartPolicy::Always);
+        assert_eq!(init.scheduled_at, None);
     }
 }

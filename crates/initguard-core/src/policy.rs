@@ -251,6 +251,22 @@ pub fn opted_in_for(
     by.admitted_by(config.opt_in_mode(initializer))
 }
 
+/// Whether an object in `namespace` with `labels` opted in under `mode` (the node stage's
+/// steps have their own modes); the `Plan::NEVER_*` text otherwise.
+pub fn admitted(
+    config: &Config,
+    namespace: &str,
+    namespace_selected: bool,
+    labels: &BTreeMap<String, String>,
+    mode: OptInMode,
+) -> Result<(), &'static str> {
+    OptedInBy {
+        label: labels.contains_key(&config.opt_in.label),
+        namespace: config.namespace_opted_in(namespace, namespace_selected),
+    }
+    .admitted_by(mode)
+}
+
 /// How a pod opted in by the global rule, before any initializer's own mode.
 #[derive(Debug, Clone, Copy)]
 struct OptedInBy {
@@ -738,6 +754,7 @@ mod tests {
                 deadline: secs(20),
                 owner_down_grace: secs(5),
                 probe_interval: secs(2),
+                unlisted_alert_after: secs(3600),
             },
             initializers: vec![
                 listed(
@@ -781,6 +798,11 @@ mod tests {
             waiting_events: true,
             max_in_flight: 16,
             webhooks: Vec::new(),
+            init_containers: Vec::new(),
+            recreate: crate::config::RecreateBudget { max_per_hour: 10 },
+            evictions: crate::config::Evictions {
+                namespaces: Vec::new(),
+            },
         }
     }
 

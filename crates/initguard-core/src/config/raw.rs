@@ -14,7 +14,7 @@ use kube_common::Mechanism;
 
 use super::types::{
     AfterRestore, BypassVia, CanaryResource, EventsMode, Operation, OptInMode, PileupAction,
-    Trigger, UnlistedPolicy,
+    StepAction, Trigger, UnlistedPolicy,
 };
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -40,6 +40,50 @@ pub(super) struct RawConfig {
     pub waiting_events: Option<RawSwitch>,
     pub max_in_flight: Option<Count>,
     pub webhooks: Option<Vec<RawWebhook>>,
+    pub init_containers: Option<Vec<RawInitContainer>>,
+    pub recreate: Option<RawRecreate>,
+    pub evictions: Option<RawEvictions>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    expecting = "an init container entry: a mapping with keys name, owner, deadline, \
+                 failedExitCodes, action, repairAfter and optIn"
+)]
+#[schemars(rename = "InitContainer")]
+pub(super) struct RawInitContainer {
+    pub name: Option<String>,
+    pub owner: Option<RawOwner>,
+    pub deadline: Option<HumanDuration>,
+    // Any integer here, so that `resolve` names the entry and the allowed range.
+    pub failed_exit_codes: Option<Vec<i64>>,
+    pub action: Option<StepAction>,
+    pub repair_after: Option<HumanDuration>,
+    pub opt_in: Option<OptInMode>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    expecting = "a mapping with key maxPerHour"
+)]
+#[schemars(rename = "Recreate")]
+pub(super) struct RawRecreate {
+    pub max_per_hour: Option<Count>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(
+    deny_unknown_fields,
+    rename_all = "camelCase",
+    expecting = "a mapping with key namespaces"
+)]
+#[schemars(rename = "Evictions")]
+pub(super) struct RawEvictions {
+    pub namespaces: Option<Vec<String>>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -99,13 +143,15 @@ pub(super) struct RawOptIn {
 #[serde(
     deny_unknown_fields,
     rename_all = "camelCase",
-    expecting = "a mapping with keys deadline, ownerDownGrace and probeInterval"
+    expecting = "a mapping with keys deadline, ownerDownGrace, probeInterval and \
+                 unlistedAlertAfter"
 )]
 #[schemars(rename = "Defaults")]
 pub(super) struct RawDefaults {
     pub deadline: Option<HumanDuration>,
     pub owner_down_grace: Option<HumanDuration>,
     pub probe_interval: Option<HumanDuration>,
+    pub unlisted_alert_after: Option<HumanDuration>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -131,13 +177,15 @@ pub(super) struct RawInitializer {
 #[serde(
     deny_unknown_fields,
     rename_all = "camelCase",
-    expecting = "an owner: a mapping with one of deployment, lease, service, pods or http"
+    expecting = "an owner: a mapping with one of deployment, lease, service, pods, http, \
+                 apiserver or daemonset"
 )]
 // "Exactly one kind" is left to the parser's message: a null kind beside another counts as
 // absent there, which minProperties/maxProperties would refuse.
 #[schemars(
     rename = "Owner",
-    description = "Who removes the initializer or serves the webhook: exactly one kind."
+    description = "Who removes the initializer, serves the webhook or runs the node agent an \
+                   init container waits on: exactly one kind."
 )]
 pub(super) struct RawOwner {
     pub deployment: Option<String>,
@@ -146,6 +194,8 @@ pub(super) struct RawOwner {
     pub pods: Option<RawPods>,
     pub http: Option<RawHttp>,
     pub apiserver: Option<RawCanary>,
+    // Judged per node: only `initContainers` entries take it (`resolve` says so).
+    pub daemonset: Option<String>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]

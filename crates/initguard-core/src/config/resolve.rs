@@ -9,14 +9,15 @@ use std::time::Duration;
 
 use super::error::{InvalidValue, LocatedError};
 use super::raw::{
-    Count, HumanDuration, RawConfig, RawDefaults, RawEvents, RawFlapping, RawHttp, RawInitializer,
-    RawLeaderElection, RawOptIn, RawOwner, RawPileup, RawSwitch, RawTls, RawWebhook,
+    Count, HumanDuration, RawConfig, RawDefaults, RawEvents, RawEvictions, RawFlapping, RawHttp,
+    RawInitContainer, RawInitializer, RawLeaderElection, RawOptIn, RawOwner, RawPileup,
+    RawRecreate, RawSwitch, RawTls, RawWebhook,
 };
 use super::types::{
-    AfterRestore, BypassVia, Canary, CanaryResource, Config, Defaults, EventsMode, Flapping,
-    InitializerConfig, LeaderElection, ObjectRef, OptIn, OptInMode, OwnerSpec, Pileup,
-    PileupAction, Requester, ServingCert, Trigger, UnlistedPolicy, WebhookConfig, WebhookId,
-    WebhookKind,
+    AfterRestore, BypassVia, Canary, CanaryResource, Config, Defaults, EventsMode, Evictions,
+    Flapping, InitContainerConfig, InitializerConfig, LeaderElection, ObjectRef, OptIn, OptInMode,
+    OwnerSpec, Pileup, PileupAction, RecreateBudget, Requester, ServingCert, StepAction, StepOwner,
+    Trigger, UnlistedPolicy, WebhookConfig, WebhookId, WebhookKind,
 };
 use kube_common::Mechanism;
 use kube_common::names::{
@@ -51,6 +52,18 @@ pub const DEFAULT_LISTEN: &str = "0.0.0.0:9777";
 pub const DEFAULT_RESTORE_GRACE: Duration = Duration::from_secs(30);
 /// Default `maxInFlight`.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 16;
+/// Default `defaults.unlistedAlertAfter`: a gated pod waiting this long alerts, listed or not.
+pub const DEFAULT_UNLISTED_ALERT_AFTER: Duration = Duration::from_secs(3600);
+/// Default `repairAfter` of an `initContainers` entry: how long the owner on the pod's node
+/// must have been up before a recreate.
+pub const DEFAULT_REPAIR_AFTER: Duration = Duration::from_secs(10);
+/// Default `recreate.maxPerHour`: recreations per top-level controller per hour.
+pub const DEFAULT_MAX_RECREATIONS_PER_HOUR: u32 = 10;
+/// Largest `recreate.maxPerHour`, as for a webhook's `maxEvictionsPerHour`.
+const MAX_RECREATIONS_PER_HOUR_LIMIT: u32 = 1000;
+/// The exit codes `failedExitCodes` may list: a container's exit code is 0-255, and 0 is
+/// success.
+const EXIT_CODES: std::ops::RangeInclusive<i64> = 1..=255;
 /// Largest `maxInFlight`.
 pub const MAX_IN_FLIGHT_LIMIT: usize = 1024;
 /// Longest accepted duration: one year as humantime counts it (`1y` = 365.25 days). Anything longer is almost surely a typo, and bounding it keeps
@@ -248,15 +261,44 @@ pub const DEFAULT_FLAP_WINDOW: Duration = Duration::from_secs(600);
 const CANARY_INTERVAL: Duration = Duration::from_secs(10);
 const CANARY_MIN_INTERVAL: Duration = Duration::from_secs(1);
 
-/// `owner:` of an initializer (`webhook` None) or of the webhook entry named `webhook`.
+/// Whose `owner:` is resolved: each takes its own kinds.
+#[derive(Clone, Copy)]
+enum OwnerOf<'a> {
+    /// An `initializers` entry.
+    Initializer,
+    /// The `webhooks` entry of this webhook (its canary's label).
+    Webhook(&'a str),
+    /// An `initContainers` entry, the only one that takes a per-node `daemonset`.
+    InitContainer,
+}
+
+/// `owner:` of an initializer or webhook: every kind but `daemonset`, which `owner` refuses
+/// for them.
+fn cluster_owner(
+    problems: &mut Findings<'_>,
+    path: &str,
+    raw: RawOwner,
+    of: OwnerOf<'_>,
+) -> Option<OwnerSpec> {
+    match owner(problems, path, raw, of)? {
+        StepOwner::Cluster(spec) => Some(spec),
+        StepOwner::DaemonSet(_) => None,
+    }
+}
+
+/// `owner:` of an initializer, a webhook or an init container (`of`); exactly one kind.
 fn owner(
     problems: &mut Findings<'_>,
     path: &str,
     raw: RawOwner,
-    webhook: Option<&str>,
-) -> Option<OwnerSpec> {
+    of: OwnerOf<'_>,
+) -> Option<StepOwner> {
     let mut kinds = Vec::new();
     let mut specs = Vec::new();
+    let webhook = match of {
+        OwnerOf::Webhook(name) => Some(name),
+        OwnerOf::Initializer | OwnerOf::InitContainer => None,
+    };
     if let Some(raw) = raw.apiserver {
         kinds.push("apiserver");
         let p = format!("{path}.apiserver");
@@ -301,6 +343,23 @@ fn owner(
                 labels,
                 interval,
             }));
+        }
+    }
+    let mut daemonset = None;
+    if let Some(text) = raw.daemonset {
+        kinds.push("daemonset");
+        let p = format!("{path}.daemonset");
+        if matches!(of, OwnerOf::InitContainer) {
+            match parse_object_ref(&text) {
+                Ok(r) => daemonset = Some(r),
+                Err(e) => problems.value(&p, e),
+            }
+        } else {
+            problems.key(
+                &p,
+                "expected another owner kind: a daemonset owner is judged on each pod's own \
+                 node, and only initContainers entries take one",
+            );
         }
     }
     // The kinds named by `namespace/name`.
@@ -378,22 +437,33 @@ fn owner(
             specs.push(spec);
         }
     }
+    let (choices, default) = match of {
+        OwnerOf::InitContainer => (
+            "daemonset, deployment, lease, service, pods or http",
+            "omit owner for none: the deadline and failedExitCodes only",
+        ),
+        OwnerOf::Initializer | OwnerOf::Webhook(_) => (
+            "deployment, lease, service, pods, http or apiserver",
+            "omit owner for the default: deadline only for an initializer, the Service's ready \
+             endpoints for a webhook",
+        ),
+    };
     match kinds.len() {
         0 => {
             problems.key(
                 path,
-                "expected exactly one of deployment, lease, service, pods, http or apiserver, got none \
-                 (omit owner for the default: deadline only for an initializer, the Service's \
-                 ready endpoints for a webhook)",
+                format!("expected exactly one of {choices}, got none ({default})"),
             );
             None
         }
-        1 => specs.pop(),
+        1 => daemonset
+            .map(StepOwner::DaemonSet)
+            .or_else(|| specs.pop().map(StepOwner::Cluster)),
         _ => {
             problems.key(
                 path,
                 format!(
-                    "expected exactly one of deployment, lease, service, pods, http or apiserver, got {}",
+                    "expected exactly one of {choices}, got {}",
                     kinds.join(" and ")
                 ),
             );
@@ -621,9 +691,9 @@ fn initializer(
             defaults.probe_interval,
             Minimum::Positive,
         ),
-        owner: raw
-            .owner
-            .and_then(|o| owner(problems, &format!("{path}.owner"), o, None)),
+        owner: raw.owner.and_then(|o| {
+            cluster_owner(problems, &format!("{path}.owner"), o, OwnerOf::Initializer)
+        }),
         opt_in: raw.opt_in.unwrap_or_default(),
         bypass_on: bypass_on(problems, &format!("{path}.bypassOn"), raw.bypass_on),
     }
@@ -731,9 +801,14 @@ fn webhook(
         }
     }
     let entry = id.as_ref().map(|i| i.webhook.clone()).unwrap_or_default();
-    let owner = raw
-        .owner
-        .and_then(|o| owner(problems, &format!("{path}.owner"), o, Some(&entry)));
+    let owner = raw.owner.and_then(|o| {
+        cluster_owner(
+            problems,
+            &format!("{path}.owner"),
+            o,
+            OwnerOf::Webhook(&entry),
+        )
+    });
     // The canary must always reach the webhook, bypassed or not.
     if let Some(OwnerSpec::Apiserver(canary)) = &owner {
         let at = format!("{path}.owner.apiserver.namespace");
@@ -912,6 +987,7 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
     );
     let webhooks = webhooks(problems, raw.webhooks, &defaults, &opt_in);
     let (events, waiting_events) = events(problems, raw.events, raw.waiting_events);
+    let init_containers = init_containers(problems, raw.init_containers);
     Config {
         mechanism: raw.mechanism.unwrap_or(Mechanism::SchedulingGates),
         opt_in,
@@ -929,6 +1005,9 @@ pub(super) fn resolve(raw: RawConfig, problems: &mut Findings<'_>) -> Config {
         // Bounded by MAX_IN_FLIGHT_LIMIT above.
         max_in_flight: usize::try_from(max_in_flight).unwrap_or(DEFAULT_MAX_IN_FLIGHT),
         webhooks,
+        init_containers,
+        recreate: recreate(problems, raw.recreate),
+        evictions: evictions(problems, raw.evictions),
     }
 }
 
@@ -979,9 +1058,14 @@ fn opt_in(problems: &mut Findings<'_>, raw: Option<RawOptIn>) -> OptIn {
 
 /// `defaults`: what an initializer or webhook without its own setting uses.
 fn defaults(problems: &mut Findings<'_>, raw: Option<RawDefaults>) -> Defaults {
-    let (deadline, grace, probe) = match raw {
-        Some(d) => (d.deadline, d.owner_down_grace, d.probe_interval),
-        None => (None, None, None),
+    let (deadline, grace, probe, unlisted_alert) = match raw {
+        Some(d) => (
+            d.deadline,
+            d.owner_down_grace,
+            d.probe_interval,
+            d.unlisted_alert_after,
+        ),
+        None => (None, None, None, None),
     };
     Defaults {
         deadline: duration(
@@ -1005,6 +1089,13 @@ fn defaults(problems: &mut Findings<'_>, raw: Option<RawDefaults>) -> Defaults {
             DEFAULT_PROBE_INTERVAL,
             Minimum::Positive,
         ),
+        unlisted_alert_after: duration(
+            problems,
+            "defaults.unlistedAlertAfter",
+            unlisted_alert,
+            DEFAULT_UNLISTED_ALERT_AFTER,
+            Minimum::Positive,
+        ),
     }
 }
 
@@ -1018,30 +1109,195 @@ fn initializers(
     let mut first_index: HashMap<String, usize> = HashMap::new();
     for (i, raw_init) in raw.unwrap_or_default().into_iter().enumerate() {
         let init = initializer(problems, i, raw_init, defaults);
-        if !init.name.is_empty() {
-            match first_index.get(&init.name) {
-                Some(&first) => {
-                    let line = problems
-                        .layout
-                        .value(&format!("initializers[{first}].name"))
-                        .map_or(String::new(), |p| format!(", line {}", p.line));
-                    problems.value(
-                        &format!("initializers[{i}].name"),
-                        format!(
-                            "duplicate initializer {:?}: already listed at initializers[{first}]{line}; \
-                             expected each name once",
-                            init.name
-                        ),
-                    );
-                }
-                None => {
-                    first_index.insert(init.name.clone(), i);
-                }
-            }
-        }
+        once(
+            problems,
+            &mut first_index,
+            ("initializers", "initializer"),
+            i,
+            &init.name,
+        );
         initializers.push(init);
     }
     initializers
+}
+
+/// Reports `name`, entry `index` of the list `list` (entries called `what`), when an earlier
+/// entry has it; records it otherwise. Empty names are reported elsewhere.
+fn once(
+    problems: &mut Findings<'_>,
+    first_index: &mut HashMap<String, usize>,
+    (list, what): (&str, &str),
+    index: usize,
+    name: &str,
+) {
+    if name.is_empty() {
+        return;
+    }
+    match first_index.get(name) {
+        Some(&first) => {
+            let line = problems
+                .layout
+                .value(&format!("{list}[{first}].name"))
+                .map_or(String::new(), |p| format!(", line {}", p.line));
+            problems.value(
+                &format!("{list}[{index}].name"),
+                format!(
+                    "duplicate {what} {name:?}: already listed at {list}[{first}]{line}; expected \
+                     each name once"
+                ),
+            );
+        }
+        None => {
+            first_index.insert(name.to_owned(), index);
+        }
+    }
+}
+
+/// `initContainers`: each entry of the node stage, and each name once.
+fn init_containers(
+    problems: &mut Findings<'_>,
+    raw: Option<Vec<RawInitContainer>>,
+) -> Vec<InitContainerConfig> {
+    let mut steps = Vec::new();
+    let mut first_index: HashMap<String, usize> = HashMap::new();
+    for (i, raw_step) in raw.unwrap_or_default().into_iter().enumerate() {
+        let step = init_container(problems, i, raw_step);
+        once(
+            problems,
+            &mut first_index,
+            ("initContainers", "init container"),
+            i,
+            &step.name,
+        );
+        steps.push(step);
+    }
+    steps
+}
+
+/// `initContainers[index]`. Unlike an initializer's, no key falls back to `defaults`: an init
+/// step has no deadline unless it sets one (an image still pulling is not stuck).
+fn init_container(
+    problems: &mut Findings<'_>,
+    index: usize,
+    raw: RawInitContainer,
+) -> InitContainerConfig {
+    let path = format!("initContainers[{index}]");
+    let name = match raw.name {
+        None => {
+            problems.key(
+                &path,
+                "expected a name key (the init container's name in the pod spec)",
+            );
+            String::new()
+        }
+        Some(name) => {
+            // Container names are DNS-1123 labels (apimachinery's IsDNS1123Label).
+            if let Err(e) = validate_dns1123_label(&name) {
+                problems.value(
+                    &format!("{path}.name"),
+                    format!("expected a container name: {e}"),
+                );
+            }
+            name
+        }
+    };
+    let deadline = raw.deadline.map(|given| {
+        let at = format!("{path}.deadline");
+        if given.0.is_zero() {
+            // Minimum::Positive, with the reason.
+            problems.value(
+                &at,
+                "expected a duration greater than 0s, got 0s: the deadline counts from the \
+                 pod's binding, so 0s would report every pod with this init container at once \
+                 (omit deadline for none)",
+            );
+            return given.0;
+        }
+        duration(problems, &at, Some(given), given.0, Minimum::Positive)
+    });
+    let codes_given = raw
+        .failed_exit_codes
+        .as_ref()
+        .is_some_and(|c| !c.is_empty());
+    let mut failed_exit_codes = Vec::new();
+    for (i, &code) in raw.failed_exit_codes.iter().flatten().enumerate() {
+        match i32::try_from(code) {
+            Ok(c) if EXIT_CODES.contains(&code) => failed_exit_codes.push(c),
+            _ => {
+                let why = if code == 0 {
+                    "0 is success"
+                } else {
+                    "a container's exit code is 0-255"
+                };
+                problems.value(
+                    &format!("{path}.failedExitCodes[{i}]"),
+                    format!(
+                        "expected an exit code from {} to {}, got {code} ({why})",
+                        EXIT_CODES.start(),
+                        EXIT_CODES.end()
+                    ),
+                );
+            }
+        }
+    }
+    failed_exit_codes.sort_unstable();
+    failed_exit_codes.dedup();
+    let action = raw.action.unwrap_or_default();
+    if action == StepAction::Recreate && raw.deadline.is_none() && !codes_given {
+        problems.value(
+            &format!("{path}.action"),
+            "expected a deadline or failedExitCodes with action: recreate: without either \
+             nothing could ever trigger a recreate (say action: report, or set one of them)",
+        );
+    }
+    InitContainerConfig {
+        name,
+        owner: raw.owner.and_then(|o| {
+            owner(
+                problems,
+                &format!("{path}.owner"),
+                o,
+                OwnerOf::InitContainer,
+            )
+        }),
+        deadline,
+        failed_exit_codes,
+        action,
+        repair_after: duration(
+            problems,
+            &format!("{path}.repairAfter"),
+            raw.repair_after,
+            DEFAULT_REPAIR_AFTER,
+            Minimum::Zero,
+        ),
+        opt_in: raw.opt_in.unwrap_or_default(),
+    }
+}
+
+/// `recreate`: the node stage's budget per top-level controller.
+fn recreate(problems: &mut Findings<'_>, raw: Option<RawRecreate>) -> RecreateBudget {
+    let max = count(
+        problems,
+        "recreate.maxPerHour",
+        raw.and_then(|r| r.max_per_hour),
+        u64::from(DEFAULT_MAX_RECREATIONS_PER_HOUR),
+        1..=u64::from(MAX_RECREATIONS_PER_HOUR_LIMIT),
+    );
+    RecreateBudget {
+        // Bounded by the range above.
+        max_per_hour: u32::try_from(max).unwrap_or(DEFAULT_MAX_RECREATIONS_PER_HOUR),
+    }
+}
+
+/// `evictions`: the namespaces evictions are confined to (none listed: all but kube-system).
+fn evictions(problems: &mut Findings<'_>, raw: Option<RawEvictions>) -> Evictions {
+    let namespaces = raw.and_then(|e| e.namespaces).unwrap_or_default();
+    for (i, ns) in namespaces.iter().enumerate() {
+        if let Err(e) = validate_dns1123_label(ns) {
+            problems.value(&format!("evictions.namespaces[{i}]"), e);
+        }
+    }
+    Evictions { namespaces }
 }
 
 /// `pileup`: when a controller's stuck pods count as a pile, and what then.

@@ -50,6 +50,110 @@ pub struct Config {
     pub max_in_flight: usize,
     /// Listed admission webhooks (README "Admission webhooks").
     pub webhooks: Vec<WebhookConfig>,
+    /// `initContainers`: the node stage's listed init steps (README "The node stage").
+    pub init_containers: Vec<InitContainerConfig>,
+    /// `recreate`: how many stuck pods the node stage may recreate.
+    pub recreate: RecreateBudget,
+    /// `evictions`: where the guard may evict.
+    pub evictions: Evictions,
+}
+
+/// One listed init container: a step of the node stage.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitContainerConfig {
+    /// `name`: the init container's name in the pod spec (unique in the list).
+    pub name: String,
+    /// `owner`: the agent the step waits on; None: no owner (deadline and exit codes only).
+    pub owner: Option<StepOwner>,
+    /// `deadline`: report (or recreate) a pod this long after it was bound; None: never by
+    /// time (`defaults.deadline` does not apply: an image still pulling is not stuck).
+    #[serde(with = "humantime_serde")]
+    pub deadline: Option<Duration>,
+    /// `failedExitCodes`: exit codes of the step that mean "failed for good" (sorted, each
+    /// once); empty: no exit code triggers.
+    pub failed_exit_codes: Vec<i32>,
+    /// `action`: report only (default), or recreate opted-in pods.
+    pub action: StepAction,
+    /// `repairAfter`: how long the owner on the pod's node must have been up before a recreate.
+    #[serde(with = "humantime_serde")]
+    pub repair_after: Duration,
+    /// `optIn`: which pods may be recreated for this step.
+    pub opt_in: OptInMode,
+}
+
+/// Who a node-stage step waits on.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum StepOwner {
+    /// `daemonset: NS/NAME`: up on node N while a Ready pod controlled by that DaemonSet runs
+    /// there and is not being deleted.
+    #[serde(rename = "daemonset")]
+    DaemonSet(ObjectRef),
+    /// Any initializer owner kind, judged cluster-wide as for initializers.
+    #[serde(untagged)]
+    Cluster(OwnerSpec),
+}
+
+impl StepOwner {
+    /// Value of the `owner_kind` metric label.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StepOwner::DaemonSet(_) => "daemonset",
+            StepOwner::Cluster(spec) => spec.kind(),
+        }
+    }
+}
+
+/// What a node-stage trigger does.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum StepAction {
+    /// Metrics, an Event, `why` and `/status`; nothing is written to the pod.
+    #[default]
+    Report,
+    /// Recreate opted-in pods through the Eviction API once every condition holds.
+    Recreate,
+}
+
+impl StepAction {
+    /// As written in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepAction::Report => "report",
+            StepAction::Recreate => "recreate",
+        }
+    }
+}
+
+/// `recreate`: the node stage's budget.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecreateBudget {
+    /// `maxPerHour`: most recreations per top-level controller in any hour (default 10).
+    pub max_per_hour: u32,
+}
+
+/// `evictions`: where the guard may evict pods.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Evictions {
+    /// `namespaces`: the only namespaces evictions may happen in; empty: every namespace but
+    /// `kube-system`.
+    pub namespaces: Vec<String>,
+}
+
+impl Evictions {
+    /// Whether the guard may evict a pod in `namespace`.
+    pub fn allows(&self, namespace: &str) -> bool {
+        if self.namespaces.is_empty() {
+            namespace != "kube-system"
+        } else {
+            self.namespaces.iter().any(|n| n == namespace)
+        }
+    }
 }
 
 /// One listed admission webhook.
@@ -407,6 +511,10 @@ pub struct Defaults {
     /// `defaults.probeInterval`: how often http owners are probed.
     #[serde(with = "humantime_serde")]
     pub probe_interval: Duration,
+    /// `defaults.unlistedAlertAfter`: a gated pod waiting this long alerts, listed or not
+    /// (the `InitguardGatedPodsWaiting` alert's threshold; default 1h).
+    #[serde(with = "humantime_serde")]
+    pub unlisted_alert_after: Duration,
 }
 
 /// One listed initializer (legacy initializer or scheduling gate name).
