@@ -35,6 +35,8 @@ pub struct SlimPod {
     /// The node stage's facts, only for a bound pod with init containers whose `Initialized`
     /// condition is not True (boxed: most pods have none).
     pub init: Option<Box<InitProgress>>,
+    /// The `Initialized` condition is True.
+    pub initialized: bool,
 }
 
 impl SlimPod {
@@ -216,9 +218,20 @@ fn lenient_time<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Time>, D::Erro
     Ok(serde_json::from_value(serde_json::Value::deserialize(d)?).ok())
 }
 
+/// Whether the pod's `Initialized` condition is True.
+fn initialized(status: &RawStatus) -> bool {
+    status
+        .conditions
+        .iter()
+        .any(|c| matches!(c, Lenient::Valid(c) if c.type_ == "Initialized" && c.status == "True"))
+}
+
 /// The node-stage facts of a pod as read: None unless it is bound, has init containers and
 /// its `Initialized` condition is not True.
 fn init_progress(spec: &mut RawSpec, status: &mut RawStatus) -> Option<Box<InitProgress>> {
+    if initialized(status) {
+        return None;
+    }
     let condition = |kind: &str| {
         status
             .conditions
@@ -229,10 +242,7 @@ fn init_progress(spec: &mut RawSpec, status: &mut RawStatus) -> Option<Box<InitP
             })
             .next()
     };
-    if spec.node_name.is_empty()
-        || spec.init_containers.is_empty()
-        || condition("Initialized").is_some_and(|c| c.status == "True")
-    {
+    if spec.node_name.is_empty() || spec.init_containers.is_empty() {
         return None;
     }
     let scheduled_at = condition("PodScheduled")
@@ -353,6 +363,7 @@ fn lenient_string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
 impl<'de> Deserialize<'de> for SlimPod {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let mut raw = RawPod::deserialize(d)?;
+        let initialized = initialized(&raw.status);
         let init = init_progress(&mut raw.spec, &mut raw.status);
         let m = raw.metadata;
         let controller: Vec<OwnerReference> = m
@@ -389,6 +400,7 @@ impl<'de> Deserialize<'de> for SlimPod {
             bypassed_record: m.annotations.and_then(|a| a.0),
             phase: raw.status.phase,
             init,
+            initialized,
         })
     }
 }
@@ -516,7 +528,12 @@ mod tests {
     #[test]
     fn keeps_no_init_steps_once_initialized_or_while_unbound() {
         let pod: SlimPod = serde_json::from_value(bound_pod("True")).unwrap();
-        assert!(pod.init.is_none());
+        assert!(pod.init.is_none() && pod.initialized);
+        assert!(
+            !serde_json::from_value::<SlimPod>(bound_pod("False"))
+                .unwrap()
+                .initialized
+        );
         let mut unbound = bound_pod("False");
         unbound["spec"]["nodeName"] = json!(null);
         let pod: SlimPod = serde_json::from_value(unbound).unwrap();

@@ -194,12 +194,8 @@ impl StageTracker {
         let created = pod.created().unwrap_or(now);
         let controller = pod.controller();
         if let Some(c) = &controller {
-            self.budget.pod_seen(
-                &c.uid,
-                uid,
-                created,
-                pod.init.is_none() && pod.metadata.deletion_timestamp.is_none(),
-            );
+            // Only Initialized counts: an unscheduled or gated replacement is not there yet.
+            self.budget.pod_seen(&c.uid, uid, created, pod.initialized);
         }
         let previous = self.pods.remove(&key).filter(|p| p.uid == uid);
         let other_hash = hash(uid);
@@ -574,8 +570,16 @@ mod tests {
             .decide("apps/b", false, &never_down, at(42))
             .expect("decided");
         assert!(matches!(out.plan, StepPlan::Held(Hold::OneAtATime { .. })));
-        let mut done = replacement.clone();
-        done.init = None;
+        // Unscheduled (no node, so no steps decoded) is not initialized either.
+        let mut unscheduled = replacement.clone();
+        unscheduled.init = None;
+        t.apply(&unscheduled, at(45));
+        let out = t
+            .decide("apps/b", false, &never_down, at(46))
+            .expect("decided");
+        assert!(matches!(out.plan, StepPlan::Held(Hold::OneAtATime { .. })));
+        let mut done = unscheduled;
+        done.initialized = true;
         t.apply(&done, at(50));
         let out = t
             .decide("apps/b", false, &never_down, at(51))
