@@ -80,9 +80,14 @@ impl InitStep {
     /// Whether the kubelet has run this step at all (it starts steps in order, so a later
     /// step that ran means this one is done).
     fn ran(&self) -> bool {
-        self.status
-            .as_ref()
-            .is_some_and(|s| s.running || s.started || s.exit_code.is_some())
+        // A step in CrashLoopBackOff is waiting, with its last run in lastState.
+        self.status.as_ref().is_some_and(|s| {
+            s.running
+                || s.started
+                || s.exit_code.is_some()
+                || s.last_exit_code.is_some()
+                || s.restarts > 0
+        })
     }
 
     /// Done by its own status: exited 0 (run to completion), or started (a sidecar).
@@ -315,7 +320,11 @@ pub struct StepOutcome {
 /// Decide what to do about a pod waiting on the listed step `step`, at `now`.
 ///
 /// `owner` is the step's owner's state (on the pod's node for a DaemonSet; Unknown without
-/// an owner is not read: a step without one has no owner condition). `budget` is the
+/// an owner is not read: a step without one has no owner condition), and `began` when its
+/// current up-period began, a lower bound (the agent pod's Ready transition); None when
+/// not known (an owner already up when the guard first looked), which counts as long before
+/// any pod was bound: reported, never recreated. `owner`'s `since` is the guard's first
+/// sight, which `repairAfter` counts from (never early). `budget` is the
 /// controller's hold from [`budget::Budget::hold`], None when it allows a recreation.
 /// Recreates only an opted-in pod, past a trigger, whose owner has been up for `repairAfter`
 /// and came up after the pod was bound, with a controller that re-creates it, within the
@@ -324,6 +333,7 @@ pub fn decide(
     pod: &StepView<'_>,
     step: &InitContainerConfig,
     owner: OwnerState,
+    began: Option<SystemTime>,
     budget: Option<Hold>,
     config: &Config,
     now: SystemTime,
@@ -354,8 +364,8 @@ pub fn decide(
         (None, _) => None,
         (Some(_), OwnerState::Unknown) => Some(Hold::OwnerUnknown),
         (Some(_), OwnerState::Down { since }) => Some(Hold::OwnerDown { since }),
-        (Some(_), OwnerState::Up { since }) if pod.bound >= since => {
-            // The pod's sandbox was created while the owner was up.
+        (Some(_), OwnerState::Up { .. }) if began.is_none_or(|b| pod.bound >= b) => {
+            // The pod's sandbox was created while the owner was up (or may have been).
             outcome.plan = StepPlan::Report {
                 why: StepPlan::NEVER_FAILED_WHILE_UP,
             };

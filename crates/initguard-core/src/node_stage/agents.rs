@@ -20,12 +20,18 @@ pub struct AgentPod {
     pub controller_uid: String,
     /// Ready, running and not being deleted.
     pub serving: bool,
+    /// Its `Ready` condition's True transition, on this process's clock and never later
+    /// than the truth: when its up-period began, for "bound before the agent came back".
+    pub ready_since: Option<SystemTime>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct NodeState {
     up: bool,
+    /// First sight of the change (what `repairAfter` counts from: never early).
     since: SystemTime,
+    /// While up: when the up-period began, a lower bound; None when not known.
+    began: Option<SystemTime>,
 }
 
 /// What the guard knows about one DaemonSet's agents.
@@ -67,15 +73,15 @@ impl DaemonSetAgents {
             .insert(pod.uid.clone(), pod.clone())
             .map(|p| p.node);
         if let Some(old) = old_node.filter(|old| *old != pod.node) {
-            self.refresh(&old, now);
+            self.refresh(&old, now, true);
         }
-        self.refresh(&pod.node, now);
+        self.refresh(&pod.node, now, true);
     }
 
     /// A candidate pod was deleted.
     pub fn pod_deleted(&mut self, uid: &str, now: SystemTime) {
         if let Some(pod) = self.pods.remove(uid) {
-            self.refresh(&pod.node, now);
+            self.refresh(&pod.node, now, true);
         }
     }
 
@@ -85,8 +91,9 @@ impl DaemonSetAgents {
         let old: Vec<String> = self.pods.values().map(|p| p.node.clone()).collect();
         self.pods = pods.into_iter().map(|p| (p.uid.clone(), p)).collect();
         let fresh: Vec<String> = self.pods.values().map(|p| p.node.clone()).collect();
+        // A relist follows a watch gap: an up-period that began in it has no known start.
         for node in old.iter().chain(&fresh) {
-            self.refresh(node, now);
+            self.refresh(node, now, false);
         }
     }
 
@@ -96,10 +103,22 @@ impl DaemonSetAgents {
             return OwnerState::Unknown;
         };
         match self.nodes.get(node) {
-            Some(NodeState { up: true, since }) => OwnerState::Up { since: *since },
-            Some(NodeState { up: false, since }) => OwnerState::Down { since: *since },
+            Some(NodeState {
+                up: true, since, ..
+            }) => OwnerState::Up { since: *since },
+            Some(NodeState {
+                up: false, since, ..
+            }) => OwnerState::Down { since: *since },
             None => OwnerState::Down { since: baseline },
         }
+    }
+
+    /// While the agent is up on `node`: when its up-period began, a lower bound (the earliest
+    /// Ready transition of the pods that brought it up, or the first sight of a change the
+    /// guard watched happen); None when not known (it was up when the guard first looked
+    /// and no Ready time says since when).
+    pub fn began(&self, node: &str) -> Option<SystemTime> {
+        self.nodes.get(node).filter(|n| n.up).and_then(|n| n.began)
     }
 
     /// Whether the DaemonSet has been seen at least once.
@@ -129,20 +148,52 @@ impl DaemonSetAgents {
         self.nodes.clear();
         let nodes: Vec<String> = self.pods.values().map(|p| p.node.clone()).collect();
         for node in nodes {
-            self.refresh(&node, now);
+            self.refresh(&node, now, false);
         }
     }
 
-    fn refresh(&mut self, node: &str, now: SystemTime) {
+    /// Recompute `node`; `watched`: the change was seen as it happened (not found by a first
+    /// look or a relist), so its first sight bounds when an up-period began.
+    fn refresh(&mut self, node: &str, now: SystemTime, watched: bool) {
         if node.is_empty() || self.baseline.is_none() {
             return;
         }
         let up = self.serving_on(node);
         let was_up = self.nodes.get(node).is_some_and(|n| n.up);
         if up != was_up {
-            self.nodes
-                .insert(node.to_owned(), NodeState { up, since: now });
+            let began = up
+                .then(|| {
+                    let ready = self.ready_since_on(node);
+                    if watched {
+                        Some(ready.map_or(now, |r| r.min(now)))
+                    } else {
+                        ready
+                    }
+                })
+                .flatten();
+            self.nodes.insert(
+                node.to_owned(),
+                NodeState {
+                    up,
+                    since: now,
+                    began,
+                },
+            );
         }
+    }
+
+    /// The earliest Ready transition among the serving agents on `node`, when every one has
+    /// one (a pod without could have turned Ready at any time).
+    fn ready_since_on(&self, node: &str) -> Option<SystemTime> {
+        let ds = self.daemonset.as_deref()?;
+        self.pods
+            .values()
+            .filter(|p| p.serving && p.node == node && p.controller_uid == ds)
+            .map(|p| p.ready_since)
+            .try_fold(None::<SystemTime>, |min, t| {
+                t.map(|t| Some(min.map_or(t, |m| m.min(t))))
+            })
+            .flatten()
     }
 }
 
@@ -161,6 +212,7 @@ mod tests {
             node: node.into(),
             controller_uid: ds.into(),
             serving,
+            ready_since: None,
         }
     }
 
@@ -171,10 +223,48 @@ mod tests {
         assert_eq!(a.state("n1"), OwnerState::Unknown);
         assert_eq!(a.state("n2"), OwnerState::Unknown);
         assert!(!a.observed());
-        // Seen later: the pod that was already there counts from then.
+        // Seen later: the pod that was already there counts from then, and since when it
+        // has been up is not known.
         a.daemonset_applied("ds", at(5));
         assert_eq!(a.state("n1"), OwnerState::Up { since: at(5) });
+        assert_eq!(a.began("n1"), None);
         assert_eq!(a.state("n2"), OwnerState::Down { since: at(5) });
+    }
+
+    #[test]
+    fn an_up_period_began_at_the_ready_transition_or_the_watched_change() {
+        let mut a = DaemonSetAgents::default();
+        let ready = |uid: &str, node: &str, t: u64| AgentPod {
+            ready_since: Some(at(t)),
+            ..pod(uid, node, "ds", true)
+        };
+        // Up at the guard's first look: the Ready time says since when.
+        a.pod_applied(ready("p1", "n1", 2), at(3));
+        a.daemonset_applied("ds", at(10));
+        assert_eq!(a.state("n1"), OwnerState::Up { since: at(10) });
+        assert_eq!(a.began("n1"), Some(at(2)));
+        // Watched coming up without a Ready time: its first sight.
+        a.pod_applied(pod("p2", "n2", "ds", true), at(20));
+        assert_eq!(a.began("n2"), Some(at(20)));
+        // A Ready time later than the sight (a skewed clock) is not trusted beyond the sight.
+        a.pod_applied(ready("p3", "n3", 40), at(30));
+        assert_eq!(a.began("n3"), Some(at(30)));
+        // A relist finds a node up that was down: since when is not known.
+        a.pod_deleted("p2", at(50));
+        a.pods_relisted(
+            [
+                ready("p1", "n1", 2),
+                ready("p3", "n3", 40),
+                pod("p4", "n2", "ds", true),
+            ],
+            at(60),
+        );
+        assert_eq!(a.state("n2"), OwnerState::Up { since: at(60) });
+        assert_eq!(a.began("n2"), None);
+        assert_eq!(a.began("n1"), Some(at(2)));
+        // Down: no up-period.
+        a.pod_deleted("p1", at(70));
+        assert_eq!(a.began("n1"), None);
     }
 
     #[test]

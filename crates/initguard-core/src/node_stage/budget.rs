@@ -21,7 +21,10 @@ pub const DEFAULT_PATIENCE: Duration = Duration::from_secs(300);
 struct Ledger {
     /// Recreations in the last hour, oldest first.
     recent: VecDeque<SystemTime>,
-    /// A pod created after the last recreation was seen.
+    /// The evicted pod's `deletionTimestamp` (API server clock, whole seconds): its
+    /// controller creates the replacement at or after it. None until the watch shows it.
+    cutoff: Option<SystemTime>,
+    /// A pod created at or after the cutoff was seen.
     replacement_seen: bool,
     /// Pods created after the last recreation that are not initialized yet.
     uninitialized: HashSet<String>,
@@ -41,22 +44,31 @@ impl Budget {
         for (controller, at) in records {
             budget.recreated(&controller, at);
         }
-        for ledger in budget.ledgers.values_mut() {
-            ledger.recent.make_contiguous().sort();
-        }
         budget
     }
 
     /// One pod of `controller` was evicted at `at`.
     pub fn recreated(&mut self, controller: &str, at: SystemTime) {
         let ledger = self.ledgers.entry(controller.to_owned()).or_default();
-        // Out of order only from a rebuild, which sorts afterwards.
-        ledger.recent.push_back(at);
+        // In order, even if the clock stepped back.
+        let index = ledger.recent.partition_point(|t| *t <= at);
+        ledger.recent.insert(index, at);
+        ledger.cutoff = None;
         ledger.replacement_seen = false;
         ledger.uninitialized.clear();
     }
 
-    /// A pod of `controller` created at `created` was seen, initialized or not.
+    /// The watch shows the pod the guard evicted from `controller` being deleted since `at`
+    /// (its `deletionTimestamp`, on the API server's clock like the replacement's
+    /// `creationTimestamp`).
+    pub fn deleting(&mut self, controller: &str, at: SystemTime) {
+        if let Some(ledger) = self.ledgers.get_mut(controller) {
+            ledger.cutoff.get_or_insert(at);
+        }
+    }
+
+    /// A pod of `controller` created at `created` (`creationTimestamp`) was seen,
+    /// initialized or not.
     pub fn pod_seen(
         &mut self,
         controller: &str,
@@ -67,10 +79,9 @@ impl Budget {
         let Some(ledger) = self.ledgers.get_mut(controller) else {
             return;
         };
-        let Some(last) = ledger.recent.back() else {
-            return;
-        };
-        if created <= *last {
+        // Same clock, same granularity: the replacement is created in the second of the
+        // deletion or later.
+        if ledger.cutoff.is_none_or(|cutoff| created < cutoff) {
             return;
         }
         ledger.replacement_seen = true;
@@ -164,20 +175,27 @@ mod tests {
             b.hold("rs", at(11), P, 10),
             Some(Hold::OneAtATime { until: at(70) })
         );
-        // A pod created before the recreation is not its replacement.
-        b.pod_seen("rs", "old", at(9), true);
-        assert!(b.hold("rs", at(11), P, 10).is_some());
-        b.pod_seen("rs", "new", at(12), false);
+        // Before the deletion is seen, no pod counts as the replacement.
+        b.pod_seen("rs", "early", at(12), true);
+        assert!(b.hold("rs", at(12), P, 10).is_some());
+        // The evicted pod's deletionTimestamp (server clock): a pod created in that second
+        // is the replacement; one created before is not.
+        b.deleting("rs", at(11));
+        b.pod_seen("rs", "old", at(10), true);
+        assert!(b.hold("rs", at(12), P, 10).is_some());
+        b.pod_seen("rs", "new", at(11), false);
         assert!(b.hold("rs", at(13), P, 10).is_some());
         b.pod_seen("rs", "new", at(12), true);
         assert_eq!(b.hold("rs", at(14), P, 10), None);
         // Patience ends the wait for a replacement that never initializes.
         b.recreated("rs", at(20));
+        b.deleting("rs", at(20));
         b.pod_seen("rs", "new2", at(21), false);
         assert!(b.hold("rs", at(79), P, 10).is_some());
         assert_eq!(b.hold("rs", at(80), P, 10), None);
         // A replacement deleted uninitialized no longer holds.
         b.recreated("rs", at(100));
+        b.deleting("rs", at(100));
         b.pod_seen("rs", "new3", at(101), false);
         b.pod_gone("rs", "new3");
         assert_eq!(b.hold("rs", at(102), P, 10), None);
@@ -190,6 +208,7 @@ mod tests {
         let mut b = Budget::default();
         for s in [0, 100, 200] {
             b.recreated("rs", at(s));
+            b.deleting("rs", at(s));
             b.pod_seen("rs", &format!("p{s}"), at(s + 1), true);
         }
         assert_eq!(
@@ -219,6 +238,22 @@ mod tests {
         assert_eq!(
             b.hold("rs", at(201), P, 10),
             Some(Hold::OneAtATime { until: at(260) })
+        );
+    }
+
+    #[test]
+    fn records_stay_in_order_when_the_clock_steps_back() {
+        let mut b = Budget::default();
+        b.recreated("rs", at(100));
+        b.recreated("rs", at(50));
+        // The latest (100) is the one a replacement is awaited for.
+        assert_eq!(
+            b.hold("rs", at(101), P, 10),
+            Some(Hold::OneAtATime { until: at(160) })
+        );
+        assert_eq!(
+            b.hold("rs", at(101), P, 2),
+            Some(Hold::HourlyCap { until: at(3650) })
         );
     }
 

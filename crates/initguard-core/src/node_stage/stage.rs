@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime};
 use serde::Serialize;
 
 use super::agents::DaemonSetAgents;
-use super::budget::{Budget, DEFAULT_PATIENCE};
+use super::budget::{Budget, DEFAULT_PATIENCE, HOUR};
 use super::{
     InitContainerConfig, Recreator, RestartPolicy, StepOutcome, StepView, current_step, decide,
     failed_code, listed, restarts,
@@ -42,6 +42,8 @@ pub struct StagePod {
     pub created: SystemTime,
     /// The controlling owner.
     pub controller: Option<ControllerRef>,
+    /// What re-creates it (by the controller's kind and API group).
+    pub recreator: Recreator,
     /// The pod's `restartPolicy`.
     pub restart_policy: RestartPolicy,
     /// Being deleted.
@@ -96,6 +98,17 @@ pub struct Ended {
     pub end: StageEnd,
 }
 
+/// A listed exit code seen for the first time on a pod's step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The step.
+    pub step: Arc<str>,
+    /// The exit code.
+    pub code: i32,
+    /// The pod failed with it (its stuck step does not restart): reported, never recreated.
+    pub for_good: bool,
+}
+
 /// What changed for one pod in [`StageTracker::apply`].
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Applied {
@@ -104,7 +117,7 @@ pub struct Applied {
     /// It now waits on a listed step (to be decided).
     pub waiting: bool,
     /// A listed exit code was seen for the first time on its step.
-    pub newly_failed: Option<i32>,
+    pub newly_failed: Option<Failure>,
 }
 
 /// Per listed step (or [`OTHER`]): waiting pods, opted-in or not, and the oldest wait.
@@ -128,10 +141,14 @@ pub struct StageTracker {
     config: Arc<Config>,
     clock: Option<Box<dyn LocalTime>>,
     pods: HashMap<PodKey, StagePod>,
-    /// Hashes of the uids of pods waiting on an unlisted step: a count, not state.
+    /// Hashes of the keys of pods waiting on an unlisted step: a count, not state.
     other: HashSet<u64>,
+    /// Hashes of the keys of Failed pods whose failure was reported.
+    failed_reported: HashSet<u64>,
     /// Recreated pods whose deletion the watch has not reported yet.
     recreated: HashSet<PodKey>,
+    /// Pods listed since a relist began; None outside one.
+    relist: Option<HashSet<PodKey>>,
     agents: HashMap<ObjectRef, DaemonSetAgents>,
     budget: Budget,
 }
@@ -150,7 +167,9 @@ impl StageTracker {
             clock: None,
             pods: HashMap::new(),
             other: HashSet::new(),
+            failed_reported: HashSet::new(),
             recreated: HashSet::new(),
+            relist: None,
             agents,
             budget: Budget::default(),
         }
@@ -193,39 +212,64 @@ impl StageTracker {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let created = pod.created().unwrap_or(now);
         let controller = pod.controller();
+        let deletion = pod
+            .metadata
+            .deletion_timestamp
+            .as_ref()
+            .map(|t| SystemTime::from(t.0));
         if let Some(c) = &controller {
+            if let Some(at) = deletion.filter(|_| self.recreated.contains(&key)) {
+                self.budget.deleting(&c.uid, at);
+            }
             // Only Initialized counts: an unscheduled or gated replacement is not there yet.
             self.budget.pod_seen(&c.uid, uid, created, pod.initialized);
         }
-        let previous = self.pods.remove(&key).filter(|p| p.uid == uid);
-        let other_hash = hash(uid);
-        self.other.remove(&other_hash);
+        let key_hash = hash(&key);
+        self.other.remove(&key_hash);
+        if let Some(relist) = &mut self.relist {
+            relist.insert(key.clone());
+        }
         let mut applied = Applied::default();
+        let mut previous = self.pods.remove(&key);
+        if let Some(old) = previous.take_if(|p| p.uid != uid) {
+            // A new pod under the same name (a StatefulSet's): the old one went unseen.
+            applied.ended = Some(self.gone(&key, &old, now));
+            self.failed_reported.remove(&key_hash);
+        }
         let failed_phase = pod.phase.as_deref() == Some("Failed");
-        let Some(progress) = pod.init.as_deref().filter(|_| !failed_phase) else {
-            applied.ended = previous.map(|p| {
-                self.ended(
-                    &p,
-                    if failed_phase {
-                        StageEnd::Failed
-                    } else {
-                        StageEnd::Initialized
-                    },
-                    now,
-                )
-            });
+        if failed_phase && deletion.is_some() {
+            // A Pending pod being deleted turns Failed before it goes (kubelet, 1.27+): an
+            // eviction, not a failure.
+            if let Some(p) = previous {
+                applied.ended = Some(self.gone(&key, &p, now));
+            }
             return applied;
+        }
+        let end = if failed_phase {
+            StageEnd::Failed
+        } else {
+            StageEnd::Initialized
         };
-        let done_before = previous.as_ref().map_or(0, |p| p.done_before);
-        let Some(current) = current_step(progress, done_before) else {
-            applied.ended = previous.map(|p| self.ended(&p, StageEnd::Initialized, now));
+        let waiting_on = pod.init.as_deref().and_then(|progress| {
+            let done_before = previous.as_ref().map_or(0, |p| p.done_before);
+            let current = current_step(progress, done_before)?;
+            Some((progress, current))
+        });
+        let Some((progress, current)) = waiting_on else {
+            applied.ended = applied.ended.or(previous.map(|p| self.ended(&p, end, now)));
             return applied;
         };
         let Some(config) = listed(&self.config, &current.step.name) else {
-            applied.ended = previous.map(|p| self.ended(&p, StageEnd::Initialized, now));
-            self.other.insert(other_hash);
+            applied.ended = applied.ended.or(previous.map(|p| self.ended(&p, end, now)));
+            if !failed_phase {
+                self.other.insert(key_hash);
+            }
             return applied;
         };
+        let step: Arc<str> = previous
+            .as_ref()
+            .filter(|p| *p.step == *config.name)
+            .map_or_else(|| Arc::from(config.name.as_str()), |p| p.step.clone());
         let same_step = previous
             .as_ref()
             .filter(|p| *p.step == *config.name && p.done_before == current.index);
@@ -233,14 +277,30 @@ impl StageTracker {
             applied.ended = Some(self.ended(p, StageEnd::Initialized, now));
         }
         let seen = failed_code(current.step, &config.failed_exit_codes);
-        let failed = same_step.and_then(|p| p.failed).or(seen);
-        if same_step.and_then(|p| p.failed).is_none() {
-            applied.newly_failed = seen;
+        let latched = same_step.and_then(|p| p.failed);
+        if latched.is_none() {
+            applied.newly_failed = seen.map(|code| Failure {
+                step: step.clone(),
+                code,
+                for_good: failed_phase,
+            });
         }
+        if failed_phase {
+            // The stuck step does not restart: the pod failed for good, reported once.
+            if !self.failed_reported.insert(key_hash) {
+                applied.newly_failed = None;
+            }
+            applied.ended = applied
+                .ended
+                .or(previous.map(|p| self.ended(&p, StageEnd::Failed, now)));
+            return applied;
+        }
+        let failed = latched.or(seen);
         // One clock for every step of the pod.
-        let bound = previous
-            .as_ref()
-            .map_or_else(|| self.bound(progress.scheduled_at, now), |p| p.bound);
+        let bound = previous.as_ref().map_or_else(
+            || self.bound(progress.scheduled_at, pod.created(), now),
+            |p| p.bound,
+        );
         let label = &self.config.opt_in.label;
         let labels = pod
             .metadata
@@ -250,6 +310,7 @@ impl StageTracker {
             .map(|(k, v)| (k.clone(), v.clone()))
             .into_iter()
             .collect();
+        let recreator = recreator_of(pod);
         self.pods.insert(
             key,
             StagePod {
@@ -261,10 +322,11 @@ impl StageTracker {
                 bound,
                 created,
                 controller,
+                recreator,
                 restart_policy: progress.restart_policy,
-                deleting: pod.metadata.deletion_timestamp.is_some(),
+                deleting: deletion.is_some(),
                 done_before: current.index,
-                step: Arc::from(config.name.as_str()),
+                step,
                 failed,
                 restarts: restarts(progress, current.step),
                 step_restarts: current.step.status.map_or(0, |s| s.restarts),
@@ -274,19 +336,72 @@ impl StageTracker {
         applied
     }
 
-    /// The pod was deleted.
-    pub fn delete(&mut self, key: &str, uid: &str, now: SystemTime) -> Option<Ended> {
-        self.other.remove(&hash(uid));
+    /// The pod was deleted (the watch's last state of it).
+    pub fn delete(&mut self, pod: &SlimPod, now: SystemTime) -> Option<Ended> {
+        let key = pod.key();
+        let key_hash = hash(&key);
+        self.other.remove(&key_hash);
+        self.failed_reported.remove(&key_hash);
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        if let Some(c) = pod.controller() {
+            self.budget.pod_gone(&c.uid, uid);
+        }
+        match self.pods.remove(&key) {
+            Some(p) if p.uid == uid || uid.is_empty() => Some(self.gone(&key, &p, now)),
+            // The name's newer pod stays.
+            Some(p) => {
+                self.pods.insert(key, p);
+                None
+            }
+            None => {
+                self.recreated.remove(&key);
+                None
+            }
+        }
+    }
+
+    /// A relist of pods begins: pods it does not list are gone at [`Self::relist_done`].
+    pub fn relist_started(&mut self) {
+        self.relist = Some(HashSet::new());
+    }
+
+    /// The relist is complete: pods it did not list went away unseen.
+    pub fn relist_done(&mut self, now: SystemTime) -> Vec<Ended> {
+        let Some(seen) = self.relist.take() else {
+            return Vec::new();
+        };
+        let hashes: HashSet<u64> = seen.iter().map(|k| hash(k)).collect();
+        self.other.retain(|h| hashes.contains(h));
+        self.failed_reported.retain(|h| hashes.contains(h));
+        self.recreated.retain(|k| seen.contains(k));
+        let gone: Vec<PodKey> = self
+            .pods
+            .keys()
+            .filter(|k| !seen.contains(*k))
+            .cloned()
+            .collect();
+        gone.into_iter()
+            .filter_map(|key| {
+                let pod = self.pods.remove(&key)?;
+                if let Some(c) = &pod.controller {
+                    self.budget.pod_gone(&c.uid, &pod.uid);
+                }
+                Some(self.gone(&key, &pod, now))
+            })
+            .collect()
+    }
+
+    /// `pod` went away: its wait ends as recreated when the guard evicted it, else deleted.
+    fn gone(&mut self, key: &str, pod: &StagePod, now: SystemTime) -> Ended {
         let end = if self.recreated.remove(key) {
             StageEnd::Recreated
         } else {
             StageEnd::Deleted
         };
-        let pod = self.pods.remove(key)?;
         if let Some(c) = &pod.controller {
             self.budget.pod_gone(&c.uid, &pod.uid);
         }
-        Some(self.ended(&pod, end, now))
+        self.ended(pod, end, now)
     }
 
     /// The guard evicted the pod at `now`: counted against its controller's budget, and its
@@ -300,21 +415,24 @@ impl StageTracker {
         }
     }
 
-    /// The state of `step`'s owner for a pod on `node`: a DaemonSet's on that node; a
-    /// cluster-wide owner's from `cluster`; Unknown without an owner.
+    /// The state of `step`'s owner for a pod on `node`, and when its up-period began (see
+    /// [`decide`]): a DaemonSet's on that node; a cluster-wide owner's from `cluster`;
+    /// Unknown without an owner.
     pub fn owner_state(
         &self,
         step: &InitContainerConfig,
         node: &str,
-        cluster: &dyn Fn(&str) -> OwnerState,
-    ) -> OwnerState {
+        cluster: &Cluster<'_>,
+    ) -> (OwnerState, Option<SystemTime>) {
         match &step.owner {
             Some(StepOwner::DaemonSet(ds)) => self
                 .agents
                 .get(ds)
-                .map_or(OwnerState::Unknown, |a| a.state(node)),
+                .map_or((OwnerState::Unknown, None), |a| {
+                    (a.state(node), a.began(node))
+                }),
             Some(StepOwner::Cluster(_)) => cluster(&step.name),
-            None => OwnerState::Unknown,
+            None => (OwnerState::Unknown, None),
         }
     }
 
@@ -324,19 +442,17 @@ impl StageTracker {
         &self,
         key: &str,
         namespace_selected: bool,
-        cluster: &dyn Fn(&str) -> OwnerState,
+        cluster: &Cluster<'_>,
         now: SystemTime,
     ) -> Option<StepOutcome> {
         let pod = self.pods.get(key)?;
         let step = listed(&self.config, &pod.step)?;
-        let owner = self.owner_state(step, &pod.node, cluster);
+        let (owner, began) = self.owner_state(step, &pod.node, cluster);
+        // Capped at the hour the budget's records cover.
+        let patience = step.deadline.unwrap_or(DEFAULT_PATIENCE).min(HOUR);
         let budget = pod.controller.as_ref().and_then(|c| {
-            self.budget.hold(
-                &c.uid,
-                now,
-                step.deadline.unwrap_or(DEFAULT_PATIENCE),
-                self.config.recreate.max_per_hour,
-            )
+            self.budget
+                .hold(&c.uid, now, patience, self.config.recreate.max_per_hour)
         });
         let view = StepView {
             namespace: &pod.namespace,
@@ -347,9 +463,9 @@ impl StageTracker {
             restarts: pod.restarts,
             pod_restart_policy: pod.restart_policy,
             deleting: pod.deleting,
-            recreator: Recreator::of(pod.controller.as_ref().map(|c| c.kind.as_str())),
+            recreator: pod.recreator,
         };
-        Some(decide(&view, step, owner, budget, &self.config, now))
+        Some(decide(&view, step, owner, began, budget, &self.config, now))
     }
 
     /// Pods waiting on `step` on `node`.
@@ -365,7 +481,7 @@ impl StageTracker {
     pub fn counts(
         &self,
         namespace_selected: &dyn Fn(&str) -> bool,
-        cluster: &dyn Fn(&str) -> OwnerState,
+        cluster: &Cluster<'_>,
         now: SystemTime,
     ) -> BTreeMap<String, StepCounts> {
         let mut counts: BTreeMap<String, StepCounts> = self
@@ -393,7 +509,7 @@ impl StageTracker {
             let waited = now.duration_since(pod.bound).unwrap_or(Duration::ZERO);
             entry.oldest = entry.oldest.max(Some(waited));
             if matches!(
-                self.owner_state(step, &pod.node, cluster),
+                self.owner_state(step, &pod.node, cluster).0,
                 OwnerState::Down { .. }
             ) {
                 down.entry(&step.name).or_default().insert(&pod.node);
@@ -421,10 +537,20 @@ impl StageTracker {
         }
     }
 
-    /// When a pod was bound, on this process's clock: the `PodScheduled` transition (whole
-    /// seconds, so the next second: never early) through the server's clock, else `now`.
-    fn bound(&self, scheduled: Option<SystemTime>, now: SystemTime) -> SystemTime {
-        let Some(at) = scheduled.and_then(|t| t.checked_add(Duration::from_secs(1))) else {
+    /// When a pod was bound, on this process's clock: the `PodScheduled` transition, never
+    /// before the pod's creation (a kubelet writes it on the node's clock for a pod created
+    /// bound), in whole seconds, so the next second: never early; through the server's
+    /// clock. Without one, `now`.
+    fn bound(
+        &self,
+        scheduled: Option<SystemTime>,
+        created: Option<SystemTime>,
+        now: SystemTime,
+    ) -> SystemTime {
+        let Some(at) = scheduled
+            .map(|t| created.map_or(t, |c| t.max(c)))
+            .and_then(|t| t.checked_add(Duration::from_secs(1)))
+        else {
             return now;
         };
         match &self.clock {
@@ -436,10 +562,31 @@ impl StageTracker {
     }
 }
 
-fn hash(uid: &str) -> u64 {
+/// A cluster-wide owner's state and when its up-period began, by step name.
+pub type Cluster<'a> = dyn Fn(&str) -> (OwnerState, Option<SystemTime>) + 'a;
+
+fn hash(key: &str) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    uid.hash(&mut h);
+    key.hash(&mut h);
     h.finish()
+}
+
+/// What re-creates `pod`: its controller's kind, in Kubernetes' own API groups only (a
+/// `Job` of another group, such as Volcano's, may react to an eviction otherwise).
+fn recreator_of(pod: &SlimPod) -> Recreator {
+    let controller = pod
+        .metadata
+        .owner_references
+        .as_deref()
+        .and_then(|refs| refs.iter().find(|o| o.controller == Some(true)));
+    let Some(c) = controller else {
+        return Recreator::None;
+    };
+    let group = c.api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    match group {
+        "" | "apps" | "extensions" | "batch" => Recreator::of(Some(&c.kind)),
+        _ => Recreator::None,
+    }
 }
 
 #[cfg(test)]
@@ -514,13 +661,14 @@ mod tests {
                 node: "n1".into(),
                 controller_uid: "ds-uid".into(),
                 serving: true,
+                ready_since: None,
             },
             since,
         );
     }
 
-    fn never_down(_: &str) -> OwnerState {
-        OwnerState::Unknown
+    fn never_down(_: &str) -> (OwnerState, Option<SystemTime>) {
+        (OwnerState::Unknown, None)
     }
 
     #[test]
@@ -528,7 +676,10 @@ mod tests {
         let mut t = StageTracker::new(config());
         let applied = t.apply(&pod("a", "ua", "rs", at(0), failing()), at(5));
         assert!(applied.waiting);
-        assert_eq!(applied.newly_failed, Some(126));
+        assert_eq!(
+            applied.newly_failed.map(|f| (f.code, f.for_good)),
+            Some((126, false))
+        );
         let p = t.get("apps/a").expect("followed");
         // Only the opt-in label is kept; the bind time is the next second (never early).
         assert_eq!(p.labels.len(), 1);
@@ -560,9 +711,18 @@ mod tests {
             matches!(out.plan, StepPlan::Held(Hold::OneAtATime { .. })),
             "{out:?}"
         );
-        let ended = t.delete("apps/a", "ua", at(33)).expect("was followed");
+        // The evicted Pending pod turns Failed while it is deleted (kubelet, 1.27+): an
+        // eviction, not a failure; its deletionTimestamp is the replacement's cutoff.
+        let mut evicted = pod("a", "ua", "rs", at(0), failing());
+        evicted.phase = Some("Failed".into());
+        evicted.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                jiff::Timestamp::try_from(at(40)).expect("in range"),
+            ));
+        let ended = t.apply(&evicted, at(33)).ended.expect("was followed");
         assert_eq!(ended.end, StageEnd::Recreated);
         assert_eq!(ended.waited, Duration::from_secs(32));
+        assert_eq!(t.delete(&evicted, at(34)), None);
         // The replacement, bound after the agent came up, initializes: b's turn.
         let replacement = pod("a2", "ua2", "rs", at(40), json!([]));
         t.apply(&replacement, at(41));
@@ -607,23 +767,118 @@ mod tests {
         assert_eq!(counts[OTHER].not_opted_in, 1);
         assert_eq!(counts["istio-validation"], StepCounts::default());
         // Deleted: no longer counted.
-        assert_eq!(t.delete("apps/a", "ua", at(11)), None);
+        assert_eq!(
+            t.delete(&pod("a", "ua", "rs", at(0), sidecar), at(11)),
+            None
+        );
         assert_eq!(t.other_count(), 0);
     }
 
     #[test]
     fn a_failed_pod_and_a_deleted_pod_end_their_waits() {
         let mut t = StageTracker::new(config());
-        let mut p = pod("a", "ua", "rs", at(0), failing());
-        t.apply(&p, at(1));
-        p.phase = Some("Failed".into());
-        let ended = t.apply(&p, at(4)).ended.expect("ended");
-        assert_eq!(ended.end, StageEnd::Failed);
-        t.apply(&pod("b", "ub", "rs", at(0), failing()), at(1));
-        assert_eq!(
-            t.delete("apps/b", "ub", at(2)).map(|e| e.end),
-            Some(StageEnd::Deleted)
+        let mut p = pod(
+            "a",
+            "ua",
+            "rs",
+            at(0),
+            json!([{"name": "istio-validation",
+            "state": {"running": {}}}]),
         );
+        t.apply(&p, at(1));
+        // restartPolicy: Never: the kubelet marks the pod Failed with the exit code.
+        p = pod(
+            "a",
+            "ua",
+            "rs",
+            at(0),
+            json!([{"name": "istio-validation",
+            "state": {"terminated": {"exitCode": 126}}}]),
+        );
+        p.phase = Some("Failed".into());
+        let applied = t.apply(&p, at(4));
+        assert_eq!(applied.ended.map(|e| e.end), Some(StageEnd::Failed));
+        assert_eq!(
+            applied
+                .newly_failed
+                .map(|f| (f.code, f.for_good, f.step.to_string())),
+            Some((126, true, "istio-validation".to_owned()))
+        );
+        assert!(t.get("apps/a").is_none());
+        // Reported once, whatever updates and relists follow.
+        assert_eq!(t.apply(&p, at(5)), Applied::default());
+        t.relist_started();
+        assert_eq!(t.apply(&p, at(6)), Applied::default());
+        assert!(t.relist_done(at(6)).is_empty());
+        let b = pod("b", "ub", "rs", at(0), failing());
+        t.apply(&b, at(1));
+        assert_eq!(t.delete(&b, at(2)).map(|e| e.end), Some(StageEnd::Deleted));
+    }
+
+    #[test]
+    fn a_relist_ends_the_waits_of_pods_gone_meanwhile_and_recounts_other() {
+        let mut t = StageTracker::new(config());
+        t.apply(&pod("a", "ua", "rs", at(0), failing()), at(1));
+        t.apply(&pod("b", "ub", "rs", at(0), failing()), at(1));
+        let unlisted = json!([
+            {"name": "istio-validation", "state": {"terminated": {"exitCode": 0}}},
+            {"name": "proxy", "started": false, "state": {"running": {}}}]);
+        t.apply(&pod("c", "uc", "rs", at(0), unlisted), at(1));
+        assert_eq!(t.other_count(), 1);
+        t.relist_started();
+        t.apply(&pod("b", "ub", "rs", at(0), failing()), at(9));
+        let gone = t.relist_done(at(9));
+        assert_eq!(gone.len(), 1);
+        assert_eq!(gone[0].end, StageEnd::Deleted);
+        assert!(t.get("apps/a").is_none() && t.get("apps/b").is_some());
+        assert_eq!(t.other_count(), 0);
+    }
+
+    #[test]
+    fn a_new_pod_under_the_same_name_ends_the_old_wait_and_starts_its_own() {
+        let mut t = StageTracker::new(config());
+        t.apply(&pod("web-0", "u1", "sts", at(0), failing()), at(1));
+        t.recreated("apps/web-0", at(2));
+        let applied = t.apply(&pod("web-0", "u2", "sts", at(10), failing()), at(12));
+        assert_eq!(applied.ended.map(|e| e.end), Some(StageEnd::Recreated));
+        assert!(applied.waiting);
+        let p = t.get("apps/web-0").expect("the new pod");
+        assert_eq!((p.uid.as_str(), p.bound), ("u2", at(11)));
+        // The old pod's late delete leaves the new one alone.
+        assert_eq!(
+            t.delete(&pod("web-0", "u1", "sts", at(0), failing()), at(13)),
+            None
+        );
+        assert!(t.get("apps/web-0").is_some());
+    }
+
+    #[test]
+    fn only_kubernetes_own_controllers_recreate() {
+        let mut t = StageTracker::new(config());
+        let mut volcano = pod("v", "uv", "vj", at(0), failing());
+        if let Some(refs) = volcano.metadata.owner_references.as_mut() {
+            refs[0].api_version = "batch.volcano.sh/v1alpha1".into();
+            refs[0].kind = "Job".into();
+        }
+        t.apply(&volcano, at(1));
+        assert_eq!(t.get("apps/v").map(|p| p.recreator), Some(Recreator::None));
+        t.apply(&pod("r", "ur", "rs", at(0), failing()), at(1));
+        assert_eq!(
+            t.get("apps/r").map(|p| p.recreator),
+            Some(Recreator::Workload)
+        );
+    }
+
+    #[test]
+    fn a_binding_time_before_the_creation_counts_from_the_creation() {
+        let mut t = StageTracker::new(config());
+        let mut p = pod("a", "ua", "rs", at(100), failing());
+        // A node clock behind the server's wrote PodScheduled before the pod existed.
+        if let Some(init) = p.init.as_mut() {
+            init.scheduled_at = Some(at(40));
+        }
+        t.apply(&p, at(200));
+        assert_eq!(t.get("apps/a").map(|p| p.bound), Some(at(101)));
     }
 
     #[test]

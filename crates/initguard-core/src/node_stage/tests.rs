@@ -65,13 +65,20 @@ fn recreates_an_opted_in_pod_once_its_agent_is_back_for_repair_after() {
     let s = step(StepAction::Recreate);
     let c = config();
     let up = OwnerState::Up { since: at(30) };
-    let held = decide(&pod, &s, up, None, &c, at(39));
+    let held = decide(&pod, &s, up, Some(at(30)), None, &c, at(39));
     assert_eq!(held.plan, StepPlan::Held(Hold::RepairAfter { at: at(40) }));
     assert_eq!(held.next_wake, Some(at(40)));
     assert_eq!(held.trigger, Some(StepTrigger::Failed { code: 126 }));
     assert_eq!(
-        decide(&pod, &s, up, None, &c, at(40)).plan,
+        decide(&pod, &s, up, Some(at(30)), None, &c, at(40)).plan,
         StepPlan::Recreate
+    );
+    // An up-period whose start is not known (up when the guard first looked) reports.
+    assert_eq!(
+        decide(&pod, &s, up, None, None, &c, at(40)).plan,
+        StepPlan::Report {
+            why: StepPlan::NEVER_FAILED_WHILE_UP
+        }
     );
     // While down or unknown: held, with nothing to wake for but an event.
     let down = decide(
@@ -79,12 +86,13 @@ fn recreates_an_opted_in_pod_once_its_agent_is_back_for_repair_after() {
         &s,
         OwnerState::Down { since: at(5) },
         None,
+        None,
         &c,
         at(40),
     );
     assert_eq!(down.plan, StepPlan::Held(Hold::OwnerDown { since: at(5) }));
     assert_eq!(down.next_wake, None);
-    let unknown = decide(&pod, &s, OwnerState::Unknown, None, &c, at(40));
+    let unknown = decide(&pod, &s, OwnerState::Unknown, None, None, &c, at(40));
     assert_eq!(unknown.plan, StepPlan::Held(Hold::OwnerUnknown));
 }
 
@@ -96,7 +104,8 @@ fn a_pod_bound_while_its_agent_was_up_is_reported_never_recreated() {
     let out = decide(
         &pod,
         &step(StepAction::Recreate),
-        OwnerState::Up { since: at(30) },
+        OwnerState::Up { since: at(40) },
+        Some(at(30)),
         None,
         &config(),
         at(1000),
@@ -116,18 +125,18 @@ fn the_deadline_counts_from_the_binding_and_wakes_then() {
     pod.failed = None;
     let s = step(StepAction::Recreate);
     let up = OwnerState::Up { since: at(1) };
-    let early = decide(&pod, &s, up, None, &config(), at(299));
+    let early = decide(&pod, &s, up, Some(at(1)), None, &config(), at(299));
     assert_eq!(early.plan, StepPlan::Waiting);
     assert_eq!(early.trigger, None);
     assert_eq!(early.next_wake, Some(at(300)));
     assert_eq!(early.waited, Duration::from_secs(299));
-    let due = decide(&pod, &s, up, None, &config(), at(300));
+    let due = decide(&pod, &s, up, Some(at(1)), None, &config(), at(300));
     assert_eq!(due.trigger, Some(StepTrigger::Deadline));
     assert_eq!(due.plan, StepPlan::Recreate);
     // No deadline and no listed exit: never stuck.
     let mut none = s.clone();
     none.deadline = None;
-    let out = decide(&pod, &none, up, None, &config(), at(1_000_000));
+    let out = decide(&pod, &none, up, Some(at(1)), None, &config(), at(1_000_000));
     assert_eq!((out.plan, out.next_wake), (StepPlan::Waiting, None));
 }
 
@@ -196,7 +205,7 @@ fn every_permanent_reason_reports() {
         ),
     ];
     for (pod, s, why) in cases {
-        let out = decide(&pod, &s, up, None, &c, at(100));
+        let out = decide(&pod, &s, up, Some(at(5)), None, &c, at(100));
         assert_eq!(out.plan, StepPlan::Report { why }, "{why}");
     }
     // A Job's pod with OnFailure is recreated.
@@ -206,7 +215,7 @@ fn every_permanent_reason_reports() {
         ..view(&opted)
     };
     assert_eq!(
-        decide(&pod, &s, up, None, &c, at(100)).plan,
+        decide(&pod, &s, up, Some(at(5)), None, &c, at(100)).plan,
         StepPlan::Recreate
     );
     // evictions.namespaces narrows where.
@@ -215,7 +224,7 @@ fn every_permanent_reason_reports() {
         namespaces: vec!["other".into()],
     };
     assert_eq!(
-        decide(&view(&opted), &s, up, None, &narrow, at(100)).plan,
+        decide(&view(&opted), &s, up, Some(at(5)), None, &narrow, at(100)).plan,
         StepPlan::Report {
             why: StepPlan::NEVER_NAMESPACE
         }
@@ -230,6 +239,7 @@ fn the_budget_holds_after_the_owner_allows() {
         &view(&l),
         &step(StepAction::Recreate),
         OwnerState::Up { since: at(5) },
+        Some(at(5)),
         Some(hold.clone()),
         &config(),
         at(100),
@@ -243,7 +253,15 @@ fn a_step_without_an_owner_needs_only_its_trigger() {
     let l = labels(true);
     let mut s = step(StepAction::Recreate);
     s.owner = None;
-    let out = decide(&view(&l), &s, OwnerState::Unknown, None, &config(), at(1));
+    let out = decide(
+        &view(&l),
+        &s,
+        OwnerState::Unknown,
+        None,
+        None,
+        &config(),
+        at(1),
+    );
     assert_eq!(out.plan, StepPlan::Recreate);
 }
 
@@ -349,7 +367,7 @@ fn explains_the_wait_the_owner_on_the_node_and_what_happens() {
     let l = labels(true);
     let pod = view(&l);
     let down = OwnerState::Down { since: at(60) };
-    let out = decide(&pod, &s, down, None, &config(), at(240));
+    let out = decide(&pod, &s, down, None, None, &config(), at(240));
     let words = explain(&s, "node-3", down, &out);
     assert_eq!(
         words,
@@ -359,14 +377,14 @@ fn explains_the_wait_the_owner_on_the_node_and_what_happens() {
     );
     let mut waiting = pod;
     waiting.failed = None;
-    let out = decide(&waiting, &s, down, None, &config(), at(10));
+    let out = decide(&waiting, &s, down, None, None, &config(), at(10));
     let words = explain(&s, "node-3", down, &out);
     assert!(
         words.ends_with("; stuck once bound 5m or if it exits 126"),
         "{words}"
     );
     let up = OwnerState::Up { since: at(0) };
-    let out = decide(&pod, &s, up, None, &config(), at(10));
+    let out = decide(&pod, &s, up, Some(at(0)), None, &config(), at(10));
     assert!(
         explain(&s, "n", up, &out).ends_with(StepPlan::NEVER_FAILED_WHILE_UP),
         "bound at the same second the agent came up"
@@ -431,6 +449,7 @@ proptest! {
         repair in 0u64..100,
         owned in any::<bool>(),
         owner in owner_state(),
+        began in prop::option::of(0u64..2000),
         budget in hold(),
         restarts_step in any::<bool>(),
         pod_policy in policy(),
@@ -462,7 +481,7 @@ proptest! {
             recreator: rec,
         };
         let now_t = at(now);
-        let out = decide(&pod, &s, owner, budget.clone(), &c, now_t);
+        let out = decide(&pod, &s, owner, began.map(at), budget.clone(), &c, now_t);
         if let Some(wake) = out.next_wake {
             prop_assert!(wake > now_t, "a wake-up in the past or now: {wake:?}");
         }
@@ -474,7 +493,8 @@ proptest! {
             if owned {
                 match owner {
                     OwnerState::Up { since } => {
-                        prop_assert!(at(bound) < since, "bound after the agent came up");
+                        let began = began.map(at);
+                        prop_assert!(began.is_some_and(|b| at(bound) < b), "bound after the agent came up");
                         prop_assert!(since + Duration::from_secs(repair) <= now_t);
                     }
                     other => prop_assert!(false, "recreated with the owner {other:?}"),
@@ -497,7 +517,14 @@ proptest! {
     #[test]
     fn a_started_sidecar_or_a_finished_step_is_never_stuck(
         steps in prop::collection::vec(
-            (any::<bool>(), any::<bool>(), any::<bool>(), prop::option::of(0i32..3)),
+            (
+                any::<bool>(),
+                any::<bool>(),
+                any::<bool>(),
+                prop::option::of(0i32..3),
+                prop::option::of(0i32..3),
+                0u32..3,
+            ),
             0..6,
         ),
         done_before in 0usize..7,
@@ -506,8 +533,10 @@ proptest! {
             steps
                 .iter()
                 .enumerate()
-                .map(|(i, (sidecar, started, running, exit))| {
-                    init(&format!("s{i}"), *sidecar, Some(status(*started, *running, *exit, None)))
+                .map(|(i, (sidecar, started, running, exit, last, restarts))| {
+                    let mut st = status(*started, *running, *exit, *last);
+                    st.restarts = *restarts;
+                    init(&format!("s{i}"), *sidecar, Some(st))
                 })
                 .collect(),
         );
