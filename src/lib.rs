@@ -21,4 +21,4 @@ pub mod status;
 pub mod supervise;
 pub mod why;
 
-pub use initguard_core::{bypass, pod, policy, report, tracker, webhook};
+pub use initguard_core::{bypass, node_stage, pod, policy, report, tracker, webhook};

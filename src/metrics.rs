@@ -94,6 +94,12 @@ pub struct Metrics {
     pub webhook_flapping: IntGaugeVec,
     pub webhook_admitted_without_total: IntCounterVec,
     pub webhook_evictions_total: IntCounterVec,
+    /// The node stage (README "The node stage").
+    pub init_waiting_pods: IntGaugeVec,
+    pub init_oldest_wait_seconds: GaugeVec,
+    pub init_wait_duration_seconds: HistogramVec,
+    pub init_failures_total: IntCounterVec,
+    pub owner_down_nodes: IntGaugeVec,
     listed: HashSet<String>,
     unlisted_seen: Mutex<HashSet<String>>,
 }
@@ -279,6 +285,44 @@ impl Metrics {
                 ),
                 &["webhook"],
             )?,
+            init_waiting_pods: IntGaugeVec::new(
+                Opts::new(
+                    "initguard_init_waiting_pods",
+                    "Bound pods waiting on an init container (a listed one, or other).",
+                ),
+                &["container", "opted_in"],
+            )?,
+            init_oldest_wait_seconds: GaugeVec::new(
+                Opts::new(
+                    "initguard_init_oldest_wait_seconds",
+                    "Longest current wait on a listed init container since the pod was bound, \
+                     in seconds.",
+                ),
+                &["container"],
+            )?,
+            init_wait_duration_seconds: HistogramVec::new(
+                HistogramOpts::new(
+                    "initguard_init_wait_duration_seconds",
+                    "How long pods waited on a listed init container, by how the wait ended.",
+                )
+                .buckets(WAIT_BUCKETS.to_vec()),
+                &["container", "outcome"],
+            )?,
+            init_failures_total: IntCounterVec::new(
+                Opts::new(
+                    "initguard_init_failures_total",
+                    "Pods whose listed init container exited with one of its failedExitCodes, \
+                     once per pod and container.",
+                ),
+                &["container", "exit_code"],
+            )?,
+            owner_down_nodes: IntGaugeVec::new(
+                Opts::new(
+                    "initguard_owner_down_nodes",
+                    "Nodes where a listed init container's owner is down and a pod waits on it.",
+                ),
+                &["container"],
+            )?,
             listed: config.initializers.iter().map(|i| i.name.clone()).collect(),
             unlisted_seen: Mutex::new(HashSet::new()),
             registry,
@@ -308,6 +352,11 @@ impl Metrics {
         r.register(Box::new(m.webhook_flapping.clone()))?;
         r.register(Box::new(m.webhook_admitted_without_total.clone()))?;
         r.register(Box::new(m.webhook_evictions_total.clone()))?;
+        r.register(Box::new(m.init_waiting_pods.clone()))?;
+        r.register(Box::new(m.init_oldest_wait_seconds.clone()))?;
+        r.register(Box::new(m.init_wait_duration_seconds.clone()))?;
+        r.register(Box::new(m.init_failures_total.clone()))?;
+        r.register(Box::new(m.owner_down_nodes.clone()))?;
         #[cfg(target_os = "linux")]
         r.register(Box::new(
             prometheus::process_collector::ProcessCollector::for_self(),
@@ -410,6 +459,19 @@ impl Metrics {
             if let Some(owner) = &w.owner {
                 m.set_owner_state(&name, owner.kind(), "unknown");
             }
+        }
+        for step in &config.init_containers {
+            for code in &step.failed_exit_codes {
+                m.init_failures_total
+                    .with_label_values(&[step.name.as_str(), &code.to_string()]);
+            }
+        }
+        if config
+            .init_containers
+            .iter()
+            .any(|s| crate::node_stage::daemonset_owner(s).is_some())
+        {
+            m.watch_restarts_total.with_label_values(&["daemonsets"]);
         }
         m.dry_run.set(i64::from(config.dry_run));
         Ok(m)

@@ -233,6 +233,7 @@ fn every_yaml_file_in_deploy_and_config_parses() {
         "rbac.yaml",
         "rbac-legacy-initializers.yaml",
         "rbac-namespace-selector.yaml",
+        "rbac-node-stage.yaml",
         "deployment.yaml",
         "podmonitor.yaml",
         "prometheus-scrape.yaml",
@@ -851,6 +852,11 @@ fn bindings_name_the_static_pod_user_and_the_service_account() {
             "ClusterRoleBinding",
             "initguard-namespace-selector",
         ),
+        (
+            "rbac-node-stage.yaml",
+            "ClusterRoleBinding",
+            "initguard-node-stage",
+        ),
     ] {
         let binding = object(file, kind, name);
         let subjects: BTreeSet<(String, String)> = binding["subjects"]
@@ -891,6 +897,18 @@ fn bindings_name_the_static_pod_user_and_the_service_account() {
     assert_eq!(
         grants(&selector),
         triples(&[("", "namespaces", &["list", "watch"])])
+    );
+    let node_stage = object(
+        "rbac-node-stage.yaml",
+        "ClusterRole",
+        "initguard-node-stage",
+    );
+    assert_eq!(
+        grants(&node_stage),
+        triples(&[
+            ("apps", "daemonsets", &["list", "watch"]),
+            ("extensions", "daemonsets", &["list", "watch"]),
+        ])
     );
 }
 

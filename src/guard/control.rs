@@ -21,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use super::actuator::{Actuator, Bypass, Removed, Reply};
+use super::node_stage;
 use super::shared::Shared;
 use super::waiting::{StillWaiting, Waiting};
 use super::wakes::Wakes;
@@ -131,6 +132,8 @@ impl ControlLoop {
         } else {
             futures::stream::pending().boxed()
         };
+        let mut daemonsets = node_stage::watch_daemonsets(&client_for_jobs, &self.shared);
+        let mut daemonset_relists = node_stage::DaemonSetRelists::default();
         let mut owner_changes = self.shared.owners.subscribe();
         // Beat well within the stall window, or an idle loop would look stalled.
         let beat = HEARTBEAT
@@ -186,6 +189,9 @@ impl ControlLoop {
                         warn!(error = %e, "Namespace watch failed; retrying with backoff");
                     }
                 },
+                Some(event) = daemonsets.next() => {
+                    node_stage::on_daemonset_event(&self.shared, &mut daemonset_relists, event);
+                }
                 Ok(()) = owner_changes.changed() => self.decide_all(),
                 Ok(()) = leader.changed() => {
                     if *leader.borrow_and_update() {
@@ -213,8 +219,12 @@ impl ControlLoop {
     fn on_pod_event(&mut self, event: Event<SlimPod>) {
         let now = SystemTime::now();
         match event {
-            Event::Init => self.init_seen = Some(HashSet::new()),
+            Event::Init => {
+                self.init_seen = Some(HashSet::new());
+                node_stage::relist_started(&self.shared);
+            }
             Event::InitApply(pod) => {
+                node_stage::applied(&self.shared, &pod, now);
                 let key = pod.key();
                 // Decided once at InitDone: deciding each pile as it grows is quadratic.
                 self.record(&pod, now);
@@ -223,6 +233,7 @@ impl ControlLoop {
                 }
             }
             Event::InitDone => {
+                node_stage::relist_done(&self.shared, now);
                 if let Some(seen) = self.init_seen.take() {
                     let gone: Vec<PodKey> = {
                         let tracker = self.shared.tracker();
@@ -247,8 +258,14 @@ impl ControlLoop {
                     );
                 }
             }
-            Event::Apply(pod) => self.apply(&pod, now),
-            Event::Delete(pod) => self.delete(&pod.key(), now),
+            Event::Apply(pod) => {
+                node_stage::applied(&self.shared, &pod, now);
+                self.apply(&pod, now);
+            }
+            Event::Delete(pod) => {
+                node_stage::deleted(&self.shared, &pod, now);
+                self.delete(&pod.key(), now);
+            }
         }
     }
 
@@ -862,7 +879,8 @@ mod tests {
             identity: "test".into(),
             leader,
             readiness: readiness.clone(),
-            tracker: std::sync::Mutex::new(crate::tracker::Tracker::new(config)),
+            tracker: std::sync::Mutex::new(crate::tracker::Tracker::new(config.clone())),
+            stage: std::sync::Mutex::new(crate::node_stage::stage::StageTracker::new(config)),
             last_progress: std::sync::Mutex::new(Instant::now()),
             stall_after: Duration::from_secs(60),
             loop_held: tokio::sync::watch::channel(false).0,

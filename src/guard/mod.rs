@@ -17,6 +17,7 @@ mod control;
 pub mod fence;
 pub mod leader;
 mod lifecycle;
+mod node_stage;
 pub mod secure;
 pub mod server;
 pub mod shared;
@@ -191,6 +192,10 @@ impl Guard {
             leader: leader.clone(),
             readiness: readiness.clone(),
             tracker: Mutex::new(Tracker::new(config.clone()).with_clock(clock.clone())),
+            stage: Mutex::new(
+                crate::node_stage::stage::StageTracker::new(config.clone())
+                    .with_clock(clock.clone()),
+            ),
             last_progress: Mutex::new(Instant::now()),
             stall_after,
             loop_held: watch::channel(false).0,

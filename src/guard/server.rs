@@ -185,6 +185,7 @@ async fn status(
 
 /// Set the gauges that depend on the waiting pods and the clock.
 pub fn refresh_gauges(shared: &Shared, now: SystemTime) {
+    super::node_stage::refresh_gauges(shared, now);
     let agg = shared.tracker().aggregates(now);
     let m = &shared.metrics;
     m.waiting_pods.reset();

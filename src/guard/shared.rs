@@ -23,6 +23,8 @@ pub struct Shared {
     /// Why this replica is not ready (initial lists, owners, the election), for `/readyz`.
     pub(super) readiness: Readiness,
     pub(super) tracker: Mutex<Tracker>,
+    /// The node stage's pods, agents and budget (never locked together with `tracker`).
+    pub(super) stage: Mutex<crate::node_stage::stage::StageTracker>,
     pub(super) last_progress: Mutex<Instant>,
     pub(super) stall_after: Duration,
     /// While true the control loop waits before its next event, without blocking a thread
@@ -59,6 +61,11 @@ impl Shared {
     /// The waiting pods (held briefly: the control loop needs the same lock).
     pub fn tracker(&self) -> MutexGuard<'_, Tracker> {
         self.tracker.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The node stage's bookkeeping (held briefly, and never with [`Shared::tracker`]).
+    pub fn stage(&self) -> MutexGuard<'_, crate::node_stage::stage::StageTracker> {
+        self.stage.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Whether this replica may write now.

@@ -434,6 +434,29 @@ pub(crate) async fn chart_values_render_as_documented(tb: Arc<Testbed>) {
         }
     }
 
+    // The node stage's DaemonSet owners add the DaemonSet watch to the ClusterRole, and only
+    // they do.
+    let daemonsets = |args: &[&str]| {
+        kinds(&render(helm, args), "ClusterRole")
+            .into_iter()
+            .filter(|r| r["metadata"]["name"].as_str() == Some("unit-initguard"))
+            .flat_map(|r| r["rules"].as_sequence().cloned().unwrap_or_default())
+            .any(|rule| {
+                rule["resources"]
+                    .as_sequence()
+                    .is_some_and(|rs| rs.iter().any(|r| r.as_str() == Some("daemonsets")))
+            })
+    };
+    assert!(!daemonsets(&[]));
+    assert!(!daemonsets(&[
+        "--set-json",
+        r#"config.initContainers=[{"name":"wait","deadline":"5m"}]"#
+    ]));
+    assert!(daemonsets(&[
+        "--set-json",
+        r#"config.initContainers=[{"name":"istio-validation","owner":{"daemonset":"istio-system/istio-cni-node"},"failedExitCodes":[126]}]"#
+    ]));
+
     // The pod's extra settings, as written; a securityContext key removed with null.
     let docs = render(
         helm,

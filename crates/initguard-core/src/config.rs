@@ -42,12 +42,11 @@ pub use types::{
     WebhookKind,
 };
 
-/// The warning of a config listing `initContainers`, said until the running guard feeds the
-/// node stage's core (README "The node stage"): a listed step must not look guarded when it
-/// is not.
-pub const NODE_STAGE_NOT_WIRED: &str = "initContainers: this version validates the node \
-    stage's entries, but the running guard does not watch init containers yet: nothing is \
-    reported or recreated";
+/// The warning of a config listing `initContainers`, said until the running guard recreates
+/// (README "The node stage"): a listed step must not look healed when it is not.
+pub const NODE_STAGE_NOT_WIRED: &str = "initContainers: this version measures and reports \
+    the node stage (metrics and a log line per failed pod) but does not recreate pods or write \
+    its Events yet, and owners other than daemonset stay unknown";
 
 /// Largest configuration file accepted, checked before any parsing.
 pub const MAX_CONFIG_BYTES: usize = 1024 * 1024;

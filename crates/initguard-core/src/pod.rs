@@ -37,6 +37,13 @@ pub struct SlimPod {
     pub init: Option<Box<InitProgress>>,
     /// The `Initialized` condition is True.
     pub initialized: bool,
+    /// `spec.nodeName` (empty while unscheduled).
+    pub node_name: String,
+    /// The `Ready` condition is True.
+    pub ready: bool,
+    /// When the `Ready` condition turned True (its `lastTransitionTime`), while it is True:
+    /// when a node agent's up-period began.
+    pub ready_since: Option<SystemTime>,
 }
 
 impl SlimPod {
@@ -364,6 +371,15 @@ impl<'de> Deserialize<'de> for SlimPod {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         let mut raw = RawPod::deserialize(d)?;
         let initialized = initialized(&raw.status);
+        let ready_since = raw.status.conditions.iter().find_map(|c| match c {
+            Lenient::Valid(c) if c.type_ == "Ready" && c.status == "True" => Some(
+                c.last_transition_time
+                    .as_ref()
+                    .map(|t| SystemTime::from(t.0)),
+            ),
+            _ => None,
+        });
+        let node_name = raw.spec.node_name.clone();
         let init = init_progress(&mut raw.spec, &mut raw.status);
         let m = raw.metadata;
         let controller: Vec<OwnerReference> = m
@@ -401,6 +417,9 @@ impl<'de> Deserialize<'de> for SlimPod {
             phase: raw.status.phase,
             init,
             initialized,
+            node_name,
+            ready: ready_since.is_some(),
+            ready_since: ready_since.flatten(),
         })
     }
 }
@@ -523,6 +542,26 @@ mod tests {
         assert_eq!(init.steps[3].restart_policy, Some(RestartPolicy::Never));
         assert!(init.steps[1].status.is_some_and(|s| !s.running));
         assert!(init.steps[2].status.is_none() && init.steps[3].status.is_none());
+        assert_eq!(pod.node_name, "node-3");
+        assert!(!pod.ready && pod.ready_since.is_none());
+    }
+
+    #[test]
+    fn reads_when_a_ready_pod_turned_ready() {
+        let mut p = bound_pod("True");
+        p["status"]["conditions"] = json!([{"type": "Ready", "status": "True",
+            "lastTransitionTime": "2026-12-01T10:00:05Z"}]);
+        let pod: SlimPod = serde_json::from_value(p.clone()).unwrap();
+        assert!(pod.ready);
+        assert_eq!(
+            pod.ready_since,
+            Some(SystemTime::from(
+                "2026-12-01T10:00:05Z".parse::<jiff::Timestamp>().unwrap()
+            ))
+        );
+        p["status"]["conditions"][0]["status"] = json!("False");
+        let pod: SlimPod = serde_json::from_value(p).unwrap();
+        assert!(!pod.ready && pod.ready_since.is_none());
     }
 
     #[test]

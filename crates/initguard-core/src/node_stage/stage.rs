@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use serde::Serialize;
 
-use super::agents::DaemonSetAgents;
+use super::agents::{AgentPod, DaemonSetAgents};
 use super::budget::{Budget, DEFAULT_PATIENCE, HOUR};
 use super::{
     InitContainerConfig, Recreator, RestartPolicy, StepOutcome, StepView, current_step, decide,
@@ -149,6 +149,8 @@ pub struct StageTracker {
     recreated: HashSet<PodKey>,
     /// Pods listed since a relist began; None outside one.
     relist: Option<HashSet<PodKey>>,
+    /// Agent pods listed since a relist began, per DaemonSet.
+    agent_relist: HashMap<ObjectRef, Vec<AgentPod>>,
     agents: HashMap<ObjectRef, DaemonSetAgents>,
     budget: Budget,
 }
@@ -170,6 +172,7 @@ impl StageTracker {
             failed_reported: HashSet::new(),
             recreated: HashSet::new(),
             relist: None,
+            agent_relist: HashMap::new(),
             agents,
             budget: Budget::default(),
         }
@@ -208,6 +211,7 @@ impl StageTracker {
 
     /// Fold in a pod as listed or watched at `now`.
     pub fn apply(&mut self, pod: &SlimPod, now: SystemTime) -> Applied {
+        self.observe_agent(pod, now);
         let key = pod.key();
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let created = pod.created().unwrap_or(now);
@@ -338,6 +342,13 @@ impl StageTracker {
 
     /// The pod was deleted (the watch's last state of it).
     pub fn delete(&mut self, pod: &SlimPod, now: SystemTime) -> Option<Ended> {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        for (ds, agents) in &mut self.agents {
+            if ds.namespace == namespace {
+                agents.pod_deleted(uid, now);
+            }
+        }
         let key = pod.key();
         let key_hash = hash(&key);
         self.other.remove(&key_hash);
@@ -363,6 +374,11 @@ impl StageTracker {
     /// A relist of pods begins: pods it does not list are gone at [`Self::relist_done`].
     pub fn relist_started(&mut self) {
         self.relist = Some(HashSet::new());
+        self.agent_relist = self
+            .agents
+            .keys()
+            .map(|ds| (ds.clone(), Vec::new()))
+            .collect();
     }
 
     /// The relist is complete: pods it did not list went away unseen.
@@ -370,6 +386,11 @@ impl StageTracker {
         let Some(seen) = self.relist.take() else {
             return Vec::new();
         };
+        for (ds, pods) in std::mem::take(&mut self.agent_relist) {
+            if let Some(agents) = self.agents.get_mut(&ds) {
+                agents.pods_relisted(pods, now);
+            }
+        }
         let hashes: HashSet<u64> = seen.iter().map(|k| hash(k)).collect();
         self.other.retain(|h| hashes.contains(h));
         self.failed_reported.retain(|h| hashes.contains(h));
@@ -389,6 +410,49 @@ impl StageTracker {
                 Some(self.gone(&key, &pod, now))
             })
             .collect()
+    }
+
+    /// A pod controlled by a DaemonSet, in the namespace of a DaemonSet a step names, is a
+    /// candidate agent of it (its controller's uid decides).
+    fn observe_agent(&mut self, pod: &SlimPod, now: SystemTime) {
+        let Some(controller) = pod.controller().filter(|c| c.kind == "DaemonSet") else {
+            return;
+        };
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let agent = AgentPod {
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            node: pod.node_name.clone(),
+            controller_uid: controller.uid,
+            serving: pod.ready && pod.metadata.deletion_timestamp.is_none(),
+            ready_since: pod.ready_since.map(|t| self.lower_bound(t, now)),
+        };
+        for (ds, agents) in &mut self.agents {
+            if ds.namespace != namespace {
+                continue;
+            }
+            match self
+                .agent_relist
+                .get_mut(ds)
+                .filter(|_| self.relist.is_some())
+            {
+                Some(listed) => listed.push(agent.clone()),
+                None => agents.pod_applied(agent.clone(), now),
+            }
+        }
+    }
+
+    /// A server time on this process's clock, no later than the truth: converted through the
+    /// server's clock (whose reading is good to its `Date` header's second) less that second,
+    /// and never after `now`, when it was seen.
+    fn lower_bound(&self, server_time: SystemTime, now: SystemTime) -> SystemTime {
+        let local = match &self.clock {
+            None => Some(server_time),
+            Some(clock) => clock.to_local(server_time, now),
+        };
+        local
+            .and_then(|t| t.checked_sub(Duration::from_secs(1)))
+            .unwrap_or(server_time)
+            .min(now)
     }
 
     /// `pod` went away: its wait ends as recreated when the guard evicted it, else deleted.
@@ -850,6 +914,68 @@ mod tests {
             None
         );
         assert!(t.get("apps/web-0").is_some());
+    }
+
+    fn agent(uid: &str, node: &str, ready_at: Option<SystemTime>) -> SlimPod {
+        let conditions = match ready_at {
+            Some(t) => {
+                json!([{"type": "Ready", "status": "True", "lastTransitionTime": rfc3339(t)}])
+            }
+            None => json!([{"type": "Ready", "status": "False"}]),
+        };
+        serde_json::from_value(json!({
+            "metadata": {"name": uid, "namespace": "istio-system", "uid": uid,
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+                    "name": "istio-cni-node", "uid": "ds-uid", "controller": true}]},
+            "spec": {"nodeName": node, "containers": [{"name": "cni"}]},
+            "status": {"phase": "Running", "conditions": conditions}
+        }))
+        .expect("a pod")
+    }
+
+    #[test]
+    fn the_pod_watch_feeds_the_agents_with_their_ready_times() {
+        let mut t = StageTracker::new(config());
+        let ds = ObjectRef {
+            namespace: "istio-system".into(),
+            name: "istio-cni-node".into(),
+        };
+        t.agents_mut(&ds)
+            .expect("listed")
+            .daemonset_applied("ds-uid", at(0));
+        t.apply(&pod("a", "ua", "rs", at(0), failing()), at(1));
+        t.apply(&agent("cni-1", "n1", None), at(2));
+        assert!(matches!(
+            t.owner_state(&t.config.init_containers[0].clone(), "n1", &never_down)
+                .0,
+            OwnerState::Down { .. }
+        ));
+        t.apply(&agent("cni-1", "n1", Some(at(20))), at(22));
+        let (state, began) = t.owner_state(&t.config.init_containers[0].clone(), "n1", &never_down);
+        assert_eq!(state, OwnerState::Up { since: at(22) });
+        // The Ready time less the clock's second, never after the sight.
+        assert_eq!(began, Some(at(19)));
+        let out = t
+            .decide("apps/a", false, &never_down, at(32))
+            .expect("decided");
+        assert_eq!(out.plan, StepPlan::Recreate);
+        // Deleted: down again.
+        t.delete(&agent("cni-1", "n1", Some(at(20))), at(40));
+        assert_eq!(
+            t.owner_state(&t.config.init_containers[0].clone(), "n1", &never_down)
+                .0,
+            OwnerState::Down { since: at(40) }
+        );
+        // A relist finds it up again with no known start of the up-period.
+        t.relist_started();
+        t.apply(&pod("a", "ua", "rs", at(0), failing()), at(50));
+        t.apply(&agent("cni-2", "n1", None), at(50));
+        t.relist_done(at(50));
+        let (state, _) = t.owner_state(&t.config.init_containers[0].clone(), "n1", &never_down);
+        assert!(
+            matches!(state, OwnerState::Down { .. }),
+            "not Ready: {state:?}"
+        );
     }
 
     #[test]

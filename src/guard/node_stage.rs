@@ -1,0 +1,399 @@
+//! The node stage's shell half (README "The node stage"): it feeds the core's
+//! [`StageTracker`] from the pod watch the control loop already runs and from one watch per
+//! DaemonSet a listed step names, counts what it reports, and logs each stuck pod once. It
+//! recreates nothing yet: the Eviction writer is the next step.
+
+use std::collections::{HashMap, HashSet};
+use std::time::SystemTime;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use k8s_openapi::api::apps::v1::DaemonSet;
+use kube::api::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::watcher::{self, Event};
+use tracing::{info, warn};
+
+use super::shared::Shared;
+use crate::config::ObjectRef;
+use crate::node_stage::stage::{Applied, Ended, OTHER};
+use crate::node_stage::{StepPlan, daemonset_owner, explain, listed};
+use crate::pod::SlimPod;
+use crate::policy::OwnerState;
+
+/// One event of the watch of one listed DaemonSet.
+pub(super) type DaemonSetEvent = (ObjectRef, Result<Event<DaemonSet>, watcher::Error>);
+
+/// One watch per DaemonSet listed steps name, merged; pending forever when none is.
+pub(super) fn watch_daemonsets(
+    client: &kube::Client,
+    shared: &Shared,
+) -> BoxStream<'static, DaemonSetEvent> {
+    let listed: HashSet<ObjectRef> = shared
+        .config
+        .init_containers
+        .iter()
+        .filter_map(daemonset_owner)
+        .cloned()
+        .collect();
+    if listed.is_empty() {
+        return futures::stream::pending().boxed();
+    }
+    let streams = listed.into_iter().map(|ds| {
+        let api: Api<DaemonSet> = Api::namespaced(client.clone(), &ds.namespace);
+        let config = watcher::Config::default().fields(&format!("metadata.name={}", ds.name));
+        watcher::watcher(api, config)
+            .default_backoff()
+            .map(move |e| (ds.clone(), e))
+            .boxed()
+    });
+    futures::stream::select_all(streams).boxed()
+}
+
+/// The DaemonSets being relisted, each with whether the relist found it.
+#[derive(Default)]
+pub(super) struct DaemonSetRelists(HashMap<ObjectRef, bool>);
+
+/// Fold one DaemonSet watch event into the agent models.
+pub(super) fn on_daemonset_event(
+    shared: &Shared,
+    relists: &mut DaemonSetRelists,
+    (ds, event): DaemonSetEvent,
+) {
+    let now = SystemTime::now();
+    let event = match event {
+        Ok(event) => event,
+        Err(e) => {
+            shared.metrics.watch_restarted("daemonsets");
+            warn!(daemonset = %format!("{}/{}", ds.namespace, ds.name), error = %e,
+                "DaemonSet watch failed; retrying with backoff");
+            return;
+        }
+    };
+    let mut stage = shared.stage();
+    let Some(agents) = stage.agents_mut(&ds) else {
+        return;
+    };
+    match event {
+        Event::Init => {
+            relists.0.insert(ds, false);
+        }
+        Event::InitApply(object) | Event::Apply(object) => {
+            if let Some(uid) = object.metadata.uid.as_deref() {
+                agents.daemonset_applied(uid, now);
+                if let Some(found) = relists.0.get_mut(&ds) {
+                    *found = true;
+                }
+            }
+        }
+        Event::InitDone => {
+            // Listed and not found: gone (or never there: then it stays unknown).
+            if relists.0.remove(&ds) == Some(false) {
+                agents.daemonset_gone(now);
+            }
+        }
+        Event::Delete(_) => agents.daemonset_gone(now),
+    }
+}
+
+/// A pod as listed or watched.
+pub(super) fn applied(shared: &Shared, pod: &SlimPod, now: SystemTime) {
+    let outcome = shared.stage().apply(pod, now);
+    report(shared, &pod.key(), outcome, now);
+}
+
+/// A pod the watch reports deleted.
+pub(super) fn deleted(shared: &Shared, pod: &SlimPod, now: SystemTime) {
+    let ended = shared.stage().delete(pod, now);
+    if let Some(ended) = ended {
+        observe(shared, &ended);
+    }
+}
+
+/// A pod relist begins.
+pub(super) fn relist_started(shared: &Shared) {
+    shared.stage().relist_started();
+}
+
+/// The pod relist is complete: waits of pods it did not list end.
+pub(super) fn relist_done(shared: &Shared, now: SystemTime) {
+    let gone = shared.stage().relist_done(now);
+    for ended in &gone {
+        observe(shared, ended);
+    }
+}
+
+fn observe(shared: &Shared, ended: &Ended) {
+    shared
+        .metrics
+        .init_wait_duration_seconds
+        .with_label_values(&[&*ended.step, ended.end.as_str()])
+        .observe(ended.waited.as_secs_f64());
+}
+
+/// Count and log what one pod's update says.
+fn report(shared: &Shared, key: &str, applied: Applied, now: SystemTime) {
+    if let Some(ended) = &applied.ended {
+        observe(shared, ended);
+    }
+    if let Some(failure) = &applied.newly_failed {
+        shared
+            .metrics
+            .init_failures_total
+            .with_label_values(&[&*failure.step, &failure.code.to_string()])
+            .inc();
+        if failure.for_good {
+            info!(pod = %key, container = %failure.step, exit_code = failure.code,
+                "init container failed for good (the pod does not restart it): reported");
+        }
+    }
+    if !applied.waiting {
+        return;
+    }
+    // One lock at a time: the tracker's, then the stage's.
+    let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
+    let selected = shared
+        .tracker()
+        .selected_namespaces()
+        .iter()
+        .any(|n| n == namespace);
+    let stage = shared.stage();
+    let Some(pod) = stage.get(key) else {
+        return;
+    };
+    let Some(outcome) = stage.decide(key, selected, &cluster_unknown, now) else {
+        return;
+    };
+    // Once per pod and step: when a listed exit code is first seen. A deadline trigger is
+    // counted by the oldest-wait gauge and alerted on from there.
+    if applied.newly_failed.is_some()
+        && let Some(step) = listed(&shared.config, &pod.step)
+    {
+        let (owner, _) = stage.owner_state(step, &pod.node, &cluster_unknown);
+        let words = explain(step, &pod.node, owner, &outcome);
+        match outcome.plan {
+            StepPlan::Recreate | StepPlan::Held(_) => {
+                warn!(pod = %key, "{words} (recreating is not built yet: reported only)");
+            }
+            _ => warn!(pod = %key, "{words}"),
+        }
+    }
+}
+
+/// Owners of other kinds for init steps are not watched yet: unknown, never down.
+fn cluster_unknown(_: &str) -> (OwnerState, Option<SystemTime>) {
+    (OwnerState::Unknown, None)
+}
+
+/// Set the node stage's gauges from the tracker at `now`.
+pub(super) fn refresh_gauges(shared: &Shared, now: SystemTime) {
+    let m = &shared.metrics;
+    m.init_waiting_pods.reset();
+    m.init_oldest_wait_seconds.reset();
+    m.owner_down_nodes.reset();
+    if shared.config.init_containers.is_empty() {
+        return;
+    }
+    let selected = shared.tracker().selected_namespaces();
+    let selected: HashSet<String> = selected.into_iter().collect();
+    let counts = shared
+        .stage()
+        .counts(&|ns| selected.contains(ns), &cluster_unknown, now);
+    for (container, c) in counts {
+        m.init_waiting_pods
+            .with_label_values(&[container.as_str(), "true"])
+            .set(i64::try_from(c.opted_in).unwrap_or(i64::MAX));
+        m.init_waiting_pods
+            .with_label_values(&[container.as_str(), "false"])
+            .set(i64::try_from(c.not_opted_in).unwrap_or(i64::MAX));
+        if container != OTHER {
+            m.init_oldest_wait_seconds
+                .with_label_values(&[container.as_str()])
+                .set(c.oldest.map_or(0.0, |d| d.as_secs_f64()));
+            m.owner_down_nodes
+                .with_label_values(&[container.as_str()])
+                .set(i64::try_from(c.owner_down_nodes).unwrap_or(i64::MAX));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use serde_json::json;
+    use tokio::sync::watch;
+    use tokio::time::Instant;
+
+    use crate::config::Config;
+    use crate::node_stage::stage::StageTracker;
+    use crate::tracker::Tracker;
+
+    fn shared(yaml: &str) -> Shared {
+        let config = Arc::new(
+            Config::from_yaml_with(yaml, "test.yaml", &crate::config::Elsewhere)
+                .unwrap_or_else(|e| panic!("{e}")),
+        );
+        let metrics = Arc::new(crate::metrics::Metrics::new(&config).expect("metrics"));
+        let readiness = crate::supervise::Readiness::default();
+        Shared {
+            config: config.clone(),
+            metrics: metrics.clone(),
+            owners: crate::owners::Owners::new(&config, metrics, readiness.clone()),
+            identity: "test".into(),
+            leader: watch::channel(true).1,
+            readiness,
+            tracker: Mutex::new(Tracker::new(config.clone())),
+            stage: Mutex::new(StageTracker::new(config)),
+            last_progress: Mutex::new(Instant::now()),
+            stall_after: Duration::from_secs(60),
+            loop_held: watch::channel(false).0,
+            failures: crate::supervise::Failures::default(),
+            scrape: Mutex::new(()),
+            webhooks: Mutex::new(Default::default()),
+        }
+    }
+
+    const CONFIG: &str = "
+initContainers:
+  - name: istio-validation
+    owner: { daemonset: istio-system/istio-cni-node }
+    failedExitCodes: [126]
+";
+
+    fn pod(uid: &str, exit: Option<i32>) -> SlimPod {
+        let state = match exit {
+            Some(_) => json!({"waiting": {"reason": "CrashLoopBackOff"}}),
+            None => json!({"running": {}}),
+        };
+        let last = exit.map_or(json!({}), |code| json!({"terminated": {"exitCode": code}}));
+        serde_json::from_value(json!({
+            "metadata": {"name": uid, "namespace": "apps", "uid": uid,
+                "creationTimestamp": "2026-12-01T10:00:00Z",
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "name": "rs", "uid": "rs", "controller": true}]},
+            "spec": {"nodeName": "n1", "initContainers": [{"name": "istio-validation"}]},
+            "status": {"phase": "Pending", "conditions": [
+                {"type": "PodScheduled", "status": "True",
+                 "lastTransitionTime": "2026-12-01T10:00:00Z"},
+                {"type": "Initialized", "status": "False"}],
+                "initContainerStatuses": [{"name": "istio-validation", "state": state,
+                    "lastState": last, "restartCount": 1}]}
+        }))
+        .expect("a pod")
+    }
+
+    fn rendered(shared: &Shared) -> String {
+        refresh_gauges(shared, SystemTime::now());
+        shared.metrics.render().expect("renders")
+    }
+
+    fn has(text: &str, line: &str) -> bool {
+        text.lines().any(|l| l == line)
+    }
+
+    #[test]
+    fn the_pod_watch_feeds_the_metrics_of_the_node_stage() {
+        let s = shared(CONFIG);
+        let now = SystemTime::now();
+        let text = rendered(&s);
+        assert!(has(
+            &text,
+            r#"initguard_init_failures_total{container="istio-validation",exit_code="126"} 0"#
+        ));
+        assert!(has(
+            &text,
+            r#"initguard_watch_restarts_total{resource="daemonsets"} 0"#
+        ));
+        applied(&s, &pod("a", None), now);
+        applied(&s, &pod("a", Some(126)), now);
+        // Seen again: still once.
+        applied(&s, &pod("a", Some(126)), now);
+        applied(&s, &pod("b", None), now);
+        let text = rendered(&s);
+        assert!(
+            has(
+                &text,
+                r#"initguard_init_failures_total{container="istio-validation",exit_code="126"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            has(
+                &text,
+                r#"initguard_init_waiting_pods{container="istio-validation",opted_in="false"} 2"#
+            ),
+            "{text}"
+        );
+        assert!(
+            has(
+                &text,
+                r#"initguard_init_waiting_pods{container="other",opted_in="false"} 0"#
+            ),
+            "{text}"
+        );
+        // The DaemonSet never seen: unknown, not down.
+        assert!(
+            has(
+                &text,
+                r#"initguard_owner_down_nodes{container="istio-validation"} 0"#
+            ),
+            "{text}"
+        );
+        let ds = ObjectRef {
+            namespace: "istio-system".into(),
+            name: "istio-cni-node".into(),
+        };
+        let mut relists = DaemonSetRelists::default();
+        let object: DaemonSet = serde_json::from_value(json!({
+            "metadata": {"name": "istio-cni-node", "namespace": "istio-system", "uid": "ds"}
+        }))
+        .expect("a DaemonSet");
+        on_daemonset_event(&s, &mut relists, (ds.clone(), Ok(Event::Init)));
+        on_daemonset_event(&s, &mut relists, (ds.clone(), Ok(Event::InitApply(object))));
+        on_daemonset_event(&s, &mut relists, (ds.clone(), Ok(Event::InitDone)));
+        let text = rendered(&s);
+        assert!(
+            has(
+                &text,
+                r#"initguard_owner_down_nodes{container="istio-validation"} 1"#
+            ),
+            "{text}"
+        );
+        deleted(&s, &pod("a", Some(126)), now + Duration::from_secs(3));
+        let text = rendered(&s);
+        assert!(
+            has(
+                &text,
+                r#"initguard_init_wait_duration_seconds_count{container="istio-validation",outcome="deleted"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            has(
+                &text,
+                r#"initguard_init_waiting_pods{container="istio-validation",opted_in="false"} 1"#
+            ),
+            "{text}"
+        );
+        // A relist of the DaemonSet that does not find it: deleted meanwhile, down.
+        on_daemonset_event(&s, &mut relists, (ds.clone(), Ok(Event::Init)));
+        on_daemonset_event(&s, &mut relists, (ds.clone(), Ok(Event::InitDone)));
+        let (state, _) = {
+            let stage = s.stage();
+            let step = s.config.init_containers[0].clone();
+            stage.owner_state(&step, "n1", &cluster_unknown)
+        };
+        assert!(matches!(state, OwnerState::Down { .. }), "{state:?}");
+    }
+
+    #[test]
+    fn without_init_containers_no_series_and_no_daemonset_watch() {
+        let s = shared("{}");
+        let text = rendered(&s);
+        assert!(!text.contains("initguard_init_waiting_pods{"), "{text}");
+        assert!(!text.contains(r#"resource="daemonsets""#), "{text}");
+    }
+}
