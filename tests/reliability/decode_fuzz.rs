@@ -90,6 +90,28 @@ fn real_pod() -> Value {
     })
 }
 
+/// A pod bound to a node and stuck in its init containers, as the kubelet reports it.
+fn bound_pod() -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": { "name": "web-7d9f-x2", "namespace": "apps", "uid": "u-1",
+            "creationTimestamp": "2026-11-21T15:03:50Z" },
+        "spec": { "nodeName": "node-3", "restartPolicy": "Always",
+            "initContainers": [{ "name": "istio-validation", "image": "proxyv2" },
+                { "name": "istio-proxy", "restartPolicy": "Always" }],
+            "containers": [{ "name": "main" }] },
+        "status": { "phase": "Pending",
+            "conditions": [{ "type": "PodScheduled", "status": "True",
+                    "lastTransitionTime": "2026-11-21T15:03:51Z" },
+                { "type": "Initialized", "status": "False" }, { "type": "Ready", "status": "False" }],
+            "initContainerStatuses": [{ "name": "istio-validation", "ready": false, "restartCount": 3,
+                "started": false, "state": { "waiting": { "reason": "CrashLoopBackOff" } },
+                "lastState": { "terminated": { "exitCode": 126, "reason": "Error" } } },
+                { "name": "istio-proxy", "started": false,
+                  "state": { "waiting": { "reason": "PodInitializing" } } }] },
+    })
+}
+
 /// JSON pointers of fields the guard never reads in [`real_pod`].
 const IGNORED: &[&str] = &[
     "/apiVersion",
@@ -98,12 +120,14 @@ const IGNORED: &[&str] = &[
     "/metadata/managedFields",
     "/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration",
     "/spec/containers",
-    "/spec/restartPolicy",
     "/spec/schedulerName",
     "/spec/tolerations",
     "/status/qosClass",
-    "/status/conditions",
 ];
+
+/// Fields the guard reads for the node stage and for node agents, leniently: replaced by
+/// anything, they never make the pod undecodable (its gates still count).
+const LENIENT: &[&str] = &["/spec/restartPolicy", "/status/conditions"];
 
 /// Every path (JSON pointer) inside `v`, the root included.
 fn paths(v: &Value, at: String, out: &mut Vec<String>) {
@@ -193,6 +217,41 @@ proptest! {
         if ignored {
             prop_assert_eq!(decoded.as_ref(), Ok(&expected), "changed at {}", path);
         }
+        if LENIENT.iter().any(|p| path == *p || path.starts_with(&format!("{p}/"))) {
+            prop_assert!(decoded.is_ok(), "a malformed {} lost the pod: {:?}", path, decoded);
+        }
+    }
+
+    /// A bound pod's node-stage fields replaced by anything or removed: never a lost pod.
+    #[test]
+    fn mutated_init_statuses_never_lose_the_pod(pick in any::<prop::sample::Index>(), remove in any::<bool>(), replacement in any_json()) {
+        let original = bound_pod();
+        prop_assert!(decode_both(&original).is_ok_and(|p| p.init.is_some()));
+        let mut all = Vec::new();
+        paths(&original, String::new(), &mut all);
+        all.retain(|p| ["/spec/nodeName", "/spec/restartPolicy", "/spec/initContainers", "/status/conditions", "/status/initContainerStatuses"]
+            .iter()
+            .any(|f| p == f || p.starts_with(&format!("{f}/"))));
+        let path = pick.get(&all).clone();
+        let mut pod = original.clone();
+        let (parent, last) = path.rsplit_once('/').unwrap_or_default();
+        match (remove, pod.pointer_mut(parent)) {
+            (true, Some(Value::Object(m))) => {
+                m.remove(last);
+            }
+            (true, Some(Value::Array(a))) => {
+                if let Ok(i) = last.parse::<usize>() && i < a.len() {
+                    a.remove(i);
+                }
+            }
+            _ => {
+                if let Some(slot) = pod.pointer_mut(&path) {
+                    *slot = replacement;
+                }
+            }
+        }
+        let decoded = decode_both(&pod);
+        prop_assert!(decoded.is_ok(), "a malformed {} lost the pod: {:?}", path, decoded);
     }
 
     /// Pending entries of any shape keep their place: names where an entry has a string name,

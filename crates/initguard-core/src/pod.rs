@@ -131,7 +131,7 @@ struct RawSpec {
     node_name: String,
     #[serde(default, deserialize_with = "lenient_string")]
     restart_policy: String,
-    #[serde(default, deserialize_with = "null_default")]
+    #[serde(default, deserialize_with = "lenient_list")]
     init_containers: Vec<Lenient<RawInitContainer>>,
 }
 
@@ -139,26 +139,41 @@ struct RawSpec {
 #[serde(rename_all = "camelCase")]
 struct RawStatus {
     phase: Option<String>,
-    #[serde(default, deserialize_with = "null_default")]
+    #[serde(default, deserialize_with = "lenient_list")]
     conditions: Vec<Lenient<RawCondition>>,
-    #[serde(default, deserialize_with = "null_default")]
+    #[serde(default, deserialize_with = "lenient_list")]
     init_container_statuses: Vec<Lenient<RawContainerStatus>>,
 }
 
 /// A list entry of the expected shape, or anything else (kept as absent rather than failing
 /// the whole pod, as for pending entries).
-#[derive(Deserialize)]
-#[serde(untagged)]
 enum Lenient<T> {
     Valid(T),
-    Other(serde::de::IgnoredAny),
+    Other,
+}
+
+/// A list the node stage reads: anything but a list reads as empty, and each entry of the
+/// wrong shape (a field of the wrong type anywhere in it) as [`Lenient::Other`], so that a
+/// malformed status never loses the pod, whose gates still count.
+fn lenient_list<'de, D, T>(d: D) -> Result<Vec<Lenient<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: serde::de::DeserializeOwned,
+{
+    Ok(match serde_json::Value::deserialize(d)? {
+        serde_json::Value::Array(entries) => entries
+            .into_iter()
+            .map(|e| serde_json::from_value(e).map_or(Lenient::Other, Lenient::Valid))
+            .collect(),
+        _ => Vec::new(),
+    })
 }
 
 impl<T> Lenient<T> {
     fn valid(self) -> Option<T> {
         match self {
             Lenient::Valid(t) => Some(t),
-            Lenient::Other(_) => None,
+            Lenient::Other => None,
         }
     }
 }
@@ -202,8 +217,8 @@ struct RawContainerStatus {
 struct RawState {
     #[serde(default)]
     running: Option<serde::de::IgnoredAny>,
-    #[serde(default, deserialize_with = "null_default")]
-    terminated: Option<Lenient<RawTerminated>>,
+    #[serde(default)]
+    terminated: Option<RawTerminated>,
 }
 
 #[derive(Deserialize)]
@@ -214,10 +229,9 @@ struct RawTerminated {
 
 impl RawState {
     fn exit_code(&self) -> Option<i32> {
-        match &self.terminated {
-            Some(Lenient::Valid(t)) => i32::try_from(t.exit_code).ok(),
-            _ => None,
-        }
+        self.terminated
+            .as_ref()
+            .and_then(|t| i32::try_from(t.exit_code).ok())
     }
 }
 

@@ -121,16 +121,6 @@ impl DaemonSetAgents {
         self.nodes.get(node).filter(|n| n.up).and_then(|n| n.began)
     }
 
-    /// Whether the DaemonSet has been seen at least once.
-    pub fn observed(&self) -> bool {
-        self.baseline.is_some()
-    }
-
-    /// Nodes where an agent serves now.
-    pub fn serving_nodes(&self) -> usize {
-        self.nodes.values().filter(|n| n.up).count()
-    }
-
     fn serving_on(&self, node: &str) -> bool {
         let Some(ds) = self.daemonset.as_deref() else {
             return false;
@@ -155,7 +145,7 @@ impl DaemonSetAgents {
     /// Recompute `node`; `watched`: the change was seen as it happened (not found by a first
     /// look or a relist), so its first sight bounds when an up-period began.
     fn refresh(&mut self, node: &str, now: SystemTime, watched: bool) {
-        if node.is_empty() || self.baseline.is_none() {
+        if self.baseline.is_none() {
             return;
         }
         let up = self.serving_on(node);
@@ -222,7 +212,6 @@ mod tests {
         a.pod_applied(pod("p1", "n1", "ds", true), at(0));
         assert_eq!(a.state("n1"), OwnerState::Unknown);
         assert_eq!(a.state("n2"), OwnerState::Unknown);
-        assert!(!a.observed());
         // Seen later: the pod that was already there counts from then, and since when it
         // has been up is not known.
         a.daemonset_applied("ds", at(5));
@@ -283,7 +272,7 @@ mod tests {
         assert_eq!(a.state("n1"), OwnerState::Up { since: at(1) });
         a.pod_applied(pod("p3", "n1", "ds", false), at(10));
         assert_eq!(a.state("n1"), OwnerState::Down { since: at(10) });
-        assert_eq!(a.serving_nodes(), 1);
+        assert_eq!(a.state("n2"), OwnerState::Up { since: at(7) });
     }
 
     #[test]
@@ -300,6 +289,14 @@ mod tests {
         assert_eq!(a.state("n1"), OwnerState::Down { since: at(4) });
         a.pod_applied(pod("p2", "n1", "new", true), at(6));
         assert_eq!(a.state("n1"), OwnerState::Up { since: at(6) });
+    }
+
+    #[test]
+    fn an_unscheduled_agent_pod_is_on_no_node() {
+        let mut a = DaemonSetAgents::default();
+        a.daemonset_applied("ds", at(0));
+        a.pod_applied(pod("p1", "", "ds", true), at(4));
+        assert_eq!(a.state(""), OwnerState::Down { since: at(0) });
     }
 
     #[test]
@@ -330,7 +327,6 @@ mod tests {
     fn a_daemonset_never_found_is_unknown_and_one_deleted_is_down() {
         let mut a = DaemonSetAgents::default();
         a.daemonset_gone(at(2));
-        assert!(!a.observed());
         assert_eq!(a.state("n1"), OwnerState::Unknown);
         a.daemonset_applied("ds", at(3));
         a.daemonset_gone(at(4));

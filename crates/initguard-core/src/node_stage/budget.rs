@@ -143,11 +143,6 @@ impl Budget {
             !ledger.recent.is_empty()
         });
     }
-
-    /// Controllers with a recreation in the last hour.
-    pub fn controllers(&self) -> usize {
-        self.ledgers.len()
-    }
 }
 
 #[cfg(test)]
@@ -263,7 +258,8 @@ mod tests {
         b.recreated("a", at(0));
         b.recreated("b", at(1000));
         b.forget_before(at(3600));
-        assert_eq!(b.controllers(), 1);
+        assert_eq!(b.ledgers.len(), 1);
+        assert!(!b.ledgers.contains_key("a"));
         assert!(b.hold("b", at(1001), P, 1).is_some());
     }
 }

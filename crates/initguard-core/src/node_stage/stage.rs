@@ -189,24 +189,9 @@ impl StageTracker {
         self.pods.get(key)
     }
 
-    /// Every followed pod.
-    pub fn pods(&self) -> impl Iterator<Item = (&PodKey, &StagePod)> {
-        self.pods.iter()
-    }
-
     /// The agent model of DaemonSet `ds`, when a listed step names it.
     pub fn agents_mut(&mut self, ds: &ObjectRef) -> Option<&mut DaemonSetAgents> {
         self.agents.get_mut(ds)
-    }
-
-    /// The DaemonSets listed steps name.
-    pub fn daemonsets(&self) -> impl Iterator<Item = &ObjectRef> {
-        self.agents.keys()
-    }
-
-    /// The budget, to rebuild it from the guard's Events or record a recreation.
-    pub fn budget_mut(&mut self) -> &mut Budget {
-        &mut self.budget
     }
 
     /// Fold in a pod as listed or watched at `now`.
@@ -976,6 +961,20 @@ mod tests {
             matches!(state, OwnerState::Down { .. }),
             "not Ready: {state:?}"
         );
+    }
+
+    #[test]
+    fn wait_ends_are_named_as_the_metric_labels() {
+        let words: Vec<&str> = [
+            StageEnd::Initialized,
+            StageEnd::Recreated,
+            StageEnd::Deleted,
+            StageEnd::Failed,
+        ]
+        .iter()
+        .map(|e| e.as_str())
+        .collect();
+        assert_eq!(words, ["initialized", "recreated", "deleted", "failed"]);
     }
 
     #[test]

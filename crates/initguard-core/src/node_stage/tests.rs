@@ -391,6 +391,38 @@ fn explains_the_wait_the_owner_on_the_node_and_what_happens() {
     );
 }
 
+#[test]
+fn recreators_and_trigger_words_are_kubernetes_own() {
+    for kind in [
+        "ReplicaSet",
+        "StatefulSet",
+        "DaemonSet",
+        "ReplicationController",
+    ] {
+        assert_eq!(Recreator::of(Some(kind)), Recreator::Workload, "{kind}");
+    }
+    assert_eq!(Recreator::of(Some("Job")), Recreator::Job);
+    assert_eq!(Recreator::of(Some("CronJob")), Recreator::None);
+    assert_eq!(Recreator::of(None), Recreator::None);
+    assert_eq!(StepTrigger::Failed { code: 126 }.as_str(), "failed");
+    assert_eq!(StepTrigger::Deadline.as_str(), "deadline");
+}
+
+#[test]
+fn a_hold_ending_now_is_no_wake_up() {
+    let l = labels(true);
+    let out = decide(
+        &view(&l),
+        &step(StepAction::Recreate),
+        OwnerState::Up { since: at(5) },
+        Some(at(5)),
+        Some(Hold::HourlyCap { until: at(100) }),
+        &config(),
+        at(100),
+    );
+    assert_eq!(out.next_wake, None);
+}
+
 fn owner_state() -> impl Strategy<Value = OwnerState> {
     prop_oneof![
         Just(OwnerState::Unknown),
