@@ -261,7 +261,8 @@ impl StageTracker {
             .map_or_else(|| Arc::from(config.name.as_str()), |p| p.step.clone());
         let same_step = previous
             .as_ref()
-            .filter(|p| *p.step == *config.name && p.done_before == current.index);
+            // A pod's init containers cannot change: the index names the step.
+            .filter(|p| p.done_before == current.index);
         if let Some(p) = previous.as_ref().filter(|_| same_step.is_none()) {
             applied.ended = Some(self.ended(p, StageEnd::Initialized, now));
         }
@@ -515,15 +516,6 @@ impl StageTracker {
             recreator: pod.recreator,
         };
         Some(decide(&view, step, owner, began, budget, &self.config, now))
-    }
-
-    /// Pods waiting on `step` on `node`.
-    pub fn waiting_on(&self, step: &str, node: &str) -> Vec<PodKey> {
-        self.pods
-            .iter()
-            .filter(|(_, p)| *p.step == *step && p.node == node)
-            .map(|(k, _)| k.clone())
-            .collect()
     }
 
     /// Counts per listed step and [`OTHER`] at `now`.
@@ -961,6 +953,24 @@ mod tests {
             matches!(state, OwnerState::Down { .. }),
             "not Ready: {state:?}"
         );
+    }
+
+    #[test]
+    fn counts_tell_opted_in_from_not_and_count_every_unlisted_pod() {
+        let mut t = StageTracker::new(config());
+        t.apply(&pod("a", "ua", "rs", at(0), failing()), at(1));
+        let mut plain = pod("b", "ub", "rs", at(0), failing());
+        plain.metadata.labels = None;
+        t.apply(&plain, at(1));
+        let unlisted = json!([
+            {"name": "istio-validation", "state": {"terminated": {"exitCode": 0}}},
+            {"name": "proxy", "started": false, "state": {"running": {}}}]);
+        t.apply(&pod("c", "uc", "rs", at(0), unlisted.clone()), at(1));
+        t.apply(&pod("d", "ud", "rs", at(0), unlisted), at(1));
+        let counts = t.counts(&|_| false, &never_down, at(2));
+        let c = &counts["istio-validation"];
+        assert_eq!((c.opted_in, c.not_opted_in), (1, 1));
+        assert_eq!(counts[OTHER].not_opted_in, 2);
     }
 
     #[test]

@@ -323,6 +323,21 @@ fn the_current_step_is_the_first_not_done() {
         init("b", false, Some(status(false, true, None, None))),
     ]);
     assert_eq!(current_step(&p, 0).map(|c| c.index), Some(1));
+    // A sidecar that restarted (started false again) before a step in CrashLoopBackOff: the
+    // later step has run, by its last state or by its restarts alone.
+    for (last, restarts) in [(Some(126), 0), (None, 2)] {
+        let mut crashing = status(false, false, None, last);
+        crashing.restarts = restarts;
+        let p = progress(vec![
+            init("proxy", true, Some(status(false, true, None, None))),
+            init("b", false, Some(crashing)),
+        ]);
+        assert_eq!(
+            current_step(&p, 0).map(|c| c.index),
+            Some(1),
+            "{last:?} {restarts}"
+        );
+    }
     // Every step done.
     let p = progress(vec![init(
         "a",
