@@ -96,14 +96,25 @@ pub(super) fn on_daemonset_event(
     }
 }
 
+/// Whether any step is listed: without one the stage keeps nothing, not even counts.
+fn active(shared: &Shared) -> bool {
+    !shared.config.init_containers.is_empty()
+}
+
 /// A pod as listed or watched.
 pub(super) fn applied(shared: &Shared, pod: &SlimPod, now: SystemTime) {
+    if !active(shared) {
+        return;
+    }
     let outcome = shared.stage().apply(pod, now);
     report(shared, &pod.key(), outcome, now);
 }
 
 /// A pod the watch reports deleted.
 pub(super) fn deleted(shared: &Shared, pod: &SlimPod, now: SystemTime) {
+    if !active(shared) {
+        return;
+    }
     let ended = shared.stage().delete(pod, now);
     if let Some(ended) = ended {
         observe(shared, &ended);
@@ -112,11 +123,17 @@ pub(super) fn deleted(shared: &Shared, pod: &SlimPod, now: SystemTime) {
 
 /// A pod relist begins.
 pub(super) fn relist_started(shared: &Shared) {
+    if !active(shared) {
+        return;
+    }
     shared.stage().relist_started();
 }
 
 /// The pod relist is complete: waits of pods it did not list end.
 pub(super) fn relist_done(shared: &Shared, now: SystemTime) {
+    if !active(shared) {
+        return;
+    }
     let gone = shared.stage().relist_done(now);
     for ended in &gone {
         observe(shared, ended);
@@ -191,7 +208,7 @@ pub(super) fn refresh_gauges(shared: &Shared, now: SystemTime) {
     m.init_waiting_pods.reset();
     m.init_oldest_wait_seconds.reset();
     m.owner_down_nodes.reset();
-    if shared.config.init_containers.is_empty() {
+    if !active(shared) {
         return;
     }
     let selected = shared.tracker().selected_namespaces();
@@ -392,6 +409,8 @@ initContainers:
     #[test]
     fn without_init_containers_no_series_and_no_daemonset_watch() {
         let s = shared("{}");
+        applied(&s, &pod("a", Some(126)), SystemTime::now());
+        assert_eq!(s.stage().other_count(), 0, "not even counted");
         let text = rendered(&s);
         assert!(!text.contains("initguard_init_waiting_pods{"), "{text}");
         assert!(!text.contains(r#"resource="daemonsets""#), "{text}");
