@@ -169,11 +169,7 @@ fn report(shared: &Shared, key: &str, applied: Applied, now: SystemTime) {
     }
     // One lock at a time: the tracker's, then the stage's.
     let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
-    let selected = shared
-        .tracker()
-        .selected_namespaces()
-        .iter()
-        .any(|n| n == namespace);
+    let selected = shared.tracker().namespace_selected(namespace);
     let stage = shared.stage();
     let Some(pod) = stage.get(key) else {
         return;

@@ -210,6 +210,11 @@ impl Tracker {
         self.selected_namespaces.iter().cloned().collect()
     }
 
+    /// Whether `namespace`'s labels, as last observed, match `optIn.namespaceSelector`.
+    pub fn namespace_selected(&self, namespace: &str) -> bool {
+        self.selected_namespaces.contains(namespace)
+    }
+
     /// Measure waits from `creationTimestamp` against `clock` (the API server's clock), so
     /// that clock skew never makes a wait look longer than it is.
     pub fn with_clock(mut self, clock: impl LocalTime + 'static) -> Tracker {

@@ -651,10 +651,7 @@ mod tests {
         // Built by hand: the parser of these keys has its own tests.
         c.init_containers = vec![InitContainerConfig {
             name: "istio-validation".into(),
-            owner: Some(StepOwner::DaemonSet(ObjectRef {
-                namespace: "istio-system".into(),
-                name: "istio-cni-node".into(),
-            })),
+            owner: Some(StepOwner::DaemonSet(istio_cni())),
             deadline: None,
             failed_exit_codes: vec![126],
             action: crate::config::StepAction::Recreate,
@@ -690,10 +687,7 @@ mod tests {
     }
 
     fn agents_up(t: &mut StageTracker, since: SystemTime) {
-        let ds = ObjectRef {
-            namespace: "istio-system".into(),
-            name: "istio-cni-node".into(),
-        };
+        let ds = istio_cni();
         let a = t.agents_mut(&ds).expect("listed");
         a.daemonset_applied("ds-uid", at(0));
         a.pod_applied(
@@ -706,6 +700,14 @@ mod tests {
             },
             since,
         );
+    }
+
+    /// The DaemonSet the listed step names.
+    fn istio_cni() -> ObjectRef {
+        ObjectRef {
+            namespace: "istio-system".into(),
+            name: "istio-cni-node".into(),
+        }
     }
 
     fn never_down(_: &str) -> (OwnerState, Option<SystemTime>) {
@@ -913,10 +915,7 @@ mod tests {
     #[test]
     fn the_pod_watch_feeds_the_agents_with_their_ready_times() {
         let mut t = StageTracker::new(config());
-        let ds = ObjectRef {
-            namespace: "istio-system".into(),
-            name: "istio-cni-node".into(),
-        };
+        let ds = istio_cni();
         t.agents_mut(&ds)
             .expect("listed")
             .daemonset_applied("ds-uid", at(0));
@@ -1020,10 +1019,7 @@ mod tests {
     fn counts_name_nodes_where_the_agent_is_down() {
         let mut t = StageTracker::new(config());
         t.apply(&pod("a", "ua", "rs", at(0), failing()), at(1));
-        let ds = ObjectRef {
-            namespace: "istio-system".into(),
-            name: "istio-cni-node".into(),
-        };
+        let ds = istio_cni();
         t.agents_mut(&ds)
             .expect("listed")
             .daemonset_applied("ds-uid", at(0));
