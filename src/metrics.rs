@@ -99,6 +99,7 @@ pub struct Metrics {
     pub init_oldest_wait_seconds: GaugeVec,
     pub init_wait_duration_seconds: HistogramVec,
     pub init_failures_total: IntCounterVec,
+    pub init_recreations_total: IntCounterVec,
     pub owner_down_nodes: IntGaugeVec,
     listed: HashSet<String>,
     unlisted_seen: Mutex<HashSet<String>>,
@@ -316,6 +317,15 @@ impl Metrics {
                 ),
                 &["container", "exit_code"],
             )?,
+            init_recreations_total: IntCounterVec::new(
+                Opts::new(
+                    "initguard_init_recreations_total",
+                    "Recreations (evictions) of pods stuck on a listed init container, by \
+                     outcome: evicted, refused (by the server, past the retries) or skipped \
+                     (the pod was gone or replaced first).",
+                ),
+                &["container", "outcome"],
+            )?,
             owner_down_nodes: IntGaugeVec::new(
                 Opts::new(
                     "initguard_owner_down_nodes",
@@ -356,6 +366,7 @@ impl Metrics {
         r.register(Box::new(m.init_oldest_wait_seconds.clone()))?;
         r.register(Box::new(m.init_wait_duration_seconds.clone()))?;
         r.register(Box::new(m.init_failures_total.clone()))?;
+        r.register(Box::new(m.init_recreations_total.clone()))?;
         r.register(Box::new(m.owner_down_nodes.clone()))?;
         #[cfg(target_os = "linux")]
         r.register(Box::new(
@@ -464,6 +475,12 @@ impl Metrics {
             for code in &step.failed_exit_codes {
                 m.init_failures_total
                     .with_label_values(&[step.name.as_str(), &code.to_string()]);
+            }
+            if step.action == crate::config::StepAction::Recreate {
+                for outcome in ["evicted", "refused", "skipped"] {
+                    m.init_recreations_total
+                        .with_label_values(&[step.name.as_str(), outcome]);
+                }
             }
         }
         if config

@@ -110,7 +110,7 @@ mod examples {
             c.initializer("legacy.example.com").unwrap().probe_interval,
             Duration::from_secs(5)
         );
-        assert_eq!(c.warnings(), [initguard::config::NODE_STAGE_NOT_WIRED]);
+        assert!(c.warnings().is_empty(), "{:?}", c.warnings());
     }
 
     #[test]
@@ -353,7 +353,7 @@ mod rules {
         assert_eq!(step.repair_after, Duration::from_secs(10));
         assert_eq!(step.repair_after, initguard::config::DEFAULT_REPAIR_AFTER);
         assert_eq!(step.opt_in, OptInMode::Any);
-        assert_eq!(c.warnings(), [initguard::config::NODE_STAGE_NOT_WIRED]);
+        assert!(c.warnings().is_empty(), "{:?}", c.warnings());
     }
 
     #[test]
@@ -727,7 +727,7 @@ mod rules {
         ] {
             assert!(summary.contains(line), "missing {line:?} in\n{summary}");
         }
-        assert_eq!(c.warnings(), [initguard::config::NODE_STAGE_NOT_WIRED]);
+        assert!(c.warnings().is_empty(), "{:?}", c.warnings());
         // Nothing recreates: no budget line.
         let report = accepted("initContainers:\n  - name: a\n");
         assert!(
@@ -743,7 +743,6 @@ mod rules {
         assert_eq!(
             never.warnings(),
             [
-                initguard::config::NODE_STAGE_NOT_WIRED,
                 "initContainers istio-validation: action recreate with optIn: none never recreates \
               a pod, it only reports; say action: report, or optIn any or namespaces"
             ]
@@ -759,10 +758,18 @@ mod rules {
             accepted("initContainers:\n  - name: a\n    deadline: 5m\n    action: recreate\n");
         let warnings = blind.warnings();
         assert!(
-            warnings.len() == 2
-                && warnings[0] == initguard::config::NODE_STAGE_NOT_WIRED
-                && warnings[1].starts_with("initContainers a: action recreate without an owner"),
+            warnings.len() == 1
+                && warnings[0].starts_with("initContainers a: action recreate without an owner"),
             "{warnings:?}"
+        );
+        // Owners other than daemonset are not watched for init steps: said, not hidden.
+        let cluster = accepted(
+            "initContainers:\n  - name: a\n    owner: { deployment: ns/agent }\n    \
+             deadline: 5m\n",
+        );
+        assert_eq!(
+            cluster.warnings(),
+            [initguard::config::NODE_STAGE_CLUSTER_OWNERS]
         );
     }
 

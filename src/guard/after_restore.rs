@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::config::WebhookConfig;
+use crate::guard::evict::{self, Evicted, EvictionVersion, Target};
 use crate::guard::fence::Fence;
 use crate::guard::write::{self, Refusal, Subject};
 use crate::metrics::Metrics;
@@ -30,9 +31,6 @@ use crate::webhook::after::{
 
 /// Evictions per controller uid, for `maxEvictionsPerHour`; kept across sweeps.
 pub(super) type EvictionLog = Arc<Mutex<HashMap<String, Vec<Instant>>>>;
-
-/// Longest pause between two tries of an eviction a PodDisruptionBudget refuses.
-const MAX_RETRY_PAUSE: Duration = Duration::from_secs(10);
 
 /// One sweep after one restore.
 pub(super) struct Sweep {
@@ -49,6 +47,8 @@ pub(super) struct Sweep {
     pub identity: String,
     pub metrics: Arc<Metrics>,
     pub evictions: EvictionLog,
+    /// The Eviction group/version, read once.
+    pub eviction: EvictionVersion,
 }
 
 impl Sweep {
@@ -286,64 +286,29 @@ impl Sweep {
         }
     }
 
-    /// One eviction (policy/v1, preconditioned on the pod's uid), retried with backoff while a
+    /// One eviction through the shared writer ([`evict::evict`]), retried while a
     /// PodDisruptionBudget refuses it (429), for at most `maxWait`.
     async fn evict(&self, pod: &PodFacts, cancel: &CancellationToken) -> Evicted {
-        // Written by hand: kube-core 5's `Api::evict` sends `delete_options` (snake case),
-        // which the API server ignores, so its uid precondition would never reach it.
-        let body = json!({
-            "apiVersion": "policy/v1",
-            "kind": "Eviction",
-            "metadata": { "name": pod.name, "namespace": pod.namespace },
-            "deleteOptions": { "preconditions": { "uid": pod.uid } },
-        });
-        let path = format!(
-            "/api/v1/namespaces/{}/pods/{}/eviction",
-            pod.namespace, pod.name
-        );
-        let started = Instant::now();
-        let mut attempt = 0;
-        loop {
-            let request = http::Request::post(&path)
-                .header(http::header::CONTENT_TYPE, "application/json")
-                .body(body.to_string().into_bytes());
-            let request = match request {
-                Ok(r) => r,
-                Err(e) => return Evicted::Refused(format!("building the eviction: {e}")),
-            };
-            let Ok(permit) = self.fence.admit(cancel).await else {
-                return Evicted::NotLeading;
-            };
-            let sent = self.client.request::<Value>(request);
-            let answer = match permit.send("an Eviction", sent).await {
-                Ok(answer) => answer,
-                Err(e) => return Evicted::Refused(format!("no answer: {e}")),
-            };
-            let error = match answer {
-                Ok(_) => return Evicted::Yes,
-                Err(e) => e,
-            };
-            match &error {
-                kube::Error::Api(s) if s.code == 429 => {}
-                kube::Error::Api(s) if s.code == 404 => return Evicted::Gone,
-                // The uid precondition no longer holds: another pod of that name.
-                kube::Error::Api(s) if s.code == 409 => return Evicted::Gone,
-                e => return Evicted::Refused(e.to_string()),
+        let version = match self.eviction.get(&self.client).await {
+            Ok(v) => v,
+            Err(e) => {
+                return Evicted::Refused(format!("cannot read /api/v1 for pods/eviction: {e}"));
             }
-            if started.elapsed() >= self.listed.max_wait {
-                return Evicted::Refused(format!(
-                    "still refused with 429 after maxWait ({}; a PodDisruptionBudget, or the API \
-                     server's flow control): {error}",
-                    humantime::format_duration(self.listed.max_wait)
-                ));
-            }
-            attempt += 1;
-            let pause = Duration::from_secs(1 << attempt.min(4)).min(MAX_RETRY_PAUSE);
-            tokio::select! {
-                () = cancel.cancelled() => return Evicted::NotLeading,
-                () = tokio::time::sleep(pause) => {}
-            }
-        }
+        };
+        let target = Target {
+            namespace: pod.namespace.clone(),
+            name: pod.name.clone(),
+            uid: pod.uid.clone(),
+        };
+        evict::evict(
+            &self.client,
+            &self.fence,
+            cancel,
+            version,
+            &target,
+            self.listed.max_wait,
+        )
+        .await
     }
 
     /// Wait, by watching the namespace's pods, until `controller` has `ready_before` ready pods
@@ -438,15 +403,6 @@ impl Sweep {
         )
         .await;
     }
-}
-
-/// How one eviction ended.
-enum Evicted {
-    Yes,
-    /// Already gone, or replaced by a namesake.
-    Gone,
-    Refused(String),
-    NotLeading,
 }
 
 /// What the sweep reads of a pod.

@@ -887,6 +887,7 @@ mod tests {
             failures: crate::supervise::Failures::default(),
             scrape: std::sync::Mutex::new(()),
             webhooks: std::sync::Mutex::new(Default::default()),
+            stage_changed: Default::default(),
         });
         let (actuator, queue, _) = Actuator::unattended(capacity, metrics);
         let pods_listed = readiness.pending("pods", "listing");

@@ -14,10 +14,12 @@
 pub mod actuator;
 mod after_restore;
 mod control;
+pub mod evict;
 pub mod fence;
 pub mod leader;
 mod lifecycle;
 mod node_stage;
+pub mod recreate;
 pub mod secure;
 pub mod server;
 pub mod shared;
@@ -202,10 +204,12 @@ impl Guard {
             failures: failures.clone(),
             scrape: Mutex::new(()),
             webhooks: Mutex::new(Default::default()),
+            stage_changed: Default::default(),
         });
 
         // Writers, and the loop that decides for the actuator.
         let webhook_clock = clock;
+        let eviction = evict::EvictionVersion::default();
         let webhook_guard = webhooks::WebhookGuard {
             client: client.clone(),
             discovery,
@@ -218,9 +222,17 @@ impl Guard {
             clock: webhook_clock,
             failures: failures.clone(),
             evictions: Default::default(),
+            eviction: eviction.clone(),
             sweeps: Default::default(),
         };
         life.spawn_writer("webhook guard", webhook_guard.run(life.token()));
+        let recreator = recreate::Recreator {
+            shared: shared.clone(),
+            client: client.clone(),
+            fence: fence.clone(),
+            eviction,
+        };
+        life.spawn_writer("node stage", recreator.run(life.token()));
         let (replies_tx, replies) = mpsc::unbounded_channel();
         let (actuator, worker) = Actuator::new(
             client.clone(),

@@ -1,7 +1,7 @@
-//! The node stage's shell half (README "The node stage"): it feeds the core's
+//! The node stage's reader half (README "The node stage"): it feeds the core's
 //! [`StageTracker`] from the pod watch the control loop already runs and from one watch per
-//! DaemonSet a listed step names, counts what it reports, and logs each stuck pod once. It
-//! recreates nothing yet: the Eviction writer is the next step.
+//! DaemonSet a listed step names, counts what it reports, and tells the node stage's writer
+//! ([`super::recreate`]) that there are pods to decide about again.
 
 use std::collections::{HashMap, HashSet};
 use std::time::SystemTime;
@@ -16,8 +16,8 @@ use tracing::{info, warn};
 
 use super::shared::Shared;
 use crate::config::ObjectRef;
+use crate::node_stage::daemonset_owner;
 use crate::node_stage::stage::{Applied, Ended, OTHER};
-use crate::node_stage::{StepPlan, daemonset_owner, explain, listed};
 use crate::pod::SlimPod;
 use crate::policy::OwnerState;
 
@@ -74,6 +74,7 @@ pub(super) fn on_daemonset_event(
     let Some(agents) = stage.agents_mut(&ds) else {
         return;
     };
+    shared.stage_changed.notify_one();
     match event {
         Event::Init => {
             relists.0.insert(ds, false);
@@ -107,7 +108,8 @@ pub(super) fn applied(shared: &Shared, pod: &SlimPod, now: SystemTime) {
         return;
     }
     let outcome = shared.stage().apply(pod, now);
-    report(shared, &pod.key(), outcome, now);
+    report(shared, &pod.key(), outcome);
+    shared.stage_changed.notify_one();
 }
 
 /// A pod the watch reports deleted.
@@ -119,6 +121,7 @@ pub(super) fn deleted(shared: &Shared, pod: &SlimPod, now: SystemTime) {
     if let Some(ended) = ended {
         observe(shared, &ended);
     }
+    shared.stage_changed.notify_one();
 }
 
 /// A pod relist begins.
@@ -138,6 +141,7 @@ pub(super) fn relist_done(shared: &Shared, now: SystemTime) {
     for ended in &gone {
         observe(shared, ended);
     }
+    shared.stage_changed.notify_one();
 }
 
 fn observe(shared: &Shared, ended: &Ended) {
@@ -148,8 +152,8 @@ fn observe(shared: &Shared, ended: &Ended) {
         .observe(ended.waited.as_secs_f64());
 }
 
-/// Count and log what one pod's update says.
-fn report(shared: &Shared, key: &str, applied: Applied, now: SystemTime) {
+/// Count what one pod's update says (the writer decides and explains).
+fn report(shared: &Shared, key: &str, applied: Applied) {
     if let Some(ended) = &applied.ended {
         observe(shared, ended);
     }
@@ -164,37 +168,10 @@ fn report(shared: &Shared, key: &str, applied: Applied, now: SystemTime) {
                 "init container failed for good (the pod does not restart it): reported");
         }
     }
-    if !applied.waiting {
-        return;
-    }
-    // One lock at a time: the tracker's, then the stage's.
-    let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
-    let selected = shared.tracker().namespace_selected(namespace);
-    let stage = shared.stage();
-    let Some(pod) = stage.get(key) else {
-        return;
-    };
-    let Some(outcome) = stage.decide(key, selected, &cluster_unknown, now) else {
-        return;
-    };
-    // Once per pod and step: when a listed exit code is first seen. A deadline trigger is
-    // counted by the oldest-wait gauge and alerted on from there.
-    if applied.newly_failed.is_some()
-        && let Some(step) = listed(&shared.config, &pod.step)
-    {
-        let (owner, _) = stage.owner_state(step, &pod.node, &cluster_unknown);
-        let words = explain(step, &pod.node, owner, &outcome);
-        match outcome.plan {
-            StepPlan::Recreate | StepPlan::Held(_) => {
-                warn!(pod = %key, "{words} (recreating is not built yet: reported only)");
-            }
-            _ => warn!(pod = %key, "{words}"),
-        }
-    }
 }
 
 /// Owners of other kinds for init steps are not watched yet: unknown, never down.
-fn cluster_unknown(_: &str) -> (OwnerState, Option<SystemTime>) {
+pub(super) fn cluster_unknown(_: &str) -> (OwnerState, Option<SystemTime>) {
     (OwnerState::Unknown, None)
 }
 
@@ -266,6 +243,7 @@ mod tests {
             failures: crate::supervise::Failures::default(),
             scrape: Mutex::new(()),
             webhooks: Mutex::new(Default::default()),
+            stage_changed: Default::default(),
         }
     }
 

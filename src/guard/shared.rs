@@ -25,6 +25,9 @@ pub struct Shared {
     pub(super) tracker: Mutex<Tracker>,
     /// The node stage's pods, agents and budget (never locked together with `tracker`).
     pub(super) stage: Mutex<crate::node_stage::stage::StageTracker>,
+    /// Told whenever the stage has pods to decide about again (the node stage's writer
+    /// takes them from [`crate::node_stage::stage::StageTracker::take_dirty`]).
+    pub(super) stage_changed: tokio::sync::Notify,
     pub(super) last_progress: Mutex<Instant>,
     pub(super) stall_after: Duration,
     /// While true the control loop waits before its next event, without blocking a thread

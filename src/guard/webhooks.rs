@@ -80,6 +80,8 @@ pub struct WebhookGuard {
     pub failures: Failures,
     /// Evictions per controller, for `maxEvictionsPerHour`.
     pub evictions: crate::guard::after_restore::EvictionLog,
+    /// The Eviction group/version, shared with the node stage.
+    pub eviction: crate::guard::evict::EvictionVersion,
     /// Held by the running `afterRestore` sweep.
     pub sweeps: Arc<tokio::sync::Mutex<()>>,
 }
@@ -547,6 +549,7 @@ impl WebhookGuard {
             identity: self.identity.clone(),
             metrics: self.metrics.clone(),
             evictions: self.evictions.clone(),
+            eviction: self.eviction.clone(),
         };
         let one_at_a_time = self.sweeps.clone();
         let cancel = cancel.clone();

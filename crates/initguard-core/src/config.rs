@@ -42,11 +42,12 @@ pub use types::{
     WebhookKind,
 };
 
-/// The warning of a config listing `initContainers`, said until the running guard recreates
-/// (README "The node stage"): a listed step must not look healed when it is not.
-pub const NODE_STAGE_NOT_WIRED: &str = "initContainers: this version measures and reports \
-    the node stage (metrics and a log line per failed pod) but does not recreate pods or write \
-    its Events yet, and owners other than daemonset stay unknown";
+/// The warning of a config whose `initContainers` name an owner other than `daemonset`
+/// (README "The node stage"): such owners are not watched for init steps yet, so they stay
+/// unknown and the step is only reported: it must not look guarded when it is not.
+pub const NODE_STAGE_CLUSTER_OWNERS: &str = "initContainers: owners other than daemonset are \
+    not watched for init steps yet: they stay unknown, so those steps are reported and never \
+    recreated";
 
 /// Largest configuration file accepted, checked before any parsing.
 pub const MAX_CONFIG_BYTES: usize = 1024 * 1024;
@@ -314,8 +315,12 @@ impl Config {
                     .to_owned(),
             );
         }
-        if !self.init_containers.is_empty() {
-            warnings.push(NODE_STAGE_NOT_WIRED.to_owned());
+        if self
+            .init_containers
+            .iter()
+            .any(|s| matches!(s.owner, Some(StepOwner::Cluster(_))))
+        {
+            warnings.push(NODE_STAGE_CLUSTER_OWNERS.to_owned());
         }
         for step in &self.init_containers {
             if step.action != StepAction::Recreate {

@@ -153,6 +153,12 @@ pub struct StageTracker {
     agent_relist: HashMap<ObjectRef, Vec<AgentPod>>,
     agents: HashMap<ObjectRef, DaemonSetAgents>,
     budget: Budget,
+    /// Pods to decide about again (see [`StageTracker::take_dirty`]).
+    dirty: HashSet<PodKey>,
+    /// Nodes whose agents changed: every pod waiting there is decided again.
+    dirty_nodes: HashSet<String>,
+    /// Every pod is decided again (a DaemonSet changed, a relist ended).
+    all_dirty: bool,
 }
 
 impl StageTracker {
@@ -175,6 +181,9 @@ impl StageTracker {
             agent_relist: HashMap::new(),
             agents,
             budget: Budget::default(),
+            dirty: HashSet::new(),
+            dirty_nodes: HashSet::new(),
+            all_dirty: false,
         }
     }
 
@@ -189,9 +198,55 @@ impl StageTracker {
         self.pods.get(key)
     }
 
-    /// The agent model of DaemonSet `ds`, when a listed step names it.
+    /// The agent model of DaemonSet `ds`, when a listed step names it. Every waiting pod is
+    /// decided again afterwards: a DaemonSet's change may change every node's state.
     pub fn agents_mut(&mut self, ds: &ObjectRef) -> Option<&mut DaemonSetAgents> {
-        self.agents.get_mut(ds)
+        let agents = self.agents.get_mut(ds)?;
+        self.all_dirty = true;
+        Some(agents)
+    }
+
+    /// The pods to decide about again since the last call, in no order: each pod whose
+    /// update left it waiting, every pod on a node whose agents changed, every pod after a
+    /// DaemonSet changed or a relist ended. Only pods still waiting are named.
+    pub fn take_dirty(&mut self) -> Vec<PodKey> {
+        let all = std::mem::take(&mut self.all_dirty);
+        let mut dirty = std::mem::take(&mut self.dirty);
+        let nodes = std::mem::take(&mut self.dirty_nodes);
+        if all || !nodes.is_empty() {
+            dirty.extend(
+                self.pods
+                    .iter()
+                    .filter(|(_, p)| all || nodes.contains(&p.node))
+                    .map(|(k, _)| k.clone()),
+            );
+        }
+        dirty.retain(|k| self.pods.contains_key(k));
+        dirty.into_iter().collect()
+    }
+
+    /// Rebuild the recreation budget from the guard's own records (a restart or a new
+    /// leader): each the re-creating controller's uid and when the record was made, on the
+    /// API server's clock. Converted so that no record is placed earlier than it happened
+    /// (a record counts towards the hour for at least as long as it should); `now` when the
+    /// server's clock is not known yet.
+    pub fn rebuild_budget(
+        &mut self,
+        records: impl IntoIterator<Item = (String, SystemTime)>,
+        now: SystemTime,
+    ) {
+        let converted: Vec<(String, SystemTime)> = records
+            .into_iter()
+            .map(|(controller, at)| {
+                let local = match &self.clock {
+                    None => Some(at),
+                    Some(clock) => clock.to_local(at, now),
+                };
+                (controller, local.unwrap_or(now))
+            })
+            .collect();
+        self.budget = Budget::rebuild(converted);
+        self.all_dirty = true;
     }
 
     /// Fold in a pod as listed or watched at `now`.
@@ -323,6 +378,7 @@ impl StageTracker {
             },
         );
         applied.waiting = true;
+        self.dirty.insert(pod.key());
         applied
     }
 
@@ -333,6 +389,7 @@ impl StageTracker {
         for (ds, agents) in &mut self.agents {
             if ds.namespace == namespace {
                 agents.pod_deleted(uid, now);
+                self.dirty_nodes.insert(pod.node_name.clone());
             }
         }
         let key = pod.key();
@@ -372,6 +429,7 @@ impl StageTracker {
         let Some(seen) = self.relist.take() else {
             return Vec::new();
         };
+        self.all_dirty = true;
         for (ds, pods) in std::mem::take(&mut self.agent_relist) {
             if let Some(agents) = self.agents.get_mut(&ds) {
                 agents.pods_relisted(pods, now);
@@ -416,6 +474,7 @@ impl StageTracker {
             if ds.namespace != namespace {
                 continue;
             }
+            self.dirty_nodes.insert(agent.node.clone());
             match self
                 .agent_relist
                 .get_mut(ds)
@@ -712,6 +771,113 @@ mod tests {
 
     fn never_down(_: &str) -> (OwnerState, Option<SystemTime>) {
         (OwnerState::Unknown, None)
+    }
+
+    fn agent_pod(uid: &str, node: &str, ready: bool) -> SlimPod {
+        let ready = if ready { "True" } else { "False" };
+        serde_json::from_value(json!({
+            "metadata": {"name": uid, "namespace": "istio-system", "uid": uid,
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+                    "name": "istio-cni-node", "uid": "ds-uid", "controller": true}]},
+            "spec": {"nodeName": node},
+            "status": {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": ready, "lastTransitionTime": rfc3339(at(0))}]}
+        }))
+        .expect("an agent pod")
+    }
+
+    fn sorted(mut keys: Vec<PodKey>) -> Vec<PodKey> {
+        keys.sort();
+        keys
+    }
+
+    #[test]
+    fn what_changed_is_decided_again_and_only_that() {
+        let mut t = StageTracker::new(config());
+        t.apply(&pod("a", "ua", "rs", at(0), failing()), at(1));
+        let mut on_n2 = pod("b", "ub", "rs", at(0), failing());
+        if let Some(init) = on_n2.init.as_mut() {
+            init.node = "n2".into();
+        }
+        t.apply(&on_n2, at(1));
+        assert_eq!(sorted(t.take_dirty()), ["apps/a", "apps/b"]);
+        assert!(t.take_dirty().is_empty(), "taken once");
+        // An agent on n1 changes: the pods waiting on n1 only.
+        t.apply(&agent_pod("agent", "n1", true), at(2));
+        assert_eq!(t.take_dirty(), ["apps/a"]);
+        t.delete(&agent_pod("agent", "n1", true), at(3));
+        assert_eq!(t.take_dirty(), ["apps/a"]);
+        // The DaemonSet itself: every pod.
+        t.agents_mut(&istio_cni()).expect("listed");
+        assert_eq!(sorted(t.take_dirty()), ["apps/a", "apps/b"]);
+        // A pod that stops waiting is not named.
+        t.apply(&pod("c", "uc", "rs", at(0), failing()), at(4));
+        t.delete(&pod("c", "uc", "rs", at(0), failing()), at(5));
+        assert!(t.take_dirty().is_empty());
+        // A relist's end: every pod.
+        t.relist_started();
+        t.apply(&pod("a", "ua", "rs", at(0), failing()), at(6));
+        t.apply(&on_n2, at(6));
+        t.take_dirty();
+        t.relist_done(at(7));
+        assert_eq!(sorted(t.take_dirty()), ["apps/a", "apps/b"]);
+    }
+
+    #[test]
+    fn the_budget_is_rebuilt_from_records_never_placed_early() {
+        #[derive(Debug)]
+        struct Ahead;
+        // The server's clock runs 100 s ahead of this process's.
+        impl LocalTime for Ahead {
+            fn to_local(&self, server: SystemTime, _now: SystemTime) -> Option<SystemTime> {
+                server.checked_sub(Duration::from_secs(100))
+            }
+        }
+        let mut t = StageTracker::new(config()).with_clock(Ahead);
+        t.apply(&pod("a", "ua", "rs", at(0), failing()), at(1));
+        agents_up(&mut t, at(2));
+        assert_eq!(
+            t.decide("apps/a", false, &never_down, at(20))
+                .map(|o| o.plan),
+            Some(StepPlan::Recreate)
+        );
+        // A recreation of rs recorded at server time 115 happened at local 15: the next one
+        // waits for its replacement (5 minutes without a deadline) from there.
+        t.rebuild_budget([("rs".to_owned(), at(115))], at(20));
+        assert_eq!(
+            t.decide("apps/a", false, &never_down, at(20))
+                .map(|o| o.plan),
+            Some(StepPlan::Held(Hold::OneAtATime {
+                until: at(15) + Duration::from_secs(300)
+            }))
+        );
+        assert_eq!(t.take_dirty(), ["apps/a"], "decided again after a rebuild");
+        // Another controller's records hold nothing here; a rebuild replaces, never adds.
+        t.rebuild_budget([("other".to_owned(), at(115))], at(20));
+        assert_eq!(
+            t.decide("apps/a", false, &never_down, at(20))
+                .map(|o| o.plan),
+            Some(StepPlan::Recreate)
+        );
+        // Without the server's clock: placed at `now`, not earlier.
+        #[derive(Debug)]
+        struct Unknown;
+        impl LocalTime for Unknown {
+            fn to_local(&self, _: SystemTime, _: SystemTime) -> Option<SystemTime> {
+                None
+            }
+        }
+        let mut t = StageTracker::new(config()).with_clock(Unknown);
+        t.apply(&pod("a", "ua", "rs", at(0), failing()), at(1));
+        agents_up(&mut t, at(2));
+        t.rebuild_budget([("rs".to_owned(), at(0))], at(20));
+        assert_eq!(
+            t.decide("apps/a", false, &never_down, at(21))
+                .map(|o| o.plan),
+            Some(StepPlan::Held(Hold::OneAtATime {
+                until: at(20) + Duration::from_secs(300)
+            }))
+        );
     }
 
     #[test]
