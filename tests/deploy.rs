@@ -857,6 +857,11 @@ fn bindings_name_the_static_pod_user_and_the_service_account() {
             "ClusterRoleBinding",
             "initguard-node-stage",
         ),
+        (
+            "rbac-node-stage.yaml",
+            "ClusterRoleBinding",
+            "initguard-node-stage-recreate",
+        ),
     ] {
         let binding = object(file, kind, name);
         let subjects: BTreeSet<(String, String)> = binding["subjects"]
@@ -908,6 +913,19 @@ fn bindings_name_the_static_pod_user_and_the_service_account() {
         triples(&[
             ("apps", "daemonsets", &["list", "watch"]),
             ("extensions", "daemonsets", &["list", "watch"]),
+        ])
+    );
+    // Evictions and the budget's records: only with `action: recreate`, in their own role.
+    let recreate = object(
+        "rbac-node-stage.yaml",
+        "ClusterRole",
+        "initguard-node-stage-recreate",
+    );
+    assert_eq!(
+        grants(&recreate),
+        triples(&[
+            ("", "pods/eviction", &["create"]),
+            ("", "events", &["list"]),
         ])
     );
 }

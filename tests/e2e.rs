@@ -13,6 +13,8 @@ mod bypass;
 mod endpoints;
 #[path = "e2e/lifecycle.rs"]
 mod lifecycle;
+#[path = "e2e/node_stage.rs"]
+mod node_stage;
 #[path = "e2e/pileup.rs"]
 mod pileup;
 #[path = "e2e/replicas.rs"]

@@ -76,8 +76,9 @@ enum Finished {
 /// The writer's memory of what it did, all keyed so that it stays bounded by waiting pods.
 #[derive(Default)]
 struct Memory {
-    /// Controllers with an eviction in flight.
-    in_flight: HashSet<String>,
+    /// Controllers with an eviction in flight, with the pods held back behind it (decided
+    /// again once it ends).
+    in_flight: HashMap<String, HashSet<PodKey>>,
     /// Per waiting pod: its uid and step once it was explained.
     explained: HashMap<PodKey, (String, String)>,
     /// Per waiting pod: its uid once a dry run said it would be recreated.
@@ -232,7 +233,11 @@ impl Recreator {
         if memory.explained.get(key) != Some(&explained) {
             memory.explained.insert(key.to_owned(), explained);
             warn!(pod = %key, "{words}");
-            if shared.is_leader() && self.events_on() && shared.config.waiting_events {
+            if shared.is_leader()
+                && self.events_on()
+                && shared.config.waiting_events
+                && !shared.config.dry_run
+            {
                 let event = self.waiting_event(&pod, &step.name, words.clone(), now);
                 self.publish(tasks, cancel, event);
             }
@@ -243,7 +248,12 @@ impl Recreator {
         let Some(controller) = pod.controller.clone() else {
             return;
         };
-        if !shared.is_leader() || memory.in_flight.contains(&controller.uid) {
+        if !shared.is_leader() {
+            // Decided again when this replica starts leading (the budget's rebuild).
+            return;
+        }
+        if let Some(held) = memory.in_flight.get_mut(&controller.uid) {
+            held.insert(key.to_owned());
             return;
         }
         if shared.config.dry_run {
@@ -258,7 +268,10 @@ impl Recreator {
             // Decided again once the budget is read.
             return;
         }
-        memory.in_flight.insert(controller.uid.clone());
+        memory
+            .in_flight
+            .insert(controller.uid.clone(), HashSet::new());
+        shared.stage().evicting(key);
         let target = Target {
             namespace: pod.namespace.clone(),
             name: pod.name.clone(),
@@ -298,8 +311,14 @@ impl Recreator {
         tasks: &mut JoinSet<Finished>,
         cancel: &CancellationToken,
     ) {
-        memory.in_flight.remove(&done.controller.uid);
+        let held = memory
+            .in_flight
+            .remove(&done.controller.uid)
+            .unwrap_or_default();
         let now = SystemTime::now();
+        if done.outcome != Evicted::Yes {
+            self.shared.stage().eviction_failed(&done.key);
+        }
         match &done.outcome {
             Evicted::Yes => {
                 self.count(&done.step, "evicted");
@@ -322,7 +341,9 @@ impl Recreator {
             Evicted::NotLeading => {}
         }
         // Another pod of the controller may be next.
-        self.shared.stage_changed.notify_one();
+        for key in held {
+            self.consider(&key, memory, queue, tasks, cancel);
+        }
     }
 
     fn wake_at(

@@ -457,6 +457,83 @@ pub(crate) async fn chart_values_render_as_documented(tb: Arc<Testbed>) {
         r#"config.initContainers=[{"name":"istio-validation","owner":{"daemonset":"istio-system/istio-cni-node"},"failedExitCodes":[126]}]"#
     ]));
 
+    // `action: recreate` adds evictions (cluster-wide, or Roles in evictions.namespaces) and
+    // the Event list the budget is rebuilt from; `report` adds neither.
+    let grants_of = |docs: &[serde_yaml::Value], kind: &str| -> Vec<(String, String, String)> {
+        kinds(docs, kind)
+            .into_iter()
+            .filter(|r| {
+                r["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("unit-initguard"))
+            })
+            .flat_map(|r| {
+                let ns = r["metadata"]["namespace"].as_str().unwrap_or("").to_owned();
+                r["rules"]
+                    .as_sequence()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .flat_map(move |rule| {
+                        let ns = ns.clone();
+                        let verbs: Vec<String> = rule["verbs"]
+                            .as_sequence()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|v| v.as_str().map(str::to_owned))
+                            .collect();
+                        rule["resources"]
+                            .as_sequence()
+                            .cloned()
+                            .unwrap_or_default()
+                            .into_iter()
+                            .filter_map(|r| r.as_str().map(str::to_owned))
+                            .map(move |r| (ns.clone(), r, verbs.join(",")))
+                            .collect::<Vec<_>>()
+                    })
+            })
+            .collect()
+    };
+    let step = |action: &str| {
+        format!(
+            r#"config.initContainers=[{{"name":"istio-validation","owner":{{"daemonset":"istio-system/istio-cni-node"}},"failedExitCodes":[126],"action":"{action}"}}]"#
+        )
+    };
+    let evicts = |g: &[(String, String, String)]| {
+        g.iter()
+            .filter(|(_, r, v)| r == "pods/eviction" && v == "create")
+            .map(|(ns, _, _)| ns.clone())
+            .collect::<Vec<_>>()
+    };
+    let lists_events = |g: &[(String, String, String)]| {
+        g.iter()
+            .any(|(_, r, v)| r == "events" && v.split(',').any(|v| v == "list"))
+    };
+    let report = render(helm, &["--set-json", &step("report")]);
+    assert!(evicts(&grants_of(&report, "ClusterRole")).is_empty());
+    assert!(evicts(&grants_of(&report, "Role")).is_empty());
+    assert!(!lists_events(&grants_of(&report, "ClusterRole")));
+    let anywhere = render(helm, &["--set-json", &step("recreate")]);
+    assert_eq!(evicts(&grants_of(&anywhere, "ClusterRole")), [""]);
+    assert!(lists_events(&grants_of(&anywhere, "ClusterRole")));
+    let confined = render(
+        helm,
+        &[
+            "--set-json",
+            &step("recreate"),
+            "--set-json",
+            r#"config.evictions={"namespaces":["apps","web"]}"#,
+        ],
+    );
+    assert!(evicts(&grants_of(&confined, "ClusterRole")).is_empty());
+    assert_eq!(evicts(&grants_of(&confined, "Role")), ["apps", "web"]);
+    let bindings: Vec<String> = kinds(&confined, "RoleBinding")
+        .into_iter()
+        .filter(|b| b["roleRef"]["name"].as_str() == Some("unit-initguard-evict"))
+        .filter_map(|b| b["metadata"]["namespace"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(bindings, ["apps", "web"]);
+
     // The pod's extra settings, as written; a securityContext key removed with null.
     let docs = render(
         helm,

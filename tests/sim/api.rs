@@ -735,3 +735,133 @@ async fn dry_run_delete_collection_and_metadata_lists() {
         .collect();
     assert_eq!(left, ["c"]);
 }
+
+/// POST an Eviction of `name` in `ns` with `api_version` and a uid precondition.
+async fn evict(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    api_version: &str,
+    uid: &str,
+    dry_run: bool,
+) -> Result<serde_json::Value, kube::Error> {
+    let body = json!({"apiVersion": api_version, "kind": "Eviction",
+        "metadata": {"name": name, "namespace": ns},
+        "deleteOptions": {"preconditions": {"uid": uid}}});
+    let query = if dry_run { "?dryRun=All" } else { "" };
+    let request = http::Request::post(format!(
+        "/api/v1/namespaces/{ns}/pods/{name}/eviction{query}"
+    ))
+    .header("content-type", "application/json")
+    .body(body.to_string().into_bytes())
+    .expect("a request");
+    client.request::<serde_json::Value>(request).await
+}
+
+#[tokio::test]
+async fn evictions_honour_the_uid_precondition_dry_run_and_the_servers_version() {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    let sim = sim().await;
+    let client = sim.client(ADMIN);
+    namespace(&client, "ev").await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "ev");
+    let mut bound = pod("bound", &[], &[]);
+    bound.spec.as_mut().expect("spec").node_name = Some("n1".into());
+    let uid = pods
+        .create(&PostParams::default(), &bound)
+        .await
+        .unwrap()
+        .uid()
+        .unwrap();
+    // Discovery names the version the server takes.
+    let core = client.list_core_api_resources("v1").await.unwrap();
+    let entry = core
+        .resources
+        .iter()
+        .find(|r| r.name == "pods/eviction")
+        .expect("pods/eviction listed");
+    assert_eq!(
+        (entry.group.as_deref(), entry.version.as_deref()),
+        (Some("policy"), Some("v1"))
+    );
+    assert_eq!(entry.verbs, ["create"]);
+    // A namesake's uid: refused with 409, nothing deleted.
+    let e = api_error(evict(&client, "ev", "bound", "policy/v1", "other", false).await);
+    assert_eq!(e.code, 409, "{e:?}");
+    assert!(e.message.contains("Precondition failed: UID"), "{e:?}");
+    // A dry run deletes nothing.
+    evict(&client, "ev", "bound", "policy/v1", &uid, true)
+        .await
+        .unwrap();
+    assert!(sim.get_object("pods", Some("ev"), "bound").is_some());
+    // Not an Eviction, or another pod's name: 400.
+    let e = api_error(evict(&client, "ev", "bound", "policy/v2", &uid, false).await);
+    assert_eq!(e.code, 400, "{e:?}");
+    let events = watcher::watcher(pods.clone(), watcher::Config::default());
+    let mut events = std::pin::pin!(events);
+    while !matches!(events.next().await, Some(Ok(watcher::Event::InitDone))) {}
+    let done = evict(&client, "ev", "bound", "policy/v1", &uid, false)
+        .await
+        .unwrap();
+    assert_eq!(done["status"], "Success");
+    // A bound pod is marked for deletion, then removed (the kubelet's confirmation).
+    match events.next().await {
+        Some(Ok(watcher::Event::Apply(p))) => {
+            assert!(p.metadata.deletion_timestamp.is_some(), "{p:?}");
+        }
+        other => panic!("expected the pod marked for deletion, got {other:?}"),
+    }
+    assert!(matches!(
+        events.next().await,
+        Some(Ok(watcher::Event::Delete(_)))
+    ));
+    let e = api_error(evict(&client, "ev", "bound", "policy/v1", &uid, false).await);
+    assert_eq!(e.code, 404, "{e:?}");
+    let record = sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.resource == "pods/eviction")
+        .map(|r| r.verb)
+        .collect::<Vec<_>>();
+    assert!(
+        record.iter().all(|v| v == "create") && record.len() == 5,
+        "{record:?}"
+    );
+
+    // Before 1.22: policy/v1beta1 only; the 1.8 profile's discovery names no group.
+    for (version, named) in [
+        (kube_sim::KubeVersion::V1_13, true),
+        (kube_sim::KubeVersion::V1_8, false),
+    ] {
+        let old = sim_with(SimOptions {
+            kube_version: Some(version),
+            mechanism: kube_common::Mechanism::Initializers,
+            ..SimOptions::default()
+        })
+        .await;
+        let client = old.client(ADMIN);
+        let core = client.list_core_api_resources("v1").await.unwrap();
+        let entry = core
+            .resources
+            .iter()
+            .find(|r| r.name == "pods/eviction")
+            .expect("pods/eviction listed");
+        let expected = named.then_some("v1beta1");
+        assert_eq!(entry.version.as_deref(), expected, "{version:?}");
+        namespace(&client, "ev").await;
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "ev");
+        let uid = pods
+            .create(&PostParams::default(), &pod("p", &[], &[]))
+            .await
+            .unwrap()
+            .uid()
+            .unwrap();
+        let e = api_error(evict(&client, "ev", "p", "policy/v1", &uid, false).await);
+        assert_eq!(e.code, 400, "{version:?}: {e:?}");
+        evict(&client, "ev", "p", "policy/v1beta1", &uid, false)
+            .await
+            .unwrap();
+        assert!(old.get_object("pods", Some("ev"), "p").is_none());
+    }
+}

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 
 use serde_json::{Value, json};
 
-use super::resources::{RESOURCE_VERBS, RESOURCES, STATUS_VERBS, group_versions, served};
+use super::resources::{RESOURCE_VERBS, RESOURCES, STATUS_VERBS, Storage, group_versions, served};
 use super::version::KubeVersion;
 use kube_common::Mechanism;
 
@@ -82,6 +82,33 @@ pub(crate) fn group(group: &str, kube: Option<KubeVersion>) -> Option<Value> {
 }
 
 /// `/api/v1` or `/apis/GROUP/VERSION`, if served.
+/// The group/version of Evictions a server of `kube` takes: policy/v1 from 1.22
+/// (kubernetes/kubernetes#100724), policy/v1beta1 before.
+pub(crate) fn eviction_version(kube: Option<KubeVersion>) -> &'static str {
+    match kube {
+        None | Some(KubeVersion::V1_33) => "v1",
+        Some(_) => "v1beta1",
+    }
+}
+
+/// `/api/v1`'s `pods/eviction` entry. 1.7's APIResource has no `group`/`version` fields
+/// (they came for subresources later): the 1.8 profile names none, so clients must fall
+/// back to policy/v1beta1.
+fn eviction_resource(kube: Option<KubeVersion>) -> Value {
+    let mut entry = json!({
+        "name": "pods/eviction",
+        "singularName": "",
+        "namespaced": true,
+        "kind": "Eviction",
+        "verbs": ["create"],
+    });
+    if kube != Some(KubeVersion::V1_8) {
+        entry["group"] = json!("policy");
+        entry["version"] = json!(eviction_version(kube));
+    }
+    entry
+}
+
 pub(crate) fn resource_list(
     group: &str,
     version: &str,
@@ -118,6 +145,9 @@ pub(crate) fn resource_list(
                 "kind": r.kind,
                 "verbs": STATUS_VERBS,
             }));
+        }
+        if r.storage == Storage::Pods {
+            resources.push(eviction_resource(kube));
         }
     }
     let group_version = if group.is_empty() {

@@ -96,7 +96,8 @@ pub(crate) fn prepare_create(
         | Storage::ConfigMaps
         | Storage::Jobs
         | Storage::CronJobs
-        | Storage::Endpoints => Ok(()),
+        | Storage::Endpoints
+        | Storage::DaemonSets => Ok(()),
     }
 }
 
@@ -159,7 +160,8 @@ pub(crate) fn prepare_update(
         | Storage::ConfigMaps
         | Storage::Jobs
         | Storage::CronJobs
-        | Storage::Endpoints => Ok(()),
+        | Storage::Endpoints
+        | Storage::DaemonSets => Ok(()),
     }
 }
 

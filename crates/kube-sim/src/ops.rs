@@ -431,6 +431,49 @@ pub(crate) fn delete(
     })
 }
 
+/// An Eviction of pod `name` (`pods/eviction`), honouring the body's `deleteOptions`
+/// preconditions. No PodDisruptionBudgets are simulated (a real server skips them for
+/// Pending pods from 1.19, the only pods the guard evicts). A bound pod is deleted the way a
+/// real server and its kubelet do it: marked with a `deletionTimestamp` first, then removed
+/// (the kubelet's confirmation, at once here), so watchers see both changes.
+pub(crate) fn evict(
+    store: &mut Store,
+    res: &ResourceInfo,
+    namespace: Option<&str>,
+    name: &str,
+    options: &Value,
+    w: Writer<'_>,
+) -> Result<WriteOutcome, ApiError> {
+    let old = existing(store, res, namespace, name)?;
+    let bound = !old["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .is_empty();
+    let uid_holds = options["preconditions"]["uid"]
+        .as_str()
+        .is_none_or(|uid| uid == meta_str(&old, "uid"));
+    let mut changes = Vec::new();
+    if bound && uid_holds && !w.dry_run && old["metadata"]["deletionTimestamp"].is_null() {
+        let mut marked = (*old).clone();
+        marked["metadata"]["deletionTimestamp"] = json!(w.ctx.now);
+        marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+        let rv = options["preconditions"]["resourceVersion"].as_str();
+        if rv.is_none_or(|rv| rv == meta_str(&old, "resourceVersion")) {
+            changes.push(store.put(res.storage, marked, w.user));
+            // The resourceVersion precondition held for the object the caller read.
+            let mut options = options.clone();
+            if let Some(pre) = options["preconditions"].as_object_mut() {
+                pre.remove("resourceVersion");
+            }
+            let mut outcome = delete(store, res, namespace, name, &options, w)?;
+            changes.append(&mut outcome.changes);
+            outcome.changes = changes;
+            return Ok(outcome);
+        }
+    }
+    delete(store, res, namespace, name, options, w)
+}
+
 /// What a list or watch selects.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Filter {

@@ -18,11 +18,12 @@ pub(crate) enum Storage {
     ValidatingWebhookConfigurations,
     MutatingWebhookConfigurations,
     Endpoints,
+    DaemonSets,
 }
 
 impl Storage {
     /// Every storage, in a fixed order (used to index arrays).
-    pub(crate) const ALL: [Storage; 11] = [
+    pub(crate) const ALL: [Storage; 12] = [
         Storage::Namespaces,
         Storage::Pods,
         Storage::Events,
@@ -34,6 +35,7 @@ impl Storage {
         Storage::ValidatingWebhookConfigurations,
         Storage::MutatingWebhookConfigurations,
         Storage::Endpoints,
+        Storage::DaemonSets,
     ];
 
     /// Position in [`Storage::ALL`].
@@ -55,6 +57,7 @@ impl Storage {
             Storage::ValidatingWebhookConfigurations => &RESOURCES[8],
             Storage::MutatingWebhookConfigurations => &RESOURCES[9],
             Storage::Endpoints => &RESOURCES[10],
+            Storage::DaemonSets => &RESOURCES[11],
         }
     }
 }
@@ -138,10 +141,10 @@ const EVENT_FIELDS: &[&str] = &[
     "type",
 ];
 
-/// Every served resource. The first eleven are the canonical ones, in [`Storage`] order; the
+/// Every served resource. The first twelve are the canonical ones, in [`Storage`] order; the
 /// others are views of the same objects in other group versions. Which of them a server
 /// serves depends on its Kubernetes version ([`super::version::KubeVersion::serves`]).
-pub(crate) static RESOURCES: [ResourceInfo; 16] = [
+pub(crate) static RESOURCES: [ResourceInfo; 17] = [
     ResourceInfo {
         group: "",
         version: "v1",
@@ -297,6 +300,21 @@ pub(crate) static RESOURCES: [ResourceInfo; 16] = [
         categories: &[],
         subresources: &[],
         storage: Storage::Endpoints,
+        selectable_fields: &[],
+    },
+    // Stored only (no DaemonSet controller): the node stage's agents. Tests create the
+    // DaemonSet and its pods, which the guard judges by the controller reference's uid.
+    ResourceInfo {
+        group: "apps",
+        version: "v1",
+        plural: "daemonsets",
+        singular: "daemonset",
+        kind: "DaemonSet",
+        namespaced: true,
+        short_names: &["ds"],
+        categories: &["all"],
+        subresources: &["status"],
+        storage: Storage::DaemonSets,
         selectable_fields: &[],
     },
     ResourceInfo {

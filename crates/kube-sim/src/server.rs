@@ -216,9 +216,9 @@ fn route(path: &str) -> Route {
     };
     match parsed {
         Some((res, namespace, name, subresource))
-            if subresource
-                .as_deref()
-                .is_none_or(|s| res.subresources.contains(&s)) =>
+            if subresource.as_deref().is_none_or(|s| {
+                res.subresources.contains(&s) || (res.storage == Storage::Pods && s == "eviction")
+            }) =>
         {
             Route::Resource(ResourceRoute {
                 res,
@@ -532,13 +532,21 @@ fn verb_of(
         Method::GET if named => Verb::Get,
         Method::GET => Verb::List,
         Method::POST if !named => Verb::Create,
+        Method::POST if rr.subresource.as_deref() == Some("eviction") => Verb::Create,
         Method::PUT if named => Verb::Update,
         Method::PATCH if named => Verb::Patch,
         Method::DELETE if named => Verb::Delete,
         Method::DELETE => Verb::DeleteCollection,
         _ => return Err(ApiError::method_not_allowed(method.as_str())),
     };
-    if rr.subresource.is_some() && !matches!(verb, Verb::Get | Verb::Update | Verb::Patch) {
+    let eviction = rr.subresource.as_deref() == Some("eviction");
+    if eviction != (verb == Verb::Create && named) {
+        return Err(ApiError::method_not_allowed(method.as_str()));
+    }
+    if rr.subresource.is_some()
+        && !eviction
+        && !matches!(verb, Verb::Get | Verb::Update | Verb::Patch)
+    {
         return Err(ApiError::method_not_allowed(method.as_str()));
     }
     if rr.watch_path && *method != Method::GET {
@@ -644,6 +652,7 @@ async fn resource_request(
             Verb::Get => get(&ctx, &rr),
             Verb::List => list(&ctx, &rr),
             Verb::Watch => Ok(watch(&ctx, &rr)),
+            Verb::Create if rr.subresource.is_some() => evict(&ctx, &rr, &body),
             Verb::Create => create(&ctx, &rr, &body).await,
             Verb::Update => update(&ctx, &rr, &body),
             Verb::Patch => patch(&ctx, &rr, &body),
@@ -1210,6 +1219,48 @@ fn delete(ctx: &Ctx, rr: &ResourceRoute, body: &[u8]) -> Result<Response<RespBod
             .unwrap_or_default();
         Ok(json_response(200, &success_status(rr.res, name, uid)))
     }
+}
+
+/// POST `pods/NAME/eviction`: an Eviction body of a group/version the server takes, naming
+/// the pod; its `deleteOptions` go to the delete. Answers 201 with a Success Status.
+fn evict(ctx: &Ctx, rr: &ResourceRoute, body: &[u8]) -> Result<Response<RespBody>, ApiError> {
+    let eviction: Value = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding Eviction: {e}")))?;
+    let name = rr.name.as_deref().unwrap_or_default();
+    let taken = match discovery::eviction_version(ctx.shared.options.kube_version) {
+        "v1" => &["policy/v1", "policy/v1beta1"][..],
+        _ => &["policy/v1beta1"][..],
+    };
+    let api_version = eviction["apiVersion"].as_str().unwrap_or_default();
+    if eviction["kind"] != "Eviction" || !taken.contains(&api_version) {
+        return Err(ApiError::bad_request(format!(
+            "no kind \"{}\" is registered for version \"{api_version}\"",
+            eviction["kind"].as_str().unwrap_or_default()
+        )));
+    }
+    if eviction["metadata"]["name"].as_str() != Some(name) {
+        return Err(ApiError::bad_request(format!(
+            "name in URL does not match name in Eviction object: {name}"
+        )));
+    }
+    let legacy = ctx.shared.legacy_initializers();
+    let now = ctx.shared.now_rfc3339();
+    let w = ctx.writer(&legacy, &now)?;
+    let outcome = {
+        let mut store = ctx.shared.store();
+        ops::evict(
+            &mut store,
+            rr.res,
+            rr.namespace.as_deref(),
+            name,
+            &eviction["deleteOptions"],
+            w,
+        )?
+    };
+    ctx.shared.after_commit(&outcome.changes);
+    let mut status = success_status(rr.res, name, "");
+    status["code"] = serde_json::json!(201);
+    Ok(json_response(201, &status))
 }
 
 fn delete_collection(

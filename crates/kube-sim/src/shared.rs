@@ -69,6 +69,9 @@ pub(crate) struct ServerState {
     /// The latest committed resourceVersion; wakes watchers and waiting creators.
     pub changed: tokio_watch::Sender<u64>,
     legacy_initializers: RwLock<Vec<String>>,
+    /// Init containers that fail for pods started now, with their exit code
+    /// ([`crate::Sim::fail_init_container`]).
+    failing_init: RwLock<std::collections::BTreeMap<String, i32>>,
     pub faults: Faults,
     log: Mutex<RequestLog>,
     pub(crate) rbac: RwLock<HashMap<String, Rbac>>,
@@ -152,6 +155,7 @@ impl ServerState {
         let rv = store.rv();
         ServerState {
             legacy_initializers: RwLock::new(options.legacy_initializers.clone()),
+            failing_init: RwLock::default(),
             options,
             addr,
             store: Mutex::new(store),
@@ -177,6 +181,18 @@ impl ServerState {
     }
 
     /// Replace the names appended to new pods' pending initializers.
+    /// Pods started from now on fail `container` with `exit` (None: it succeeds again).
+    pub(crate) fn fail_init_container(&self, container: &str, exit: Option<i32>) {
+        let mut failing = self
+            .failing_init
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        match exit {
+            Some(code) => failing.insert(container.to_owned(), code),
+            None => failing.remove(container),
+        };
+    }
+
     pub(crate) fn set_legacy_initializers(&self, names: Vec<String>) {
         *self
             .legacy_initializers
@@ -268,6 +284,11 @@ impl ServerState {
             };
             let n = shared.pod_ips.fetch_add(1, Ordering::Relaxed);
             let ip = format!("10.244.{}.{}", (n / 250) % 250, n % 250 + 2);
+            let failing = shared
+                .failing_init
+                .read()
+                .unwrap_or_else(PoisonError::into_inner)
+                .clone();
             let changes = {
                 let mut store = shared.store();
                 scheduler::schedule_pod(
@@ -278,6 +299,7 @@ impl ServerState {
                     scheduler::SIM_NODE,
                     &shared.now_rfc3339(),
                     &ip,
+                    &failing,
                 )
             };
             shared.after_commit(&changes);

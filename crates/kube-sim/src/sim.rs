@@ -211,6 +211,14 @@ impl Sim {
     }
 
     /// Replace the legacy initializers appended to new pods.
+    /// A simulated node agent outage for one init step: pods that start (are bound and run)
+    /// from now on fail init container `container` for good with `exit`, sitting in
+    /// `Init:CrashLoopBackOff`, as a CNI validator's pods do when the node agent was missing
+    /// at sandbox creation; None ends it for pods started afterwards (stuck pods stay stuck).
+    pub fn fail_init_container(&self, container: &str, exit: Option<i32>) {
+        self.shared().fail_init_container(container, exit)
+    }
+
     pub fn set_legacy_initializers(&self, names: Vec<String>) {
         self.shared().set_legacy_initializers(names)
     }

@@ -219,7 +219,9 @@ pub(crate) fn columns(res: &ResourceInfo) -> Vec<Value> {
             column("Data", "string", "", "Number of data entries.", 0),
             age_column("Age"),
         ],
-        Storage::Jobs | Storage::CronJobs => vec![name_column(), age_column("Age")],
+        Storage::Jobs | Storage::CronJobs | Storage::DaemonSets => {
+            vec![name_column(), age_column("Age")]
+        }
         Storage::Endpoints => vec![
             name_column(),
             column(
@@ -282,7 +284,7 @@ pub(crate) fn cells(res: &ResourceInfo, obj: &Value, now: jiff::Timestamp) -> Ve
             json!(obj["data"].as_object().map_or(0, |d| d.len())),
             json!(age),
         ],
-        Storage::Jobs | Storage::CronJobs => vec![name, json!(age)],
+        Storage::Jobs | Storage::CronJobs | Storage::DaemonSets => vec![name, json!(age)],
         Storage::Endpoints => vec![name, json!(endpoints_cell(obj)), json!(age)],
         Storage::ValidatingWebhookConfigurations | Storage::MutatingWebhookConfigurations => vec![
             name,

@@ -47,6 +47,11 @@ impl Budget {
         budget
     }
 
+    /// Whether `controller` has a recreation on record (its pods' changes may change its hold).
+    pub fn tracks(&self, controller: &str) -> bool {
+        self.ledgers.contains_key(controller)
+    }
+
     /// One pod of `controller` was evicted at `at`.
     pub fn recreated(&mut self, controller: &str, at: SystemTime) {
         let ledger = self.ledgers.entry(controller.to_owned()).or_default();

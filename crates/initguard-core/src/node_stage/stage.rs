@@ -23,6 +23,20 @@ use crate::tracker::{LocalTime, PodKey};
 /// The `container` label of pods waiting on an unlisted step.
 pub const OTHER: &str = "other";
 
+/// A pod the guard is evicting: the watch may report its deletion before the eviction's
+/// answer arrives, so what it shows is kept until then.
+#[derive(Debug, Clone, Default)]
+struct Recreating {
+    /// The re-creating controller's uid.
+    controller: Option<String>,
+    /// The pod's `deletionTimestamp`, once seen.
+    cutoff: Option<SystemTime>,
+    /// The server accepted the eviction.
+    confirmed: bool,
+    /// The watch reported the pod gone.
+    gone: bool,
+}
+
 /// One pod waiting on a listed step.
 #[derive(Debug, Clone)]
 pub struct StagePod {
@@ -145,8 +159,11 @@ pub struct StageTracker {
     other: HashSet<u64>,
     /// Hashes of the keys of Failed pods whose failure was reported.
     failed_reported: HashSet<u64>,
-    /// Recreated pods whose deletion the watch has not reported yet.
-    recreated: HashSet<PodKey>,
+    /// Pods the guard is evicting or evicted whose deletion the watch has not reported yet
+    /// (or whose eviction was not confirmed yet).
+    recreating: HashMap<PodKey, Recreating>,
+    /// Controllers whose budget changed: their waiting pods are decided again.
+    dirty_controllers: HashSet<String>,
     /// Pods listed since a relist began; None outside one.
     relist: Option<HashSet<PodKey>>,
     /// Agent pods listed since a relist began, per DaemonSet.
@@ -176,7 +193,8 @@ impl StageTracker {
             pods: HashMap::new(),
             other: HashSet::new(),
             failed_reported: HashSet::new(),
-            recreated: HashSet::new(),
+            recreating: HashMap::new(),
+            dirty_controllers: HashSet::new(),
             relist: None,
             agent_relist: HashMap::new(),
             agents,
@@ -208,16 +226,23 @@ impl StageTracker {
 
     /// The pods to decide about again since the last call, in no order: each pod whose
     /// update left it waiting, every pod on a node whose agents changed, every pod after a
-    /// DaemonSet changed or a relist ended. Only pods still waiting are named.
+    /// DaemonSet changed or a relist ended, every pod of a controller whose budget changed.
+    /// Only pods still waiting are named.
     pub fn take_dirty(&mut self) -> Vec<PodKey> {
         let all = std::mem::take(&mut self.all_dirty);
         let mut dirty = std::mem::take(&mut self.dirty);
         let nodes = std::mem::take(&mut self.dirty_nodes);
-        if all || !nodes.is_empty() {
+        let controllers = std::mem::take(&mut self.dirty_controllers);
+        if all || !nodes.is_empty() || !controllers.is_empty() {
             dirty.extend(
                 self.pods
                     .iter()
-                    .filter(|(_, p)| all || nodes.contains(&p.node))
+                    .filter(|(_, p)| {
+                        all || nodes.contains(&p.node)
+                            || p.controller
+                                .as_ref()
+                                .is_some_and(|c| controllers.contains(&c.uid))
+                    })
                     .map(|(k, _)| k.clone()),
             );
         }
@@ -261,12 +286,18 @@ impl StageTracker {
             .deletion_timestamp
             .as_ref()
             .map(|t| SystemTime::from(t.0));
-        if let Some(c) = &controller {
-            if let Some(at) = deletion.filter(|_| self.recreated.contains(&key)) {
-                self.budget.deleting(&c.uid, at);
+        if let (Some(at), Some(r)) = (deletion, self.recreating.get_mut(&key)) {
+            r.cutoff.get_or_insert(at);
+            if let (true, Some(c)) = (r.confirmed, &r.controller) {
+                self.budget.deleting(c, at);
             }
+        }
+        if let Some(c) = &controller {
             // Only Initialized counts: an unscheduled or gated replacement is not there yet.
             self.budget.pod_seen(&c.uid, uid, created, pod.initialized);
+            if self.budget.tracks(&c.uid) {
+                self.dirty_controllers.insert(c.uid.clone());
+            }
         }
         let key_hash = hash(&key);
         self.other.remove(&key_hash);
@@ -408,7 +439,7 @@ impl StageTracker {
                 None
             }
             None => {
-                self.recreated.remove(&key);
+                self.recreating.remove(&key);
                 None
             }
         }
@@ -438,7 +469,9 @@ impl StageTracker {
         let hashes: HashSet<u64> = seen.iter().map(|k| hash(k)).collect();
         self.other.retain(|h| hashes.contains(h));
         self.failed_reported.retain(|h| hashes.contains(h));
-        self.recreated.retain(|k| seen.contains(k));
+        // An eviction not answered yet keeps its record: its answer counts it.
+        self.recreating
+            .retain(|k, r| seen.contains(k) || !r.confirmed);
         let gone: Vec<PodKey> = self
             .pods
             .keys()
@@ -502,25 +535,75 @@ impl StageTracker {
 
     /// `pod` went away: its wait ends as recreated when the guard evicted it, else deleted.
     fn gone(&mut self, key: &str, pod: &StagePod, now: SystemTime) -> Ended {
-        let end = if self.recreated.remove(key) {
-            StageEnd::Recreated
-        } else {
-            StageEnd::Deleted
+        let end = match self.recreating.get_mut(key) {
+            Some(r) if r.confirmed => {
+                self.recreating.remove(key);
+                StageEnd::Recreated
+            }
+            // Kept for the eviction's answer.
+            Some(r) => {
+                r.gone = true;
+                StageEnd::Recreated
+            }
+            None => StageEnd::Deleted,
         };
         if let Some(c) = &pod.controller {
             self.budget.pod_gone(&c.uid, &pod.uid);
+            if self.budget.tracks(&c.uid) {
+                self.dirty_controllers.insert(c.uid.clone());
+            }
         }
         self.ended(pod, end, now)
     }
 
-    /// The guard evicted the pod at `now`: counted against its controller's budget, and its
-    /// wait ends as recreated once the watch reports it gone.
-    pub fn recreated(&mut self, key: &str, now: SystemTime) {
+    /// The guard is about to evict the pod `key`: what the watch shows of its deletion from
+    /// now on is kept for [`Self::recreated`].
+    pub fn evicting(&mut self, key: &str) {
         if let Some(pod) = self.pods.get(key) {
-            if let Some(c) = &pod.controller {
-                self.budget.recreated(&c.uid, now);
+            self.recreating.insert(
+                key.to_owned(),
+                Recreating {
+                    controller: pod.controller.as_ref().map(|c| c.uid.clone()),
+                    ..Recreating::default()
+                },
+            );
+        }
+    }
+
+    /// The eviction of `key` did not happen (refused, gone first, not sent).
+    pub fn eviction_failed(&mut self, key: &str) {
+        self.recreating.remove(key);
+    }
+
+    /// The server accepted the eviction of the pod `key` at `now`: counted against its
+    /// controller's budget, and its wait ends as recreated once the watch reports it gone.
+    pub fn recreated(&mut self, key: &str, now: SystemTime) {
+        self.budget.forget_before(now);
+        let record = match self.recreating.remove(key) {
+            Some(r) => r,
+            None => match self.pods.get(key) {
+                Some(pod) => Recreating {
+                    controller: pod.controller.as_ref().map(|c| c.uid.clone()),
+                    ..Recreating::default()
+                },
+                None => return,
+            },
+        };
+        if let Some(c) = &record.controller {
+            self.budget.recreated(c, now);
+            if let Some(cutoff) = record.cutoff {
+                self.budget.deleting(c, cutoff);
             }
-            self.recreated.insert(key.to_owned());
+            self.dirty_controllers.insert(c.clone());
+        }
+        if !record.gone {
+            self.recreating.insert(
+                key.to_owned(),
+                Recreating {
+                    confirmed: true,
+                    ..record
+                },
+            );
         }
     }
 
@@ -821,6 +904,64 @@ mod tests {
         t.take_dirty();
         t.relist_done(at(7));
         assert_eq!(sorted(t.take_dirty()), ["apps/a", "apps/b"]);
+    }
+
+    #[test]
+    fn a_deletion_seen_before_the_evictions_answer_still_counts_and_sets_the_cutoff() {
+        let mut t = StageTracker::new(config());
+        t.apply(&pod("a", "ua", "rs", at(0), failing()), at(1));
+        t.apply(&pod("b", "ub", "rs", at(0), failing()), at(1));
+        agents_up(&mut t, at(2));
+        t.take_dirty();
+        t.evicting("apps/a");
+        // The watch is faster than the answer: marked, then gone.
+        let mut marked = pod("a", "ua", "rs", at(0), failing());
+        marked.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                jiff::Timestamp::try_from(at(20)).expect("in range"),
+            ));
+        t.apply(&marked, at(20));
+        let ended = t.delete(&marked, at(21)).expect("was followed");
+        assert_eq!(ended.end, StageEnd::Recreated);
+        t.recreated("apps/a", at(22));
+        assert_eq!(
+            t.take_dirty(),
+            ["apps/b"],
+            "its controller's budget changed"
+        );
+        let held = t
+            .decide("apps/b", false, &never_down, at(23))
+            .map(|o| o.plan);
+        assert!(
+            matches!(held, Some(StepPlan::Held(Hold::OneAtATime { .. }))),
+            "{held:?}"
+        );
+        // A pod of rs created before the deletion is no replacement; one created after is.
+        let mut before = pod("old", "uold", "rs", at(10), json!([]));
+        before.initialized = true;
+        before.init = None;
+        t.apply(&before, at(24));
+        assert!(matches!(
+            t.decide("apps/b", false, &never_down, at(24))
+                .map(|o| o.plan),
+            Some(StepPlan::Held(Hold::OneAtATime { .. }))
+        ));
+        let mut replacement = pod("a2", "ua2", "rs", at(20), json!([]));
+        replacement.initialized = true;
+        replacement.init = None;
+        t.apply(&replacement, at(25));
+        assert_eq!(t.take_dirty(), ["apps/b"]);
+        assert_eq!(
+            t.decide("apps/b", false, &never_down, at(25))
+                .map(|o| o.plan),
+            Some(StepPlan::Recreate)
+        );
+        // Nothing is left behind for the evicted pod.
+        assert!(t.recreating.is_empty(), "{:?}", t.recreating);
+        // A failed eviction leaves no record and no budget.
+        t.evicting("apps/b");
+        t.eviction_failed("apps/b");
+        assert!(t.recreating.is_empty());
     }
 
     #[test]
