@@ -100,6 +100,7 @@ pub struct Metrics {
     pub init_wait_duration_seconds: HistogramVec,
     pub init_failures_total: IntCounterVec,
     pub init_recreations_total: IntCounterVec,
+    pub init_deadline_seconds: GaugeVec,
     pub owner_down_nodes: IntGaugeVec,
     listed: HashSet<String>,
     unlisted_seen: Mutex<HashSet<String>>,
@@ -326,6 +327,14 @@ impl Metrics {
                 ),
                 &["container", "outcome"],
             )?,
+            init_deadline_seconds: GaugeVec::new(
+                Opts::new(
+                    "initguard_init_deadline_seconds",
+                    "The configured deadline of each listed init container that has one, in \
+                     seconds (the alert on stuck init containers follows it).",
+                ),
+                &["container"],
+            )?,
             owner_down_nodes: IntGaugeVec::new(
                 Opts::new(
                     "initguard_owner_down_nodes",
@@ -367,6 +376,7 @@ impl Metrics {
         r.register(Box::new(m.init_wait_duration_seconds.clone()))?;
         r.register(Box::new(m.init_failures_total.clone()))?;
         r.register(Box::new(m.init_recreations_total.clone()))?;
+        r.register(Box::new(m.init_deadline_seconds.clone()))?;
         r.register(Box::new(m.owner_down_nodes.clone()))?;
         #[cfg(target_os = "linux")]
         r.register(Box::new(
@@ -475,6 +485,11 @@ impl Metrics {
             for code in &step.failed_exit_codes {
                 m.init_failures_total
                     .with_label_values(&[step.name.as_str(), &code.to_string()]);
+            }
+            if let Some(deadline) = step.deadline {
+                m.init_deadline_seconds
+                    .with_label_values(&[step.name.as_str()])
+                    .set(deadline.as_secs_f64());
             }
             if step.action == crate::config::StepAction::Recreate {
                 for outcome in ["evicted", "refused", "skipped"] {

@@ -38,6 +38,9 @@ const ALERTS: &[&str] = &[
     "InitguardWebhookBypassed",
     "InitguardWebhookRestoreConflict",
     "InitguardWebhookFlapping",
+    "InitguardInitContainerStuck",
+    "InitguardInitContainerOwnerDown",
+    "InitguardRecreationsRefused",
 ];
 
 /// Metrics initguard exports (README "Observe"), `initguard_deadline_seconds` and
@@ -69,6 +72,15 @@ const EXPORTED: &[&str] = &[
     "initguard_webhook_flapping",
     "initguard_webhook_admitted_without_total",
     "initguard_webhook_evictions_total",
+    "initguard_init_waiting_pods",
+    "initguard_init_oldest_wait_seconds",
+    "initguard_init_deadline_seconds",
+    "initguard_init_wait_duration_seconds_bucket",
+    "initguard_init_wait_duration_seconds_sum",
+    "initguard_init_wait_duration_seconds_count",
+    "initguard_init_failures_total",
+    "initguard_init_recreations_total",
+    "initguard_owner_down_nodes",
 ];
 
 /// Exported metrics that carry an `initializer` label.
