@@ -378,16 +378,29 @@ fn restore_now(
 fn check_config(path: &std::path::Path, output: Output, kubeconfig: Option<&Path>) -> ExitCode {
     match initguard::config::load(path) {
         Ok(config) => {
-            let missing = match kubeconfig {
+            let found = match kubeconfig {
                 Some(kubeconfig) => match missing_owners(kubeconfig, &config) {
-                    Ok(missing) => missing,
+                    Ok(found) => found,
                     Err(code) => return code,
                 },
-                None => Vec::new(),
+                None => ClusterFindings::default(),
             };
+            let ClusterFindings {
+                warnings: missing,
+                errors,
+                notes,
+            } = found;
+            // A DaemonSet owner that does not exist is an error: the step it names can never
+            // be judged, so the config says something the cluster cannot back.
+            for line in &errors {
+                eprintln!("error: {line}");
+            }
             match output {
                 Output::Text => {
                     print!("{}", config.summary());
+                    for line in &notes {
+                        println!("note: {line}");
+                    }
                     for line in &missing {
                         println!("warning: {line}");
                     }
@@ -396,6 +409,9 @@ fn check_config(path: &std::path::Path, output: Output, kubeconfig: Option<&Path
                 Output::Json => match serde_json::to_string_pretty(&config) {
                     Ok(json) => {
                         println!("{json}");
+                        for line in &notes {
+                            eprintln!("note: {line}");
+                        }
                         for line in &missing {
                             eprintln!("warning: {line}");
                         }
@@ -406,7 +422,11 @@ fn check_config(path: &std::path::Path, output: Output, kubeconfig: Option<&Path
                     }
                 },
             }
-            ExitCode::SUCCESS
+            if errors.is_empty() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
         }
         Err(e) => {
             eprintln!("{e}");
@@ -415,10 +435,19 @@ fn check_config(path: &std::path::Path, output: Output, kubeconfig: Option<&Path
     }
 }
 
-/// The listed owners missing from the cluster of `kubeconfig`, and bypass records left on
-/// webhooks no longer listed; exit 1 when it cannot be reached at all (a valid config with
-/// missing owners is still exit 0: they are warnings).
-fn missing_owners(kubeconfig: &Path, config: &Config) -> Result<Vec<String>, ExitCode> {
+/// What `check-config --kubeconfig` found in the cluster.
+#[derive(Default)]
+struct ClusterFindings {
+    warnings: Vec<String>,
+    errors: Vec<String>,
+    notes: Vec<String>,
+}
+
+/// The listed owners missing from the cluster of `kubeconfig`, bypass records left on
+/// webhooks no longer listed, and the node stage's DaemonSets; exit 1 when it cannot be
+/// reached at all (a valid config with missing owners is still exit 0: they are warnings,
+/// except a missing DaemonSet owner, an error).
+fn missing_owners(kubeconfig: &Path, config: &Config) -> Result<ClusterFindings, ExitCode> {
     let rt = runtime()?;
     rt.block_on(async {
         match status::connect(Some(kubeconfig), config).await {
@@ -432,7 +461,14 @@ fn missing_owners(kubeconfig: &Path, config: &Config) -> Result<Vec<String>, Exi
                     lines.extend(
                         initguard::guard::webhooks::canary_findings(&discovery, config).await,
                     );
-                    Ok(lines)
+                    let stage =
+                        initguard::owners::daemonset_owners(discovery.client(), config).await;
+                    lines.extend(stage.warnings);
+                    Ok(ClusterFindings {
+                        warnings: lines,
+                        errors: stage.errors,
+                        notes: stage.notes,
+                    })
                 }
                 Err(e) => {
                     eprintln!("error: cannot reach the API server to check the owners: {e}");

@@ -1043,6 +1043,124 @@ mod sim {
         assert_eq!(h.owners.state("quota.example.com"), down);
     }
 
+    /// `check-config --kubeconfig` on the node stage's `daemonset` owners: on how many nodes
+    /// each has a Ready pod (a warning at none), and a DaemonSet that does not exist is an
+    /// error (exit 1).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn check_config_counts_the_nodes_of_daemonset_owners() {
+        let h = harness("initializers: []\n", &["istio-system", "linkerd-cni"]).await;
+        let create = |ns: &'static str, body: serde_json::Value| {
+            let client = h.client.clone();
+            async move {
+                let api: Api<k8s_openapi::api::apps::v1::DaemonSet> = Api::namespaced(client, ns);
+                api.create(
+                    &PostParams::default(),
+                    &serde_json::from_value(body).unwrap(),
+                )
+                .await
+                .unwrap()
+            }
+        };
+        let ds = |name: &str| {
+            json!({"metadata": {"name": name},
+                "spec": {"selector": {"matchLabels": {"app": name}},
+                    "template": {"metadata": {"labels": {"app": name}},
+                        "spec": {"containers": [{"name": "c", "image": "i"}]}}}})
+        };
+        let istio = create("istio-system", ds("istio-cni-node")).await;
+        create("linkerd-cni", ds("linkerd-cni")).await;
+        // One Ready agent of istio-cni-node; a pod with its labels but another controller
+        // does not count.
+        let pods: Api<Pod> = Api::namespaced(h.client.clone(), "istio-system");
+        for (name, uid) in [
+            ("agent-0", istio.metadata.uid.clone().unwrap()),
+            ("impostor", "someone-else".to_owned()),
+        ] {
+            let pod = json!({"metadata": {"name": name, "labels": {"app": "istio-cni-node"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "DaemonSet",
+                    "name": "istio-cni-node", "uid": uid, "controller": true}]},
+                "spec": {"containers": [{"name": "c", "image": "i"}]}});
+            pods.create(
+                &PostParams::default(),
+                &serde_json::from_value(pod).unwrap(),
+            )
+            .await
+            .unwrap();
+        }
+        wait::eventually_async("the agent Ready", || async {
+            pods.get("agent-0").await.ok().filter(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            })
+        })
+        .await;
+        let dir = tempfile::tempdir().unwrap();
+        let kubeconfig = dir.path().join("kubeconfig");
+        h.sim.write_kubeconfig(&kubeconfig, "checker").unwrap();
+        let run = |yaml: &str| {
+            let config = dir.path().join("config.yaml");
+            std::fs::write(&config, yaml).unwrap();
+            let kubeconfig = kubeconfig.clone();
+            async move {
+                let out = tokio::time::timeout(
+                    Duration::from_secs(30),
+                    tokio::process::Command::new(env!("CARGO_BIN_EXE_initguard"))
+                        .arg("check-config")
+                        .arg(&config)
+                        .arg("--kubeconfig")
+                        .arg(&kubeconfig)
+                        .kill_on_drop(true)
+                        .output(),
+                )
+                .await
+                .expect("check-config to finish")
+                .unwrap();
+                (
+                    out.status.code(),
+                    String::from_utf8_lossy(&out.stdout).into_owned(),
+                    String::from_utf8_lossy(&out.stderr).into_owned(),
+                )
+            }
+        };
+        let (code, stdout, stderr) = run("initContainers:
+  - name: istio-validation
+    owner: { daemonset: istio-system/istio-cni-node }
+  - name: linkerd-network-validator
+    owner: { daemonset: linkerd-cni/linkerd-cni }
+")
+        .await;
+        assert_eq!(code, Some(0), "{stdout}{stderr}");
+        assert!(
+            stdout.contains(
+                "note: owner daemonset istio-system/istio-cni-node (of init container \
+                 istio-validation) has a Ready pod on 1 node(s)"
+            ),
+            "{stdout}"
+        );
+        assert!(
+            stdout.contains(
+                "warning: owner daemonset linkerd-cni/linkerd-cni (of init container \
+                 linkerd-network-validator) has a Ready pod on no node"
+            ),
+            "{stdout}"
+        );
+        let (code, stdout, stderr) = run("initContainers:
+  - name: istio-validation
+    owner: { daemonset: istio-system/istio-cni-nod }
+")
+        .await;
+        assert_eq!(code, Some(1), "{stdout}{stderr}");
+        assert!(
+            stderr.contains(
+                "error: owner daemonset istio-system/istio-cni-nod (of init container \
+                 istio-validation) does not exist"
+            ),
+            "{stderr}"
+        );
+    }
+
     /// `initguard check-config --kubeconfig` warns about listed owners missing from the
     /// cluster (exit 0: the configuration itself is valid), and fails with exit 1 when the
     /// cluster cannot be reached.

@@ -939,3 +939,109 @@ mod tests {
         );
     }
 }
+
+/// What `check-config --kubeconfig` finds about the node stage's `daemonset` owners.
+#[derive(Debug, Default)]
+pub struct DaemonSetFindings {
+    /// A listed DaemonSet that does not exist (or cannot be read): the config's mistake.
+    pub errors: Vec<String>,
+    /// A DaemonSet with a Ready pod on no node: every step waiting on it is held.
+    pub warnings: Vec<String>,
+    /// On how many nodes each has a Ready pod now.
+    pub notes: Vec<String>,
+}
+
+/// Read each DaemonSet an `initContainers` entry names (apps/v1) and count the nodes where a
+/// pod it controls (by uid) is Ready and not being deleted, as the running guard judges it.
+pub async fn daemonset_owners(client: &kube::Client, config: &Config) -> DaemonSetFindings {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    let mut findings = DaemonSetFindings::default();
+    let mut seen = std::collections::HashSet::new();
+    for step in &config.init_containers {
+        let Some(ds) = crate::node_stage::daemonset_owner(step) else {
+            continue;
+        };
+        if !seen.insert(ds.clone()) {
+            continue;
+        }
+        let what = format!(
+            "owner daemonset {}/{} (of init container {})",
+            ds.namespace, ds.name, step.name
+        );
+        let api: Api<DaemonSet> = Api::namespaced(client.clone(), &ds.namespace);
+        let found = match api.get_opt(&ds.name).await {
+            Ok(Some(found)) => found,
+            Ok(None) => {
+                findings.errors.push(format!(
+                    "{what} does not exist: the step's owner stays unknown and its pods are \
+                     never recreated"
+                ));
+                continue;
+            }
+            Err(e) => {
+                findings
+                    .errors
+                    .push(format!("{what} could not be read: {}", error_chain(&e)));
+                continue;
+            }
+        };
+        let uid = found.metadata.uid.clone().unwrap_or_default();
+        let selector = found
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.match_labels.as_ref())
+            .map(|labels| {
+                labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .unwrap_or_default();
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ds.namespace);
+        let params = kube::api::ListParams::default().labels(&selector);
+        let listed = match pods.list(&params).await {
+            Ok(listed) => listed,
+            Err(e) => {
+                findings.warnings.push(format!(
+                    "{what}: its pods could not be listed: {}",
+                    error_chain(&e)
+                ));
+                continue;
+            }
+        };
+        let nodes: std::collections::BTreeSet<String> = listed
+            .items
+            .iter()
+            .filter(|p| serves(p, &uid))
+            .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+            .collect();
+        match nodes.len() {
+            0 => findings.warnings.push(format!(
+                "{what} has a Ready pod on no node: it is down everywhere, and every pod \
+                 waiting on the step is held"
+            )),
+            n => findings
+                .notes
+                .push(format!("{what} has a Ready pod on {n} node(s)")),
+        }
+    }
+    findings
+}
+
+/// Whether `pod` is an agent of the DaemonSet `uid` now: controlled by it, Ready, and not
+/// being deleted.
+fn serves(pod: &Pod, uid: &str) -> bool {
+    let controlled = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.uid == uid);
+    let ready = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    controlled && ready && pod.metadata.deletion_timestamp.is_none()
+}

@@ -190,18 +190,27 @@ async fn recreates_only_opted_in_pods_once_their_agent_is_back_for_repair_after(
             ch.name == pod && ch.change_type == ChangeType::Deleted && ch.user == GUARD_USER
         });
         assert!(deleted, "{pod} deleted by the guard's eviction");
-        // Recorded on the pod and on its controller.
-        assert_eq!(
-            events(&c, "InitContainerRecreated", "Pod", pod).len(),
-            1,
-            "{pod}"
-        );
     }
-    for rs in ["web", "api"] {
-        let on_rs = events(&c, "InitContainerRecreated", "ReplicaSet", rs);
-        assert_eq!(on_rs.len(), 1, "{rs}");
-        assert_eq!(on_rs[0]["involvedObject"]["uid"], format!("{rs}-uid"));
-        assert_eq!(on_rs[0]["type"], "Warning");
+    // Recorded on the pod and on its controller (written after the eviction's answer).
+    for (kind, name) in [
+        ("Pod", "web-a"),
+        ("Pod", "api-a"),
+        ("ReplicaSet", "web"),
+        ("ReplicaSet", "api"),
+    ] {
+        let recorded = eventually_async(
+            format!("InitContainerRecreated on {kind} {name}"),
+            || async {
+                let e = events(&c, "InitContainerRecreated", kind, name);
+                (!e.is_empty()).then_some(e)
+            },
+        )
+        .await;
+        assert_eq!(recorded.len(), 1, "{kind} {name}: {recorded:?}");
+        assert_eq!(recorded[0]["type"], "Warning");
+        if kind == "ReplicaSet" {
+            assert_eq!(recorded[0]["involvedObject"]["uid"], format!("{name}-uid"));
+        }
     }
     assert!(c.sim.get_object("pods", Some("apps"), "batch-a").is_some());
     assert!(evictions(&c).iter().all(|(n, _, _)| n != "batch-a"));
