@@ -15,6 +15,7 @@ use crate::client::Connection;
 use crate::config::Config;
 use crate::environment::Env;
 use crate::metrics::{Metrics, MetricsError};
+use crate::node_stage::stage::StageTracker;
 use crate::owners::Owners;
 use crate::pod::SlimPod;
 use crate::policy::{OwnerState, Plan};
@@ -144,6 +145,7 @@ async fn gather_from(
     );
     let _ = tokio::time::timeout(OWNER_SYNC_TIMEOUT, owners.wait_synced()).await;
 
+    let clock_for_stage = clock.clone();
     let mut tracker = Tracker::new(config.clone()).with_clock(clock);
     let now = SystemTime::now();
     if config.opt_in.selector.is_some() {
@@ -174,9 +176,17 @@ async fn gather_from(
             }
         }
     }
+    // The node stage: its DaemonSets read once, their agents and the waiting pods from the
+    // same pods (for one pod: its DaemonSets' pods on its node).
+    let mut stage = StageTracker::new(config.clone()).with_clock(clock_for_stage);
+    read_daemonsets(&client, &config, &mut stage, now, &mut unread).await;
     match one {
         Some(pod) => {
+            if let Some(node) = pod.init.as_ref().map(|p| p.node.clone()) {
+                read_agents(&client, &config, &node, &mut stage, now, &mut unread).await;
+            }
             tracker.apply(pod, now);
+            stage.apply(pod, now);
         }
         None => {
             let api: Api<SlimPod> = Api::all(client.clone());
@@ -185,6 +195,9 @@ async fn gather_from(
                 let page = api.list(&params).await.map_err(StatusError::List)?;
                 for pod in &page.items {
                     tracker.apply(pod, now);
+                    if !config.init_containers.is_empty() {
+                        stage.apply(pod, now);
+                    }
                 }
                 match page.metadata.continue_.filter(|c| !c.is_empty()) {
                     Some(token) => params = params.continue_token(&token),
@@ -202,13 +215,89 @@ async fn gather_from(
     };
     let waiting_pods = pod_statuses(&tracker, &env, &config, now, usize::MAX);
     let webhooks = crate::guard::webhooks::statuses(&config, &configurations, &owners);
+    let init_containers = stage.statuses(
+        &|ns| tracker.namespace_selected(ns),
+        &crate::node_stage::cluster_owners_unknown,
+        now,
+        usize::MAX,
+    );
     let report = Report {
         mechanism: config.mechanism.as_str(),
         owners: owners.snapshot(),
         waiting_pods,
         webhooks,
+        init_containers,
     };
     Ok((report, unread))
+}
+
+/// Each DaemonSet the node stage names, read once: found (its uid) or not found (down on
+/// every node); unreadable ones stay unknown and are said in `unread`.
+async fn read_daemonsets(
+    client: &kube::Client,
+    config: &Config,
+    stage: &mut StageTracker,
+    now: SystemTime,
+    unread: &mut Vec<String>,
+) {
+    use k8s_openapi::api::apps::v1::DaemonSet;
+    let listed: std::collections::HashSet<_> = config
+        .init_containers
+        .iter()
+        .filter_map(crate::node_stage::daemonset_owner)
+        .cloned()
+        .collect();
+    for ds in listed {
+        // Listed by name, as the running guard watches it (its RBAC: list and watch only).
+        let api: Api<DaemonSet> = Api::namespaced(client.clone(), &ds.namespace);
+        let params = ListParams::default().fields(&format!("metadata.name={}", ds.name));
+        let read = api.list(&params).await;
+        let Some(agents) = stage.agents_mut(&ds) else {
+            continue;
+        };
+        match read.map(|list| list.items.into_iter().next()) {
+            Ok(Some(found)) => {
+                agents.daemonset_applied(found.metadata.uid.as_deref().unwrap_or_default(), now)
+            }
+            Ok(None) => agents.daemonset_gone(now),
+            Err(e) => unread.push(format!(
+                "DaemonSet {}/{}: cannot read it ({e}); its steps' owner counts as unknown",
+                ds.namespace, ds.name
+            )),
+        }
+    }
+}
+
+/// The pods of the node stage's DaemonSets on `node` (for `why` of one pod).
+async fn read_agents(
+    client: &kube::Client,
+    config: &Config,
+    node: &str,
+    stage: &mut StageTracker,
+    now: SystemTime,
+    unread: &mut Vec<String>,
+) {
+    let namespaces: std::collections::BTreeSet<&str> = config
+        .init_containers
+        .iter()
+        .filter_map(crate::node_stage::daemonset_owner)
+        .map(|ds| ds.namespace.as_str())
+        .collect();
+    for namespace in namespaces {
+        let api: Api<SlimPod> = Api::namespaced(client.clone(), namespace);
+        let params = ListParams::default().fields(&format!("spec.nodeName={node}"));
+        match api.list(&params).await {
+            Ok(list) => {
+                for pod in &list.items {
+                    stage.apply(pod, now);
+                }
+            }
+            Err(e) => unread.push(format!(
+                "the agents in {namespace} on node {node}: cannot list them ({e}); the step's \
+                 owner counts as down there"
+            )),
+        }
+    }
 }
 
 /// The report as a human table.
@@ -245,6 +334,7 @@ pub fn render_table(report: &Report, now: SystemTime) -> String {
     }
     let _ = writeln!(out, "\n{} waiting pod(s)", report.waiting_pods.len());
     if report.waiting_pods.is_empty() {
+        render_init(&mut out, report);
         return align(&out);
     }
     let _ = writeln!(out, "NAMESPACE\tPOD\tOPTED-IN\tINITIALIZER\tWAITED\tPLAN");
@@ -263,7 +353,33 @@ pub fn render_table(report: &Report, now: SystemTime) -> String {
             );
         }
     }
+    render_init(&mut out, report);
     align(&out)
+}
+
+/// The node stage's block: each pod waiting on a listed init container, in words (one line
+/// per pod: the sentence is the alignment's last column).
+fn render_init(out: &mut String, report: &Report) {
+    if report.init_containers.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n{} pod(s) waiting on init containers",
+        report.init_containers.len()
+    );
+    let _ = writeln!(out, "NAMESPACE\tPOD\tOPTED-IN\tNODE\tWHY");
+    for p in &report.init_containers {
+        let _ = writeln!(
+            out,
+            "{}\t{}\t{}\t{}\t{}",
+            p.namespace,
+            p.name,
+            if p.opted_in { "yes" } else { "no" },
+            p.node,
+            p.explanation
+        );
+    }
 }
 
 pub(crate) fn state_words(state: OwnerState, detail: &str, now: SystemTime) -> String {

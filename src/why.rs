@@ -90,6 +90,8 @@ pub struct Planned {
     pub pod: Option<PodStatus>,
     /// The owners of its pending initializers.
     pub owners: Vec<OwnerReport>,
+    /// Its wait on a listed init container (the node stage), if it has one.
+    pub init: Option<crate::report::InitWaitStatus>,
     /// What the plan could not take from the cluster (counted as unknown or not opted in).
     pub unread: Vec<String>,
 }
@@ -113,6 +115,7 @@ pub async fn plan(
                     from,
                     pod: report.waiting_pods.into_iter().next(),
                     owners: report.owners,
+                    init: report.init_containers.into_iter().next(),
                     unread,
                 })
             }
@@ -174,8 +177,13 @@ pub async fn gather(
                 .filter(|e| {
                     // initguard's reasons, from initguard (whoever may create Events in the
                     // namespace could use the same reasons).
-                    let ours = [WAITING_EVENT_REASON, BYPASS_EVENT_REASON]
-                        .contains(&e.reason.as_deref().unwrap_or_default())
+                    let ours = [
+                        WAITING_EVENT_REASON,
+                        BYPASS_EVENT_REASON,
+                        crate::guard::recreate::WAITING_REASON,
+                        crate::guard::recreate::RECREATED_REASON,
+                    ]
+                    .contains(&e.reason.as_deref().unwrap_or_default())
                         && e.reporting_component.as_deref() == Some("initguard");
                     // This pod, not an earlier one of the same name.
                     let this = e.involved_object.uid.as_deref().is_none_or(|u| u == uid);
@@ -272,6 +280,9 @@ pub fn render(why: &Why, now: SystemTime) -> String {
 fn render_plan(out: &mut String, planned: &Planned, now: SystemTime) {
     let _ = writeln!(out, "initguard's configuration ({}):", planned.from);
     render_steps(out, planned, now);
+    if let Some(init) = &planned.init {
+        let _ = writeln!(out, "  on node {}: {}", init.node, init.explanation);
+    }
     for unread in &planned.unread {
         let _ = writeln!(out, "  not known here: {unread}");
     }
@@ -418,6 +429,7 @@ mod tests {
                 detail: "0 of 1 available".into(),
             }],
             unread: vec!["whether optIn.namespaceSelector opts the namespace in".into()],
+            init: None,
         }));
         let text = render(&w, now);
         assert!(
@@ -427,6 +439,29 @@ mod tests {
                  ops/a: DOWN for 1m 30s\n  b.example.com: waited -; none: not listed\n  not \
                  known here: whether optIn.namespaceSelector opts the namespace in\n"
             ),
+            "{text}"
+        );
+        // A wait on a listed init container: its sentence, with the node.
+        if let Some(Ok(planned)) = w.plan.as_mut() {
+            planned.unread.clear();
+            planned.init = Some(crate::report::InitWaitStatus {
+                namespace: "team-a".into(),
+                name: "web-1".into(),
+                container: "istio-validation".into(),
+                node: "n3".into(),
+                opted_in: true,
+                outcome: crate::node_stage::StepOutcome {
+                    waited: Duration::from_secs(240),
+                    trigger: None,
+                    plan: crate::node_stage::StepPlan::Waiting,
+                    next_wake: None,
+                },
+                explanation: "waiting on init container istio-validation for 4m".into(),
+            });
+        }
+        let text = render(&w, now);
+        assert!(
+            text.ends_with("  on node n3: waiting on init container istio-validation for 4m\n"),
             "{text}"
         );
         w.plan = Some(Err("you may not list ConfigMaps".into()));

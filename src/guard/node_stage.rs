@@ -19,7 +19,6 @@ use crate::config::ObjectRef;
 use crate::node_stage::daemonset_owner;
 use crate::node_stage::stage::{Applied, Ended, OTHER};
 use crate::pod::SlimPod;
-use crate::policy::OwnerState;
 
 /// One event of the watch of one listed DaemonSet.
 pub(super) type DaemonSetEvent = (ObjectRef, Result<Event<DaemonSet>, watcher::Error>);
@@ -171,9 +170,7 @@ fn report(shared: &Shared, key: &str, applied: Applied) {
 }
 
 /// Owners of other kinds for init steps are not watched yet: unknown, never down.
-pub(super) fn cluster_unknown(_: &str) -> (OwnerState, Option<SystemTime>) {
-    (OwnerState::Unknown, None)
-}
+pub(super) use crate::node_stage::cluster_owners_unknown as cluster_unknown;
 
 /// Set the node stage's gauges from the tracker at `now`.
 pub(super) fn refresh_gauges(shared: &Shared, now: SystemTime) {
@@ -219,6 +216,7 @@ mod tests {
 
     use crate::config::Config;
     use crate::node_stage::stage::StageTracker;
+    use crate::policy::OwnerState;
     use crate::tracker::Tracker;
 
     fn shared(yaml: &str) -> Shared {

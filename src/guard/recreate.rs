@@ -42,8 +42,6 @@ const REFUSED_RETRY: Duration = Duration::from_secs(60);
 const EVICTION_PATIENCE: Duration = Duration::from_secs(60);
 /// Pause between two failed reads of the Events the budget is rebuilt from.
 const REBUILD_RETRY: Duration = Duration::from_secs(5);
-/// The longest pod or controller name kept in an Event name (a DNS subdomain, 253).
-const NAME_MAX: usize = 253 - ".initguard-init-recreated.".len() - 16;
 
 /// The node stage's writer; see the module's documentation.
 pub struct Recreator {
@@ -423,20 +421,10 @@ fn timestamp(at: SystemTime) -> jiff::Timestamp {
     jiff::Timestamp::try_from(at).unwrap_or_else(|_| jiff::Timestamp::now())
 }
 
-/// A deterministic Event name: `<object>.initguard-<what>.<hash of parts>`, so a restarted
+/// A deterministic Event name (see [`super::waiting::deterministic_name`]), so a restarted
 /// guard or a new leader gets 409 instead of writing a second one.
 pub fn event_name(object: &str, what: &str, parts: &[&str]) -> String {
-    let digest = ring::digest::digest(&ring::digest::SHA256, parts.join("/").as_bytes());
-    let hash: String = digest.as_ref()[..8]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    let mut object = object.chars().take(NAME_MAX).collect::<String>();
-    // A name part must end with an alphanumeric character.
-    while object.ends_with(['.', '-']) {
-        object.pop();
-    }
-    format!("{object}.initguard-{what}.{hash}")
+    super::waiting::deterministic_name(object, what, parts)
 }
 
 /// The `apiVersion` of a re-creating controller of `kind`, for its Event's reference.

@@ -166,6 +166,15 @@ async fn status(
         let listed = pod_statuses(&tracker, &env, &shared.config, now, limit);
         (tracker.len(), listed)
     };
+    // One lock at a time: the tracker's (which namespaces are selected), then the stage's.
+    let selected: std::collections::HashSet<String> =
+        shared.tracker().selected_namespaces().into_iter().collect();
+    let init_containers = shared.stage().statuses(
+        &|ns| selected.contains(ns),
+        &super::node_stage::cluster_unknown,
+        now,
+        limit,
+    );
     let not_ready = shared.not_ready();
     Json(StatusReport {
         identity: shared.identity.clone(),
@@ -179,6 +188,7 @@ async fn status(
             owners: shared.owners.snapshot(),
             waiting_pods,
             webhooks: shared.webhook_statuses(),
+            init_containers,
         },
     })
 }

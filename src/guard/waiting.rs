@@ -14,10 +14,6 @@ use crate::policy::{Notice, Plan};
 /// The reason of the Normal Event each long-waiting pod and initializer gets once.
 pub const WAITING_EVENT_REASON: &str = "InitializerWaiting";
 
-/// The longest pod name kept in an Event name: with the suffix it stays within the 253
-/// characters of a DNS subdomain.
-const POD_NAME_MAX: usize = 253 - ".initguard-waiting.".len() - 16;
-
 /// One `InitializerWaiting` Event to write.
 #[derive(Debug, Clone)]
 pub struct Waiting {
@@ -65,20 +61,24 @@ impl Waiting {
 /// restarted guard or a new leader gets 409 instead of writing a second one. The hash covers
 /// the pod's uid too: a pod recreated under the same name waits anew.
 pub fn event_name(pod: &str, uid: &str, initializer: &str) -> String {
-    let digest = ring::digest::digest(
-        &ring::digest::SHA256,
-        format!("{uid}/{initializer}").as_bytes(),
-    );
+    deterministic_name(pod, "waiting", &[uid, initializer])
+}
+
+/// `<object>.initguard-<what>.<hash of parts>`: the same whoever writes it and whenever, within
+/// the 253 characters of a DNS subdomain (the object's name is cut to fit).
+pub fn deterministic_name(object: &str, what: &str, parts: &[&str]) -> String {
+    let digest = ring::digest::digest(&ring::digest::SHA256, parts.join("/").as_bytes());
     let hash: String = digest.as_ref()[..8]
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    let mut pod = pod.chars().take(POD_NAME_MAX).collect::<String>();
+    let max = 253 - ".initguard-.".len() - what.len() - hash.len();
+    let mut object = object.chars().take(max).collect::<String>();
     // A name part must end with an alphanumeric character.
-    while pod.ends_with(['.', '-']) {
-        pod.pop();
+    while object.ends_with(['.', '-']) {
+        object.pop();
     }
-    format!("{pod}.initguard-waiting.{hash}")
+    format!("{object}.initguard-{what}.{hash}")
 }
 
 /// What the guard will do, in words, from the plan and the initializer's `optIn` mode:

@@ -113,8 +113,8 @@ fn events(c: &Cluster, reason: &str, kind: &str, name: &str) -> Vec<Value> {
         .collect()
 }
 
-/// When the server committed the agent pod `name` as Ready (the sim's kubelet).
-fn ready_at(c: &Cluster, name: &str) -> SystemTime {
+/// When the server first committed pod `name` with condition `kind` True.
+fn condition_true_at(c: &Cluster, name: &str, kind: &str) -> Option<SystemTime> {
     c.sim
         .object_history()
         .into_iter()
@@ -123,12 +123,11 @@ fn ready_at(c: &Cluster, name: &str) -> SystemTime {
                 && ch.after.as_ref().is_some_and(|p| {
                     p["status"]["conditions"].as_array().is_some_and(|cs| {
                         cs.iter()
-                            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                            .any(|c| c["type"] == kind && c["status"] == "True")
                     })
                 })
         })
-        .unwrap_or_else(|| panic!("agent pod {name} never Ready"))
-        .time
+        .map(|ch| ch.time)
 }
 
 #[tokio::test]
@@ -167,7 +166,7 @@ async fn recreates_only_opted_in_pods_once_their_agent_is_back_for_repair_after(
         (done.len() >= 2).then_some(e)
     })
     .await;
-    let back = ready_at(&c, &agent);
+    let back = condition_true_at(&c, &agent, "Ready").expect("the agent Ready");
     let mut names: Vec<&str> = evicted.iter().map(|(n, _, _)| n.as_str()).collect();
     names.sort_unstable();
     assert_eq!(names, ["api-a", "web-a"], "{evicted:?}");
@@ -243,6 +242,39 @@ async fn a_pod_that_fails_while_its_agent_is_up_is_reported_never_recreated() {
         message.contains("bound while its owner was already up"),
         "{message}"
     );
+    // `/status` and the one-shot `status` say the same about it.
+    let (code, body) = http_get(guard.addr, "/status").await;
+    assert_eq!(code, 200, "{body}");
+    let served: Value = serde_json::from_str(&body).expect("JSON");
+    let listed = served["initContainers"].as_array().expect("initContainers");
+    assert_eq!(listed.len(), 1, "{body}");
+    assert_eq!(listed[0]["name"], "web-a");
+    assert_eq!(listed[0]["container"], STEP);
+    assert_eq!(listed[0]["optedIn"], true);
+    assert_eq!(listed[0]["trigger"]["trigger"], "failed", "{body}");
+    assert_eq!(listed[0]["plan"]["action"], "report", "{body}");
+    assert!(
+        listed[0]["explanation"]
+            .as_str()
+            .is_some_and(|e| e.contains("bound while its owner was already up")),
+        "{body}"
+    );
+    let report = initguard::status::gather(c.guard_client(), config(""))
+        .await
+        .expect("a one-shot report");
+    assert_eq!(report.init_containers.len(), 1, "{report:?}");
+    assert_eq!(report.init_containers[0].name, "web-a");
+    assert!(
+        report.init_containers[0]
+            .explanation
+            .contains("bound while its owner was already up"),
+        "{report:?}"
+    );
+    let table = initguard::status::render_table(&report, SystemTime::now());
+    assert!(
+        table.contains("1 pod(s) waiting on init containers"),
+        "{table}"
+    );
     // Decided again (a change of the pod), and a witness stuck the same way after it: each
     // explained, neither evicted (an agent that is up but broken is not healed by recreating).
     c.merge_patch_pod(
@@ -259,23 +291,6 @@ async fn a_pod_that_fails_while_its_agent_is_up_is_reported_never_recreated() {
     assert_eq!(evictions(&c), []);
     assert!(c.sim.get_object("pods", Some("apps"), "web-a").is_some());
     c.finish(guard).await;
-}
-
-/// When the server committed pod `name` with `Initialized` True.
-fn initialized_at(c: &Cluster, name: &str) -> Option<SystemTime> {
-    c.sim
-        .object_history()
-        .into_iter()
-        .find(|ch| {
-            ch.name == name
-                && ch.after.as_ref().is_some_and(|p| {
-                    p["status"]["conditions"].as_array().is_some_and(|cs| {
-                        cs.iter()
-                            .any(|c| c["type"] == "Initialized" && c["status"] == "True")
-                    })
-                })
-        })
-        .map(|ch| ch.time)
 }
 
 #[tokio::test]
@@ -315,7 +330,7 @@ async fn one_pod_per_controller_at_a_time_the_next_once_a_replacement_initialize
     let mut both = [first.0.as_str(), second.0.as_str()];
     both.sort_unstable();
     assert_eq!(both, ["web-1", "web-2"]);
-    let replaced = initialized_at(&c, "web-3").expect("web-3 initialized");
+    let replaced = condition_true_at(&c, "web-3", "Initialized").expect("web-3 initialized");
     assert_not_before("the second eviction", replaced, second.1, Duration::ZERO);
     assert!(c.sim.get_object("pods", Some("apps"), "web-3").is_some());
     c.finish(guard).await;

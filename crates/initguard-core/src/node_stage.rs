@@ -428,6 +428,12 @@ fn never(pod: &StepView<'_>, step: &InitContainerConfig, config: &Config) -> Opt
     None
 }
 
+/// The state of an init step's cluster-wide owner while such owners are not watched for init
+/// steps: unknown, never down (so such steps are reported, never recreated).
+pub fn cluster_owners_unknown(_step: &str) -> (OwnerState, Option<SystemTime>) {
+    (OwnerState::Unknown, None)
+}
+
 /// The listed step `name`, if any.
 pub fn listed<'a>(config: &'a Config, name: &str) -> Option<&'a InitContainerConfig> {
     config.init_containers.iter().find(|c| c.name == name)

@@ -25,6 +25,29 @@ pub struct Report {
     pub waiting_pods: Vec<PodStatus>,
     /// Listed admission webhooks, in config order.
     pub webhooks: Vec<crate::webhook::WebhookStatus>,
+    /// Bound pods waiting on a listed init container (the node stage), longest first.
+    pub init_containers: Vec<InitWaitStatus>,
+}
+
+/// One pod waiting on a listed init container, with what the guard decides about it.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InitWaitStatus {
+    /// The pod's namespace.
+    pub namespace: String,
+    /// The pod's name.
+    pub name: String,
+    /// The init container it waits on.
+    pub container: String,
+    /// The node it is bound to.
+    pub node: String,
+    /// Whether it opted in for that step.
+    pub opted_in: bool,
+    /// The decision: how long it waited, the trigger, the plan, the next wake.
+    #[serde(flatten)]
+    pub outcome: crate::node_stage::StepOutcome,
+    /// The decision in words (`why`'s and the Events' sentence).
+    pub explanation: String,
 }
 
 /// `/status` body: the [`Report`] (its keys inline) and this replica's state.

@@ -660,6 +660,40 @@ impl StageTracker {
         Some(decide(&view, step, owner, began, budget, &self.config, now))
     }
 
+    /// Every pod waiting on a listed step, longest wait first, at most `limit`, with the
+    /// decision and its words at `now` (for `/status`, `initguard status` and `why`).
+    pub fn statuses(
+        &self,
+        namespace_selected: &dyn Fn(&str) -> bool,
+        cluster: &Cluster<'_>,
+        now: SystemTime,
+        limit: usize,
+    ) -> Vec<crate::report::InitWaitStatus> {
+        let mut pods: Vec<(&PodKey, &StagePod)> = self.pods.iter().collect();
+        // Longest first; then by key, so equal waits list in a stable order.
+        pods.sort_by(|a, b| a.1.bound.cmp(&b.1.bound).then_with(|| a.0.cmp(b.0)));
+        pods.into_iter()
+            .filter_map(|(key, pod)| {
+                let selected = namespace_selected(&pod.namespace);
+                let outcome = self.decide(key, selected, cluster, now)?;
+                let step = listed(&self.config, &pod.step)?;
+                let (owner, _) = self.owner_state(step, &pod.node, cluster);
+                Some(crate::report::InitWaitStatus {
+                    namespace: pod.namespace.clone(),
+                    name: pod.name.clone(),
+                    container: step.name.clone(),
+                    node: pod.node.clone(),
+                    opted_in: self
+                        .config
+                        .is_opted_in(&pod.namespace, selected, &pod.labels),
+                    explanation: super::explain(step, &pod.node, owner, &outcome),
+                    outcome,
+                })
+            })
+            .take(limit)
+            .collect()
+    }
+
     /// Counts per listed step and [`OTHER`] at `now`.
     pub fn counts(
         &self,
