@@ -227,7 +227,8 @@ impl StageTracker {
     /// The pods to decide about again since the last call, in no order: each pod whose
     /// update left it waiting, every pod on a node whose agents changed, every pod after a
     /// DaemonSet changed or a relist ended, every pod of a controller whose budget changed.
-    /// Only pods still waiting are named.
+    /// A pod whose wait ended is named once more (it no longer decides anything: its writer's
+    /// memory of it goes).
     pub fn take_dirty(&mut self) -> Vec<PodKey> {
         let all = std::mem::take(&mut self.all_dirty);
         let mut dirty = std::mem::take(&mut self.dirty);
@@ -246,7 +247,6 @@ impl StageTracker {
                     .map(|(k, _)| k.clone()),
             );
         }
-        dirty.retain(|k| self.pods.contains_key(k));
         dirty.into_iter().collect()
     }
 
@@ -306,6 +306,10 @@ impl StageTracker {
         }
         let mut applied = Applied::default();
         let mut previous = self.pods.remove(&key);
+        if previous.is_some() {
+            // Decided again, or (when it stops waiting) forgotten by the writer.
+            self.dirty.insert(key.clone());
+        }
         if let Some(old) = previous.take_if(|p| p.uid != uid) {
             // A new pod under the same name (a StatefulSet's): the old one went unseen.
             applied.ended = Some(self.gone(&key, &old, now));
@@ -535,6 +539,8 @@ impl StageTracker {
 
     /// `pod` went away: its wait ends as recreated when the guard evicted it, else deleted.
     fn gone(&mut self, key: &str, pod: &StagePod, now: SystemTime) -> Ended {
+        // Named once more by `take_dirty`, so the writer forgets what it kept for the pod.
+        self.dirty.insert(key.to_owned());
         let end = match self.recreating.get_mut(key) {
             Some(r) if r.confirmed => {
                 self.recreating.remove(key);
@@ -927,9 +933,11 @@ mod tests {
         // The DaemonSet itself: every pod.
         t.agents_mut(&istio_cni()).expect("listed");
         assert_eq!(sorted(t.take_dirty()), ["apps/a", "apps/b"]);
-        // A pod that stops waiting is not named.
+        // A pod that stops waiting is named once more (then it is gone for good).
         t.apply(&pod("c", "uc", "rs", at(0), failing()), at(4));
         t.delete(&pod("c", "uc", "rs", at(0), failing()), at(5));
+        assert_eq!(t.take_dirty(), ["apps/c"]);
+        assert!(t.get("apps/c").is_none());
         assert!(t.take_dirty().is_empty());
         // A relist's end: every pod.
         t.relist_started();
@@ -958,9 +966,10 @@ mod tests {
         let ended = t.delete(&marked, at(21)).expect("was followed");
         assert_eq!(ended.end, StageEnd::Recreated);
         t.recreated("apps/a", at(22));
+        // b: its controller's budget changed; a: gone, named once for the writer to forget.
         assert_eq!(
-            t.take_dirty(),
-            ["apps/b"],
+            sorted(t.take_dirty()),
+            ["apps/a", "apps/b"],
             "its controller's budget changed"
         );
         let held = t
