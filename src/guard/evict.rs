@@ -41,7 +41,7 @@ impl EvictionVersion {
 }
 
 /// The `apiVersion` of an Eviction from `/api/v1`'s resource list: the `pods/eviction`
-/// entry's own group and version when it names them, else [`LEGACY_EVICTION`].
+/// entry's own group and version when it names them, else policy/v1beta1.
 pub fn eviction_api_version(resources: &APIResourceList) -> String {
     resources
         .resources
