@@ -486,6 +486,11 @@ impl Metrics {
                 m.init_failures_total
                     .with_label_values(&[step.name.as_str(), &code.to_string()]);
             }
+            // Every wait end at zero, so boards show 0 rather than nothing.
+            for end in ["initialized", "recreated", "deleted", "failed"] {
+                m.init_wait_duration_seconds
+                    .with_label_values(&[step.name.as_str(), end]);
+            }
             if let Some(deadline) = step.deadline {
                 m.init_deadline_seconds
                     .with_label_values(&[step.name.as_str()])
