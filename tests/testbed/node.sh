@@ -18,8 +18,11 @@ NODE_LOCK=/run/initguard-testbed-node
 # What the kubelet and containerd write to on every version, whatever their settings.
 NODE_SYSCTLS=(vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops
   kernel.keys.root_maxkeys kernel.keys.root_maxbytes net.ipv4.ip_forward)
+# Each removed on the way down when it was absent before; the last four are made by
+# containerd (its opt plugin), the CNI plugins (network namespaces), mount(8) (utab) and
+# skopeo/umoci, and exist only once a node ran on the machine (a fresh one has none).
 NODE_PATHS=(/var/lib/kubelet /var/lib/cni /var/log/containers /var/log/pods /run/containerd
-  /etc/cni /etc/initguard)
+  /etc/cni /etc/initguard /opt/containerd /run/netns /run/mount /var/lib/containers)
 NODE_IMAGES=(initguard.test/pause:1 initguard.test/busybox:1 initguard.test/initguard:dev)
 
 node_requirements() {

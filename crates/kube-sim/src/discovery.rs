@@ -257,6 +257,7 @@ mod tests {
                 "namespaces/status",
                 "pods",
                 "pods/status",
+                "pods/eviction",
                 "events",
                 "configmaps",
                 "endpoints"
