@@ -15,6 +15,8 @@ use initguard_test_support::{testbed, wait};
 mod chart;
 #[path = "real_node/image.rs"]
 mod image;
+#[path = "real_node/node_stage.rs"]
+mod node_stage;
 #[path = "real_node/pods.rs"]
 mod pods;
 #[path = "real_node/static_pod.rs"]
@@ -60,6 +62,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
     (
         "webhook_backend::a_webhook_deployment_killed_unready_and_frozen",
         |tb| Box::pin(webhook_backend::a_webhook_deployment_killed_unready_and_frozen(tb)),
+    ),
+    (
+        "node_stage::recreates_opted_in_pods_once_their_agent_is_back",
+        |tb| Box::pin(node_stage::recreates_opted_in_pods_once_their_agent_is_back(tb)),
     ),
 ];
 

@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use serde::{Deserialize, Deserializer};
@@ -19,8 +19,8 @@ use crate::policy::ControllerRef;
 #[derive(Debug, Clone, Default, PartialEq, kube::Resource)]
 #[resource(inherit = k8s_openapi::api::core::v1::Pod)]
 pub struct SlimPod {
-    /// name, namespace, uid, resourceVersion, labels, creationTimestamp, deletionTimestamp and
-    /// the controlling ownerReference only.
+    /// name, namespace, uid, resourceVersion, labels, creationTimestamp, deletionTimestamp,
+    /// deletionGracePeriodSeconds and the controlling ownerReference only.
     pub metadata: ObjectMeta,
     /// `spec.schedulingGates[].name`, in order.
     pub scheduling_gates: Vec<String>,
@@ -77,6 +77,20 @@ impl SlimPod {
             .map(|t| SystemTime::from(t.0))
     }
 
+    /// When the pod's deletion was requested, to the second: `deletionTimestamp` is the
+    /// request's time plus the grace period (`deletionGracePeriodSeconds`, whole seconds both),
+    /// so anything created because of the deletion (a replacement) carries a
+    /// `creationTimestamp` at or after this, never necessarily after `deletionTimestamp`.
+    pub fn deletion_requested(&self) -> Option<SystemTime> {
+        let at = SystemTime::from(self.metadata.deletion_timestamp.as_ref()?.0);
+        let grace = self
+            .metadata
+            .deletion_grace_period_seconds
+            .and_then(|g| u64::try_from(g).ok())
+            .unwrap_or(0);
+        Some(at.checked_sub(Duration::from_secs(grace)).unwrap_or(at))
+    }
+
     /// `namespace/name`.
     pub fn key(&self) -> String {
         format!(
@@ -110,6 +124,7 @@ struct RawMeta {
     annotations: Option<Annotations>,
     creation_timestamp: Option<Time>,
     deletion_timestamp: Option<Time>,
+    deletion_grace_period_seconds: Option<i64>,
     #[serde(default, deserialize_with = "null_default")]
     owner_references: Vec<OwnerReference>,
     #[serde(default, deserialize_with = "null_default")]
@@ -411,6 +426,7 @@ impl<'de> Deserialize<'de> for SlimPod {
                 labels: (!m.labels.is_empty()).then_some(m.labels),
                 creation_timestamp: m.creation_timestamp,
                 deletion_timestamp: m.deletion_timestamp,
+                deletion_grace_period_seconds: m.deletion_grace_period_seconds,
                 owner_references: (!controller.is_empty()).then_some(controller),
                 ..ObjectMeta::default()
             },

@@ -21,8 +21,9 @@ pub const DEFAULT_PATIENCE: Duration = Duration::from_secs(300);
 struct Ledger {
     /// Recreations in the last hour, oldest first.
     recent: VecDeque<SystemTime>,
-    /// The evicted pod's `deletionTimestamp` (API server clock, whole seconds): its
-    /// controller creates the replacement at or after it. None until the watch shows it.
+    /// When the evicted pod's deletion was requested (API server clock, whole seconds:
+    /// `deletionTimestamp` less the grace period): its controller creates the replacement at
+    /// or after it. None until the watch shows it.
     cutoff: Option<SystemTime>,
     /// A pod created at or after the cutoff was seen.
     replacement_seen: bool,
@@ -63,12 +64,12 @@ impl Budget {
         ledger.uninitialized.clear();
     }
 
-    /// The watch shows the pod the guard evicted from `controller` being deleted since `at`
-    /// (its `deletionTimestamp`, on the API server's clock like the replacement's
-    /// `creationTimestamp`).
+    /// The watch shows the pod the guard evicted from `controller` being deleted, requested
+    /// at `at` (on the API server's clock like the replacement's `creationTimestamp`); the
+    /// earliest such time counts.
     pub fn deleting(&mut self, controller: &str, at: SystemTime) {
         if let Some(ledger) = self.ledgers.get_mut(controller) {
-            ledger.cutoff.get_or_insert(at);
+            ledger.cutoff = Some(ledger.cutoff.map_or(at, |c| c.min(at)));
         }
     }
 

@@ -29,7 +29,8 @@ pub const OTHER: &str = "other";
 struct Recreating {
     /// The re-creating controller's uid.
     controller: Option<String>,
-    /// The pod's `deletionTimestamp`, once seen.
+    /// When the pod's deletion was requested ([`SlimPod::deletion_requested`]), the earliest
+    /// seen (a later, shorter delete moves `deletionTimestamp`).
     cutoff: Option<SystemTime>,
     /// The server accepted the eviction.
     confirmed: bool,
@@ -281,13 +282,9 @@ impl StageTracker {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let created = pod.created().unwrap_or(now);
         let controller = pod.controller();
-        let deletion = pod
-            .metadata
-            .deletion_timestamp
-            .as_ref()
-            .map(|t| SystemTime::from(t.0));
+        let deletion = pod.deletion_requested();
         if let (Some(at), Some(r)) = (deletion, self.recreating.get_mut(&key)) {
-            r.cutoff.get_or_insert(at);
+            r.cutoff = Some(r.cutoff.map_or(at, |c| c.min(at)));
             if let (true, Some(c)) = (r.confirmed, &r.controller) {
                 self.budget.deleting(c, at);
             }
@@ -946,6 +943,45 @@ mod tests {
         t.take_dirty();
         t.relist_done(at(7));
         assert_eq!(sorted(t.take_dirty()), ["apps/a", "apps/b"]);
+    }
+
+    #[test]
+    fn a_replacement_created_within_the_evicted_pods_grace_period_counts() {
+        // The real server: a graceful eviction at 20.4 gives deletionTimestamp 21 with
+        // deletionGracePeriodSeconds 1, and the ReplicaSet's replacement, created at 20.5,
+        // creationTimestamp 20 (whole seconds both); a later, final delete by the kubelet
+        // moves deletionTimestamp to 22 with grace 0.
+        let mut t = StageTracker::new(config());
+        t.apply(&pod("a", "ua", "rs", at(0), failing()), at(1));
+        t.apply(&pod("b", "ub", "rs", at(0), failing()), at(1));
+        agents_up(&mut t, at(2));
+        t.evicting("apps/a");
+        t.recreated("apps/a", at(20));
+        let deleted = |deletion: u64, grace: i64| {
+            let mut p = pod("a", "ua", "rs", at(0), failing());
+            p.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    jiff::Timestamp::try_from(at(deletion)).expect("in range"),
+                ));
+            p.metadata.deletion_grace_period_seconds = Some(grace);
+            p
+        };
+        t.apply(&deleted(21, 1), at(21));
+        t.apply(&deleted(22, 0), at(22));
+        let mut replacement = pod("a2", "ua2", "rs", at(20), json!([]));
+        replacement.initialized = true;
+        replacement.init = None;
+        t.apply(&replacement, at(23));
+        assert_eq!(
+            t.decide("apps/b", false, &never_down, at(23))
+                .map(|o| o.plan),
+            Some(StepPlan::Recreate),
+            "the replacement created in the eviction's second, before its deletionTimestamp"
+        );
+        // A negative grace (a hostile object) counts as none.
+        let mut odd = deleted(30, -5);
+        odd.metadata.name = Some("odd".into());
+        assert_eq!(odd.deletion_requested(), Some(at(30)));
     }
 
     #[test]

@@ -1,0 +1,520 @@
+//! The node stage on the real node: a node agent (a DaemonSet) missing as pods start makes
+//! their init step fail for good, as a CNI validator's does, and the guard recreates only the
+//! opted-in pods that a controller re-creates, only once the agent has been back for
+//! `repairAfter`, one per controller at a time; judged by the API server's record and its
+//! audit log (the kubelet's own status writes, the guard's evictions).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+
+use crate::pods::{POLL, namespace, node_name};
+use crate::testbed::*;
+use crate::wait::eventually_every;
+
+/// The agent's namespace and DaemonSet.
+const AGENT_NS: &str = "node-agent";
+const AGENT: &str = "agent";
+/// The workloads' namespace.
+const NS: &str = "node-stage";
+/// The init step every workload runs, and the exit code it fails with.
+const STEP: &str = "net-check";
+const EXIT: i64 = 126;
+/// How long the agent must be back before the guard recreates.
+const REPAIR_AFTER_SECONDS: i64 = 3;
+/// Pod templates' grace period: evicted pods go quickly.
+const GRACE: i64 = 1;
+
+fn config() -> String {
+    format!(
+        "mechanism: schedulingGates\n\
+         optIn: {{ label: {OPT_IN} }}\n\
+         leaderElection: {{ enabled: false }}\n\
+         unlistedInitializers: ignore\n\
+         dryRun: false\n\
+         initContainers:\n\
+         \x20 - name: {STEP}\n\
+         \x20   owner: {{ daemonset: {AGENT_NS}/{AGENT} }}\n\
+         \x20   failedExitCodes: [{EXIT}]\n\
+         \x20   action: recreate\n\
+         \x20   repairAfter: {REPAIR_AFTER_SECONDS}s\n"
+    )
+}
+
+/// The host directory the agent marks itself up in (a hostPath both sides mount; inside the
+/// bed's own directory, so `down` takes it away).
+fn agent_dir(tb: &Testbed) -> std::path::PathBuf {
+    tb.dir.join("node-agent")
+}
+
+fn host_path(tb: &Testbed) -> Value {
+    json!({ "path": agent_dir(tb).display().to_string(), "type": "DirectoryOrCreate" })
+}
+
+/// The agent: Ready while it runs; it marks the node configured while it runs and unmarks it
+/// as it stops.
+fn agent(tb: &Testbed) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": { "name": AGENT, "namespace": AGENT_NS },
+        "spec": {
+            "selector": { "matchLabels": { "app": AGENT } },
+            "template": {
+                "metadata": { "labels": { "app": AGENT } },
+                "spec": {
+                    "terminationGracePeriodSeconds": 5,
+                    "containers": [{
+                        "name": "agent",
+                        "image": "initguard.test/busybox:1",
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["sh", "-c",
+                            "trap 'rm -f /agent/up; exit 0' TERM; touch /agent/up; \
+                             while :; do sleep 1; done"],
+                        "readinessProbe": {
+                            "exec": { "command": ["test", "-f", "/agent/up"] },
+                            "periodSeconds": 1,
+                        },
+                        "volumeMounts": [{ "name": "agent", "mountPath": "/agent" }],
+                    }],
+                    "volumes": [{ "name": "agent", "hostPath": host_path(tb) }],
+                },
+            },
+        },
+    })
+}
+
+/// A pod template whose init step decides once, at its first run in the pod's sandbox,
+/// whether the agent had configured the node (the verdict is kept in an emptyDir, which
+/// outlives container restarts): a pod started while the agent was missing fails for good.
+/// `broken`: the step fails whatever the agent does (an agent up but broken).
+fn template(
+    tb: &Testbed,
+    app: &str,
+    opted_in: bool,
+    restart: &str,
+    broken: bool,
+    main: &str,
+) -> Value {
+    let mut labels = json!({ "app": app });
+    if opted_in {
+        labels[OPT_IN] = json!("true");
+    }
+    let check = if broken {
+        format!("echo broken; exit {EXIT}")
+    } else {
+        format!(
+            "v=/verdict/v; [ -f $v ] || {{ if [ -f /agent/up ]; then echo ok; else echo missing; fi >$v; }}; \
+             grep -qx ok $v || {{ echo the agent was missing as this pod started; exit {EXIT}; }}"
+        )
+    };
+    json!({
+        "metadata": { "labels": labels },
+        "spec": {
+            "restartPolicy": restart,
+            "terminationGracePeriodSeconds": GRACE,
+            "initContainers": [{
+                "name": STEP,
+                "image": "initguard.test/busybox:1",
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", check],
+                "volumeMounts": [
+                    { "name": "agent", "mountPath": "/agent", "readOnly": true },
+                    { "name": "verdict", "mountPath": "/verdict" },
+                ],
+            }],
+            "containers": [{
+                "name": "main",
+                "image": "initguard.test/busybox:1",
+                "imagePullPolicy": "IfNotPresent",
+                "command": ["sh", "-c", main],
+            }],
+            "volumes": [
+                { "name": "agent", "hostPath": host_path(tb) },
+                { "name": "verdict", "emptyDir": {} },
+            ],
+        },
+    })
+}
+
+fn deployment(tb: &Testbed, name: &str, replicas: u32, opted_in: bool, broken: bool) -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": { "name": name, "namespace": NS },
+        "spec": {
+            "replicas": replicas,
+            "selector": { "matchLabels": { "app": name } },
+            "template": template(tb, name, opted_in, "Always", broken, "exec sleep 3600"),
+        },
+    })
+}
+
+fn job(tb: &Testbed, name: &str, restart: &str, backoff_limit: u32) -> Value {
+    json!({
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": { "name": name, "namespace": NS },
+        "spec": {
+            "backoffLimit": backoff_limit,
+            "template": template(tb, name, true, restart, false, "true"),
+        },
+    })
+}
+
+fn name_of(pod: &Value) -> String {
+    pod["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+fn uid_of(pod: &Value) -> String {
+    pod["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The pods of `app` (the label every template carries).
+fn pods(tb: &Testbed, app: &str) -> Vec<Value> {
+    tb.list("pods", NS, Some(&format!("app={app}")))
+}
+
+/// Whether `pod`'s step has terminated with [`EXIT`] (now or last time), as the kubelet
+/// reported.
+fn failed_with_exit(pod: &Value) -> bool {
+    pod["status"]["initContainerStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["name"] == STEP)
+        .any(|s| {
+            s["state"]["terminated"]["exitCode"].as_i64() == Some(EXIT)
+                || s["lastState"]["terminated"]["exitCode"].as_i64() == Some(EXIT)
+        })
+}
+
+fn condition(pod: &Value, kind: &str) -> Option<String> {
+    pod["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+        .and_then(|c| c["status"].as_str())
+        .map(str::to_owned)
+}
+
+/// The guard's Events of `reason` on `kind` `name` in `ns`.
+fn events(tb: &Testbed, ns: &str, reason: &str, kind: &str, name: &str) -> Vec<Value> {
+    tb.list("events", ns, None)
+        .into_iter()
+        .filter(|e| {
+            e["reason"] == reason
+                && e["involvedObject"]["kind"] == kind
+                && e["involvedObject"]["name"] == name
+        })
+        .collect()
+}
+
+/// Wait for `pod` to be explained once by the guard (its `InitContainerWaiting` Event), and
+/// return the Event's message.
+async fn explained(tb: &Testbed, pod: &str) -> String {
+    let found = eventually_every(
+        POLL,
+        format!("an InitContainerWaiting Event on {pod}"),
+        || async {
+            let e = events(tb, NS, "InitContainerWaiting", "Pod", pod);
+            (!e.is_empty()).then_some(e)
+        },
+    )
+    .await;
+    assert_eq!(found.len(), 1, "explained once: {found:#?}");
+    found[0]["message"].as_str().unwrap_or_default().to_owned()
+}
+
+/// The agent's pod on the node, once Ready; the server's Ready transition time.
+async fn agent_ready(tb: &Testbed) -> jiff::Timestamp {
+    let node = node_name(tb);
+    eventually_every(POLL, "the agent's pod Ready on the node", || async {
+        tb.list("pods", AGENT_NS, Some(&format!("app={AGENT}")))
+            .into_iter()
+            .filter(|p| p["spec"]["nodeName"] == node.as_str())
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .find_map(|p| {
+                let ready = p["status"]["conditions"]
+                    .as_array()?
+                    .iter()
+                    .find(|c| c["type"] == "Ready" && c["status"] == "True")?
+                    .clone();
+                Some(timestamp(ready["lastTransitionTime"].as_str()?))
+            })
+    })
+    .await
+}
+
+/// The guard's evictions in [`NS`], as the server recorded them.
+fn evictions(tb: &Testbed) -> Vec<Audit> {
+    tb.scenario_audit()
+        .into_iter()
+        .filter(|a| a.user == GUARD_USER && a.subresource == "eviction" && a.namespace == NS)
+        .collect()
+}
+
+/// An agent DaemonSet on the real node goes away; Deployments and Jobs started meanwhile
+/// fail their step for good. Nothing is evicted while it is down; once it has been back for
+/// `repairAfter` the opted-in pods of controllers that re-create them are evicted (through a
+/// PodDisruptionBudget that allows no disruption: the server does not consult it for a
+/// Pending pod), one at a time per controller, and their replacements initialize; the Job
+/// with `OnFailure` completes. An unlabeled pod, a Job's `restartPolicy: Never` pod and a
+/// pod that fails while the agent is up are never evicted.
+pub(crate) async fn recreates_opted_in_pods_once_their_agent_is_back(tb: Arc<Testbed>) {
+    tb.kubectl(&[
+        "apply",
+        "-f",
+        &repo()
+            .join("deploy/rbac-node-stage.yaml")
+            .display()
+            .to_string(),
+    ]);
+    namespace(&tb, AGENT_NS).await;
+    namespace(&tb, NS).await;
+    tb.apply(&agent(&tb));
+    agent_ready(&tb).await;
+    let guard = tb.guard("node-stage", "initguard", &config()).await;
+
+    // The agent goes away (a rollout, a crash: its pod is gone from the node).
+    tb.kubectl(&[
+        "patch",
+        "daemonset",
+        "-n",
+        AGENT_NS,
+        AGENT,
+        "--type",
+        "merge",
+        "-p",
+        r#"{"spec":{"template":{"spec":{"nodeSelector":{"initguard.test/nowhere":"true"}}}}}"#,
+    ]);
+    eventually_every(
+        POLL,
+        "the agent's pod gone and its mark removed",
+        || async {
+            (tb.list("pods", AGENT_NS, Some(&format!("app={AGENT}")))
+                .is_empty()
+                && !agent_dir(&tb).join("up").exists())
+            .then_some(())
+        },
+    )
+    .await;
+
+    // Workloads start while it is missing.
+    tb.apply(&deployment(&tb, "web", 2, true, false));
+    tb.apply(&json!({
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": { "name": "web", "namespace": NS },
+        "spec": { "minAvailable": 2, "selector": { "matchLabels": { "app": "web" } } },
+    }));
+    tb.apply(&deployment(&tb, "plain", 1, false, false));
+    tb.apply(&job(&tb, "on-failure", "OnFailure", 20));
+    tb.apply(&job(&tb, "never", "Never", 0));
+    let stuck = |app: &'static str, n: usize| {
+        let tb = tb.clone();
+        async move {
+            eventually_every(
+                POLL,
+                format!("{n} pod(s) of {app} failing {STEP} with {EXIT}"),
+                || async {
+                    let p = pods(&tb, app);
+                    (p.len() == n && p.iter().all(failed_with_exit)).then_some(p)
+                },
+            )
+            .await
+        }
+    };
+    let web = stuck("web", 2).await;
+    let plain = stuck("plain", 1).await;
+    let on_failure = stuck("on-failure", 1).await;
+    let never = stuck("never", 1).await;
+    // The guard explains each restartable stuck pod while the agent is down...
+    for pod in web.iter().chain(&plain).chain(&on_failure) {
+        let message = explained(&tb, &name_of(pod)).await;
+        assert!(
+            message.contains(&format!("exited {EXIT}")) && message.contains("down"),
+            "{}: {message}",
+            name_of(pod)
+        );
+    }
+    // ...and evicts nothing.
+    let early = evictions(&tb);
+    assert!(
+        early.is_empty(),
+        "evicted while the agent was down: {early:#?}"
+    );
+
+    // The agent comes back.
+    tb.kubectl(&[
+        "patch",
+        "daemonset",
+        "-n",
+        AGENT_NS,
+        AGENT,
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op":"remove","path":"/spec/template/spec/nodeSelector"}]"#,
+    ]);
+    let back = agent_ready(&tb).await;
+    // The guard has seen it back once it evicted something: a pod that fails from now on
+    // started while the agent was up.
+    eventually_every(POLL, "a first eviction", || async {
+        evictions(&tb).iter().any(|a| a.code == 201).then_some(())
+    })
+    .await;
+    tb.apply(&deployment(&tb, "late", 1, true, true));
+    let late = stuck("late", 1).await;
+    let message = explained(&tb, &name_of(&late[0])).await;
+    assert!(
+        message.contains("bound while its owner was already up"),
+        "{message}"
+    );
+
+    let originals: BTreeSet<String> = web.iter().map(uid_of).collect();
+    let replaced = eventually_every(POLL, "web's pods replaced and initialized", || async {
+        let now = pods(&tb, "web");
+        (now.len() == 2
+            && now.iter().all(|p| {
+                !originals.contains(&uid_of(p))
+                    && condition(p, "Initialized").as_deref() == Some("True")
+            }))
+        .then_some(now)
+    })
+    .await;
+    eventually_every(POLL, "Job on-failure complete", || async {
+        let job = tb.get("job", NS, "on-failure")?;
+        (job["status"]["succeeded"].as_i64() == Some(1)).then_some(())
+    })
+    .await;
+    for (kind, name) in [("ReplicaSet", None), ("Job", Some("on-failure"))] {
+        let name = match name {
+            Some(n) => n.to_owned(),
+            None => web[0]["metadata"]["ownerReferences"][0]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        };
+        let recorded = eventually_every(
+            POLL,
+            format!("InitContainerRecreated on {kind} {name}"),
+            || async {
+                let e = events(&tb, NS, "InitContainerRecreated", kind, &name);
+                (!e.is_empty()).then_some(e)
+            },
+        )
+        .await;
+        assert_eq!(recorded[0]["type"], "Warning", "{recorded:#?}");
+    }
+    guard.stop();
+
+    // Exactly the opted-in pods of re-creating controllers, each once, each by its uid.
+    let all = evictions(&tb);
+    let evicted: Vec<&Audit> = all.iter().filter(|a| a.code == 201).collect();
+    let want: BTreeSet<String> = web.iter().chain(&on_failure).map(name_of).collect();
+    let names: BTreeSet<String> = evicted.iter().map(|a| a.name.clone()).collect();
+    assert_eq!(names, want, "{all:#?}");
+    assert_eq!(evicted.len(), want.len(), "each once: {evicted:#?}");
+    let first_seen: Vec<&Value> = web.iter().chain(&on_failure).collect();
+    for a in &all {
+        let pod = first_seen.iter().find(|p| name_of(p) == a.name);
+        assert_eq!(
+            a.request["deleteOptions"]["preconditions"]["uid"].as_str(),
+            pod.map(|p| uid_of(p)).as_deref(),
+            "an Eviction without the pod's uid: {a:#?}"
+        );
+        // Never before the agent has been up for repairAfter (the server's Ready transition,
+        // whole seconds, rounded down: never later than the truth).
+        let at = timestamp(&a.received);
+        assert!(
+            at >= back + jiff::SignedDuration::from_secs(REPAIR_AFTER_SECONDS),
+            "evicted {} at {at}, the agent Ready at {back}",
+            a.name
+        );
+    }
+    // Nothing else of the guard's hand on these pods: no other write, no eviction of the
+    // unlabeled pod, the Never Job's pod or the pod that failed while the agent was up.
+    let untouched: Vec<String> = plain
+        .iter()
+        .chain(&never)
+        .chain(&late)
+        .map(name_of)
+        .collect();
+    let writes: Vec<Audit> = tb
+        .scenario_audit()
+        .into_iter()
+        .filter(|a| {
+            a.user == GUARD_USER && a.is_write() && a.resource == "pods" && a.namespace == NS
+        })
+        .collect();
+    assert!(
+        writes
+            .iter()
+            .all(|a| a.subresource == "eviction" && !untouched.contains(&a.name)),
+        "{writes:#?}"
+    );
+    for pod in plain.iter().chain(&late) {
+        assert!(
+            tb.get("pod", NS, &name_of(pod))
+                .is_some_and(|p| uid_of(&p) == uid_of(pod)),
+            "{} is still there",
+            name_of(pod)
+        );
+    }
+    // The PodDisruptionBudget allowed no disruption throughout (minAvailable = replicas).
+    let pdb = tb.get("pdb", NS, "web").unwrap_or(Value::Null);
+    assert_eq!(pdb["status"]["disruptionsAllowed"], json!(0), "{pdb:#}");
+
+    // One at a time: web's second eviction came after the kubelet reported a replacement
+    // created after the first one Initialized (its own status write, in the audit log).
+    let audit = tb.scenario_audit();
+    let mut web_evictions: Vec<&&Audit> = evicted
+        .iter()
+        .filter(|a| web.iter().any(|p| name_of(p) == a.name))
+        .collect();
+    web_evictions.sort_by(|a, b| a.received.cmp(&b.received));
+    let [first, second] = web_evictions[..] else {
+        panic!("two evictions of web: {web_evictions:#?}");
+    };
+    let replacements: Vec<String> = replaced.iter().map(name_of).collect();
+    let initialized = audit
+        .iter()
+        .filter(|a| {
+            a.user.starts_with("system:node:")
+                && a.subresource == "status"
+                && a.namespace == NS
+                && replacements.contains(&a.name)
+                && a.received > first.received
+                && a.request["status"]["conditions"]
+                    .as_array()
+                    .is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c["type"] == "Initialized" && c["status"] == "True")
+                    })
+        })
+        .min_by(|a, b| a.received.cmp(&b.received));
+    assert!(
+        initialized.is_some_and(|a| a.received < second.received),
+        "web's second eviction ({}) before a replacement initialized: {initialized:#?}",
+        second.received
+    );
+
+    tb.kubectl(&["delete", "namespace", NS, "--wait=false"]);
+    tb.kubectl(&["delete", "namespace", AGENT_NS, "--wait=false"]);
+    tb.kubectl(&[
+        "delete",
+        "-f",
+        &repo()
+            .join("deploy/rbac-node-stage.yaml")
+            .display()
+            .to_string(),
+    ]);
+}
