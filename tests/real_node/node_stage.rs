@@ -38,8 +38,50 @@ fn config() -> String {
          \x20   owner: {{ daemonset: {AGENT_NS}/{AGENT} }}\n\
          \x20   failedExitCodes: [{EXIT}]\n\
          \x20   action: recreate\n\
-         \x20   repairAfter: {REPAIR_AFTER_SECONDS}s\n"
+         \x20   repairAfter: {REPAIR_AFTER_SECONDS}s\n\
+         \x20 - {{ name: {SIDECAR_STEP}, deadline: {SIDECAR_DEADLINE_SECONDS}s }}\n"
     )
+}
+
+/// A native sidecar (a restartable init container) whose startup probe never passes, listed
+/// with a deadline only: reported at it, never acted on.
+const SIDECAR_STEP: &str = "proxy";
+const SIDECAR_DEADLINE_SECONDS: i64 = 4;
+
+fn sidecar_deployment() -> Value {
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": { "name": "sidecar", "namespace": NS },
+        "spec": {
+            "replicas": 1,
+            "selector": { "matchLabels": { "app": "sidecar" } },
+            "template": {
+                "metadata": { "labels": { "app": "sidecar", OPT_IN: "true" } },
+                "spec": {
+                    "terminationGracePeriodSeconds": GRACE,
+                    "initContainers": [{
+                        "name": SIDECAR_STEP,
+                        "image": "initguard.test/busybox:1",
+                        "imagePullPolicy": "IfNotPresent",
+                        "restartPolicy": "Always",
+                        "command": ["sh", "-c", "exec sleep 3600"],
+                        "startupProbe": {
+                            "exec": { "command": ["false"] },
+                            "periodSeconds": 1,
+                            "failureThreshold": 10000,
+                        },
+                    }],
+                    "containers": [{
+                        "name": "main",
+                        "image": "initguard.test/busybox:1",
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["sh", "-c", "exec sleep 3600"],
+                    }],
+                },
+            },
+        },
+    })
 }
 
 /// The host directory the agent marks itself up in (a hostPath both sides mount; inside the
@@ -267,7 +309,8 @@ fn evictions(tb: &Testbed) -> Vec<Audit> {
 /// PodDisruptionBudget that allows no disruption: the server does not consult it for a
 /// Pending pod), one at a time per controller, and their replacements initialize; the Job
 /// with `OnFailure` completes. An unlabeled pod, a Job's `restartPolicy: Never` pod and a
-/// pod that fails while the agent is up are never evicted.
+/// pod that fails while the agent is up are never evicted. A native sidecar whose startup
+/// probe never passes is reported at its deadline.
 pub(crate) async fn recreates_opted_in_pods_once_their_agent_is_back(tb: Arc<Testbed>) {
     tb.kubectl(&[
         "apply",
@@ -318,6 +361,7 @@ pub(crate) async fn recreates_opted_in_pods_once_their_agent_is_back(tb: Arc<Tes
     tb.apply(&deployment(&tb, "plain", 1, false, false));
     tb.apply(&job(&tb, "on-failure", "OnFailure", 20));
     tb.apply(&job(&tb, "never", "Never", 0));
+    tb.apply(&sidecar_deployment());
     let stuck = |app: &'static str, n: usize| {
         let tb = tb.clone();
         async move {
@@ -377,6 +421,55 @@ pub(crate) async fn recreates_opted_in_pods_once_their_agent_is_back(tb: Arc<Tes
     assert!(
         message.contains("bound while its owner was already up"),
         "{message}"
+    );
+
+    // The sidecar runs but never starts: reported at its deadline, not before (the Event's
+    // creation against the pod's binding, both on the server's clock).
+    let sidecar = eventually_every(POLL, "the sidecar's pod running, not started", || async {
+        pods(&tb, "sidecar").into_iter().find(|p| {
+            p["status"]["initContainerStatuses"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|s| {
+                    s["name"] == SIDECAR_STEP
+                        && !s["state"]["running"].is_null()
+                        && s["started"] == json!(false)
+                })
+        })
+    })
+    .await;
+    let sidecar_name = name_of(&sidecar);
+    let message = explained(&tb, &sidecar_name).await;
+    assert!(
+        message.contains(&format!("waiting on init container {SIDECAR_STEP}"))
+            && message.contains("past its deadline"),
+        "{message}"
+    );
+    let bound = sidecar["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "PodScheduled" && c["status"] == "True")
+        .and_then(|c| c["lastTransitionTime"].as_str())
+        .map(timestamp)
+        .unwrap_or_else(|| panic!("{sidecar_name} bound: {sidecar:#}"));
+    let written = tb
+        .scenario_audit()
+        .into_iter()
+        .find(|a| {
+            a.user == GUARD_USER
+                && a.resource == "events"
+                && a.verb == "create"
+                && a.request["reason"] == "InitContainerWaiting"
+                && a.request["involvedObject"]["name"] == sidecar_name.as_str()
+        })
+        .unwrap_or_else(|| panic!("the guard's Event on {sidecar_name} in the audit log"));
+    assert!(
+        timestamp(&written.received)
+            >= bound + jiff::SignedDuration::from_secs(SIDECAR_DEADLINE_SECONDS),
+        "reported {sidecar_name} at {} before its deadline (bound {bound})",
+        written.received
     );
 
     let originals: BTreeSet<String> = web.iter().map(uid_of).collect();
@@ -446,6 +539,7 @@ pub(crate) async fn recreates_opted_in_pods_once_their_agent_is_back(tb: Arc<Tes
         .iter()
         .chain(&never)
         .chain(&late)
+        .chain([&sidecar])
         .map(name_of)
         .collect();
     let writes: Vec<Audit> = tb
