@@ -87,6 +87,8 @@ pub struct Metrics {
     pub owner_probe_total: IntCounterVec,
     pub build_info: IntGaugeVec,
     pub deadline_seconds: GaugeVec,
+    /// `defaults.unlistedAlertAfter`: the stuck alert's threshold for unlisted initializers.
+    pub unlisted_alert_after_seconds: prometheus::Gauge,
     pub dry_run: IntGauge,
     pub webhook_bypassed: IntGaugeVec,
     pub webhook_bypasses_total: IntCounterVec,
@@ -237,6 +239,11 @@ impl Metrics {
                 ),
                 &["initializer"],
             )?,
+            unlisted_alert_after_seconds: prometheus::Gauge::new(
+                "initguard_unlisted_alert_after_seconds",
+                "defaults.unlistedAlertAfter: how long a pod may wait on an unlisted initializer \
+                 before the stuck alert fires, in seconds.",
+            )?,
             dry_run: IntGauge::new(
                 "initguard_dry_run",
                 "1 when decisions are only logged, not written.",
@@ -365,6 +372,7 @@ impl Metrics {
         r.register(Box::new(m.build_info.clone()))?;
         r.register(Box::new(m.deadline_seconds.clone()))?;
         r.register(Box::new(m.dry_run.clone()))?;
+        r.register(Box::new(m.unlisted_alert_after_seconds.clone()))?;
         r.register(Box::new(m.webhook_bypassed.clone()))?;
         r.register(Box::new(m.webhook_bypasses_total.clone()))?;
         r.register(Box::new(m.webhook_restores_total.clone()))?;
@@ -511,6 +519,8 @@ impl Metrics {
             m.watch_restarts_total.with_label_values(&["daemonsets"]);
         }
         m.dry_run.set(i64::from(config.dry_run));
+        m.unlisted_alert_after_seconds
+            .set(config.defaults.unlisted_alert_after.as_secs_f64());
         Ok(m)
     }
 

@@ -65,6 +65,7 @@ const EXPORTED: &[&str] = &[
     "initguard_owner_probe_total",
     "initguard_build_info",
     "initguard_deadline_seconds",
+    "initguard_unlisted_alert_after_seconds",
     "initguard_dry_run",
     "initguard_webhook_bypassed",
     "initguard_webhook_bypasses_total",

@@ -67,6 +67,10 @@ const SCENARIOS: &[(&str, Scenario)] = &[
         "node_stage::recreates_opted_in_pods_once_their_agent_is_back",
         |tb| Box::pin(node_stage::recreates_opted_in_pods_once_their_agent_is_back(tb)),
     ),
+    (
+        "node_stage::the_chart_installed_guard_does_the_same",
+        |tb| Box::pin(node_stage::the_chart_installed_guard_does_the_same(tb)),
+    ),
 ];
 
 /// No scenario here makes the server refuse the guard on purpose.

@@ -272,3 +272,39 @@ async fn metrics_have_the_documented_names() {
     );
     c.finish(guard).await;
 }
+
+/// A gate nobody configured is measured whatever `unlistedInitializers` says (`ignore` here:
+/// it is never bypassed), so `InitguardStuckInitialization` can fire on it at
+/// `defaults.unlistedAlertAfter`, which the guard exports for the rule to read.
+#[tokio::test]
+async fn an_unlisted_gate_is_measured_and_its_alert_threshold_exported() {
+    let c = Cluster::start(Mechanism::SchedulingGates).await;
+    let config = config(
+        Mechanism::SchedulingGates,
+        "initializers: []\ndefaults: { unlistedAlertAfter: 2h }\n",
+    );
+    let guard = c.guard(&config).await;
+    c.pod("default", "forgotten", true, &[UNLISTED]).await;
+    let unlisted = [("initializer", UNLISTED)];
+    let text = eventually_async("the unlisted gate's wait measured", || async {
+        let (_, text) = http_get(guard.addr, "/metrics").await;
+        (metric_series(&text, "initguard_oldest_wait_seconds", &unlisted).is_some_and(|w| w > 0.0))
+            .then_some(text)
+    })
+    .await;
+    assert_eq!(
+        metric_sum(
+            &text,
+            "initguard_waiting_pods",
+            &[("initializer", UNLISTED), ("opted_in", "true")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric_sum(&text, "initguard_unlisted_alert_after_seconds", &[]),
+        7200.0
+    );
+    // Measured, never bypassed.
+    assert_eq!(c.pending("default", "forgotten"), vec![UNLISTED.to_owned()]);
+    c.finish(guard).await;
+}

@@ -18,17 +18,17 @@ use crate::testbed::*;
 use crate::wait::eventually_every;
 
 /// The chart's image values for the bed's image (tests/testbed/node.sh builds it).
-const IMAGE_VALUES: &str = "image: { repository: initguard.test/initguard, tag: dev }\n";
+pub(crate) const IMAGE_VALUES: &str = "image: { repository: initguard.test/initguard, tag: dev }\n";
 
 /// How long helm waits for a release's pods (`--wait`), hooks and tests.
-const HELM_TIMEOUT: &str = "3m";
+pub(crate) const HELM_TIMEOUT: &str = "3m";
 
-fn chart() -> PathBuf {
+pub(crate) fn chart() -> PathBuf {
     repo().join("charts/initguard")
 }
 
 /// helm as the bed's admin: `args`, failing with its output unless it succeeds.
-fn helm(tb: &Testbed, args: &[&str]) -> String {
+pub(crate) fn helm(tb: &Testbed, args: &[&str]) -> String {
     let out = helm_output(tb, args);
     assert!(
         out.status.success(),
@@ -60,7 +60,7 @@ fn helm_output(tb: &Testbed, args: &[&str]) -> Output {
 }
 
 /// `helm uninstall --wait`: its hooks run and its objects are gone when it returns.
-fn uninstall(tb: &Testbed, release: &str, ns: &str) {
+pub(crate) fn uninstall(tb: &Testbed, release: &str, ns: &str) {
     helm(
         tb,
         &[
@@ -75,13 +75,13 @@ fn uninstall(tb: &Testbed, release: &str, ns: &str) {
     );
 }
 
-fn write(tb: &Testbed, name: &str, text: &str) -> PathBuf {
+pub(crate) fn write(tb: &Testbed, name: &str, text: &str) -> PathBuf {
     let path = tb.dir.join(name);
     std::fs::write(&path, text).unwrap_or_else(|e| panic!("cannot write {}: {e}", path.display()));
     path
 }
 
-fn path_str(path: &Path) -> &str {
+pub(crate) fn path_str(path: &Path) -> &str {
     path.to_str()
         .unwrap_or_else(|| panic!("{} is not UTF-8", path.display()))
 }
@@ -106,7 +106,7 @@ fn install_crds(tb: &Testbed) {
 
 /// The release's Deployment once Available (the server's condition), with its pods: all
 /// Ready on the real node.
-async fn available(tb: &Testbed, ns: &str, deployment: &str) -> Vec<Value> {
+pub(crate) async fn available(tb: &Testbed, ns: &str, deployment: &str) -> Vec<Value> {
     eventually_every(
         POLL,
         format!("Deployment {ns}/{deployment} Available"),

@@ -9,15 +9,13 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::chart;
 use crate::pods::{POLL, namespace, node_name};
 use crate::testbed::*;
 use crate::wait::eventually_every;
 
-/// The agent's namespace and DaemonSet.
-const AGENT_NS: &str = "node-agent";
+/// The agent's DaemonSet.
 const AGENT: &str = "agent";
-/// The workloads' namespace.
-const NS: &str = "node-stage";
 /// The init step every workload runs, and the exit code it fails with.
 const STEP: &str = "net-check";
 const EXIT: i64 = 126;
@@ -26,20 +24,35 @@ const REPAIR_AFTER_SECONDS: i64 = 3;
 /// Pod templates' grace period: evicted pods go quickly.
 const GRACE: i64 = 1;
 
-fn config() -> String {
+/// One run of the outage: its namespaces, and who the guard is in the audit log.
+pub(crate) struct Case {
+    pub(crate) tb: Arc<Testbed>,
+    /// The agent's namespace.
+    pub(crate) agent_ns: &'static str,
+    /// The workloads' namespace.
+    pub(crate) ns: &'static str,
+    /// The guard's user.
+    pub(crate) user: String,
+}
+
+/// The `initContainers` entries (flow YAML), for the guard's config and the chart's values.
+pub(crate) fn steps(agent_ns: &str) -> String {
+    format!(
+        "[{{ name: {STEP}, owner: {{ daemonset: {agent_ns}/{AGENT} }}, \
+         failedExitCodes: [{EXIT}], action: recreate, repairAfter: {REPAIR_AFTER_SECONDS}s }}, \
+         {{ name: {SIDECAR_STEP}, deadline: {SIDECAR_DEADLINE_SECONDS}s }}]"
+    )
+}
+
+fn config(agent_ns: &str) -> String {
     format!(
         "mechanism: schedulingGates\n\
          optIn: {{ label: {OPT_IN} }}\n\
          leaderElection: {{ enabled: false }}\n\
          unlistedInitializers: ignore\n\
          dryRun: false\n\
-         initContainers:\n\
-         \x20 - name: {STEP}\n\
-         \x20   owner: {{ daemonset: {AGENT_NS}/{AGENT} }}\n\
-         \x20   failedExitCodes: [{EXIT}]\n\
-         \x20   action: recreate\n\
-         \x20   repairAfter: {REPAIR_AFTER_SECONDS}s\n\
-         \x20 - {{ name: {SIDECAR_STEP}, deadline: {SIDECAR_DEADLINE_SECONDS}s }}\n"
+         initContainers: {}\n",
+        steps(agent_ns)
     )
 }
 
@@ -48,11 +61,11 @@ fn config() -> String {
 const SIDECAR_STEP: &str = "proxy";
 const SIDECAR_DEADLINE_SECONDS: i64 = 4;
 
-fn sidecar_deployment() -> Value {
+fn sidecar_deployment(c: &Case) -> Value {
     json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": { "name": "sidecar", "namespace": NS },
+        "metadata": { "name": "sidecar", "namespace": c.ns },
         "spec": {
             "replicas": 1,
             "selector": { "matchLabels": { "app": "sidecar" } },
@@ -86,21 +99,21 @@ fn sidecar_deployment() -> Value {
 
 /// The host directory the agent marks itself up in (a hostPath both sides mount; inside the
 /// bed's own directory, so `down` takes it away).
-fn agent_dir(tb: &Testbed) -> std::path::PathBuf {
-    tb.dir.join("node-agent")
+fn agent_dir(c: &Case) -> std::path::PathBuf {
+    c.tb.dir.join(c.agent_ns)
 }
 
-fn host_path(tb: &Testbed) -> Value {
-    json!({ "path": agent_dir(tb).display().to_string(), "type": "DirectoryOrCreate" })
+fn host_path(c: &Case) -> Value {
+    json!({ "path": agent_dir(c).display().to_string(), "type": "DirectoryOrCreate" })
 }
 
 /// The agent: Ready while it runs; it marks the node configured while it runs and unmarks it
 /// as it stops.
-fn agent(tb: &Testbed) -> Value {
+fn agent(c: &Case) -> Value {
     json!({
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": { "name": AGENT, "namespace": AGENT_NS },
+        "metadata": { "name": AGENT, "namespace": c.agent_ns },
         "spec": {
             "selector": { "matchLabels": { "app": AGENT } },
             "template": {
@@ -120,7 +133,7 @@ fn agent(tb: &Testbed) -> Value {
                         },
                         "volumeMounts": [{ "name": "agent", "mountPath": "/agent" }],
                     }],
-                    "volumes": [{ "name": "agent", "hostPath": host_path(tb) }],
+                    "volumes": [{ "name": "agent", "hostPath": host_path(c) }],
                 },
             },
         },
@@ -131,14 +144,7 @@ fn agent(tb: &Testbed) -> Value {
 /// whether the agent had configured the node (the verdict is kept in an emptyDir, which
 /// outlives container restarts): a pod started while the agent was missing fails for good.
 /// `broken`: the step fails whatever the agent does (an agent up but broken).
-fn template(
-    tb: &Testbed,
-    app: &str,
-    opted_in: bool,
-    restart: &str,
-    broken: bool,
-    main: &str,
-) -> Value {
+fn template(c: &Case, app: &str, opted_in: bool, restart: &str, broken: bool, main: &str) -> Value {
     let mut labels = json!({ "app": app });
     if opted_in {
         labels[OPT_IN] = json!("true");
@@ -173,34 +179,34 @@ fn template(
                 "command": ["sh", "-c", main],
             }],
             "volumes": [
-                { "name": "agent", "hostPath": host_path(tb) },
+                { "name": "agent", "hostPath": host_path(c) },
                 { "name": "verdict", "emptyDir": {} },
             ],
         },
     })
 }
 
-fn deployment(tb: &Testbed, name: &str, replicas: u32, opted_in: bool, broken: bool) -> Value {
+fn deployment(c: &Case, name: &str, replicas: u32, opted_in: bool, broken: bool) -> Value {
     json!({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": { "name": name, "namespace": NS },
+        "metadata": { "name": name, "namespace": c.ns },
         "spec": {
             "replicas": replicas,
             "selector": { "matchLabels": { "app": name } },
-            "template": template(tb, name, opted_in, "Always", broken, "exec sleep 3600"),
+            "template": template(c, name, opted_in, "Always", broken, "exec sleep 3600"),
         },
     })
 }
 
-fn job(tb: &Testbed, name: &str, restart: &str, backoff_limit: u32) -> Value {
+fn job(c: &Case, name: &str, restart: &str, backoff_limit: u32) -> Value {
     json!({
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": { "name": name, "namespace": NS },
+        "metadata": { "name": name, "namespace": c.ns },
         "spec": {
             "backoffLimit": backoff_limit,
-            "template": template(tb, name, true, restart, false, "true"),
+            "template": template(c, name, true, restart, false, "true"),
         },
     })
 }
@@ -220,8 +226,8 @@ fn uid_of(pod: &Value) -> String {
 }
 
 /// The pods of `app` (the label every template carries).
-fn pods(tb: &Testbed, app: &str) -> Vec<Value> {
-    tb.list("pods", NS, Some(&format!("app={app}")))
+fn pods(c: &Case, app: &str) -> Vec<Value> {
+    c.tb.list("pods", c.ns, Some(&format!("app={app}")))
 }
 
 /// Whether `pod`'s step has terminated with [`EXIT`] (now or last time), as the kubelet
@@ -261,12 +267,12 @@ fn events(tb: &Testbed, ns: &str, reason: &str, kind: &str, name: &str) -> Vec<V
 
 /// Wait for `pod` to be explained once by the guard (its `InitContainerWaiting` Event), and
 /// return the Event's message.
-async fn explained(tb: &Testbed, pod: &str) -> String {
+async fn explained(c: &Case, pod: &str) -> String {
     let found = eventually_every(
         POLL,
         format!("an InitContainerWaiting Event on {pod}"),
         || async {
-            let e = events(tb, NS, "InitContainerWaiting", "Pod", pod);
+            let e = events(&c.tb, c.ns, "InitContainerWaiting", "Pod", pod);
             (!e.is_empty()).then_some(e)
         },
     )
@@ -276,10 +282,10 @@ async fn explained(tb: &Testbed, pod: &str) -> String {
 }
 
 /// The agent's pod on the node, once Ready; the server's Ready transition time.
-async fn agent_ready(tb: &Testbed) -> jiff::Timestamp {
-    let node = node_name(tb);
+async fn agent_ready(c: &Case) -> jiff::Timestamp {
+    let node = node_name(&c.tb);
     eventually_every(POLL, "the agent's pod Ready on the node", || async {
-        tb.list("pods", AGENT_NS, Some(&format!("app={AGENT}")))
+        c.tb.list("pods", c.agent_ns, Some(&format!("app={AGENT}")))
             .into_iter()
             .filter(|p| p["spec"]["nodeName"] == node.as_str())
             .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
@@ -295,12 +301,122 @@ async fn agent_ready(tb: &Testbed) -> jiff::Timestamp {
     .await
 }
 
-/// The guard's evictions in [`NS`], as the server recorded them.
-fn evictions(tb: &Testbed) -> Vec<Audit> {
-    tb.scenario_audit()
+/// The guard's evictions in the workloads' namespace, as the server recorded them.
+fn evictions(c: &Case) -> Vec<Audit> {
+    c.tb.scenario_audit()
         .into_iter()
-        .filter(|a| a.user == GUARD_USER && a.subresource == "eviction" && a.namespace == NS)
+        .filter(|a| a.user == c.user && a.subresource == "eviction" && a.namespace == c.ns)
         .collect()
+}
+
+/// [`outage`] with the guard's binary on the host, granted deploy/rbac-node-stage.yaml.
+pub(crate) async fn recreates_opted_in_pods_once_their_agent_is_back(tb: Arc<Testbed>) {
+    let case = Case {
+        tb,
+        agent_ns: "node-agent",
+        ns: "node-stage",
+        user: GUARD_USER.to_owned(),
+    };
+    outage(&case, Guard::Host).await;
+}
+
+/// The chart's release for [`the_chart_installed_guard_does_the_same`].
+const CHART_RELEASE: (&str, &str) = ("stage", "chart-stage");
+
+/// [`outage`] with the guard as the chart installs it, on the node: the chart renders the
+/// DaemonSet watch and, with `evictions.namespaces`, the eviction Role from the config.
+pub(crate) async fn the_chart_installed_guard_does_the_same(tb: Arc<Testbed>) {
+    let (release, ns) = CHART_RELEASE;
+    let case = Case {
+        tb,
+        agent_ns: "node-agent-chart",
+        ns: "node-stage-chart",
+        user: format!("system:serviceaccount:{ns}:{release}-initguard"),
+    };
+    outage(&case, Guard::Chart).await;
+}
+
+/// Who runs the guard in an [`outage`].
+#[derive(Clone, Copy)]
+pub(crate) enum Guard {
+    /// The binary on the host, as `system:initguard`, with deploy/rbac-node-stage.yaml.
+    Host,
+    /// The chart in the tree, its pod on the node, as its ServiceAccount.
+    Chart,
+}
+
+enum Running {
+    Host(GuardProcess),
+    Chart,
+}
+
+/// Start the guard of `guard` for `c`, until it is ready.
+async fn start(c: &Case, guard: Guard) -> Running {
+    match guard {
+        Guard::Host => {
+            c.tb.kubectl(&["apply", "-f", &rbac_node_stage()]);
+            Running::Host(c.tb.guard(c.ns, "initguard", &config(c.agent_ns)).await)
+        }
+        Guard::Chart => {
+            let (release, ns) = CHART_RELEASE;
+            let values = chart::write(
+                &c.tb,
+                "chart-stage.yaml",
+                &format!(
+                    "{}replicaCount: 1
+config:
+  dryRun: false
+  initContainers: {}
+  \
+                     evictions: {{ namespaces: [{}] }}
+",
+                    chart::IMAGE_VALUES,
+                    steps(c.agent_ns),
+                    c.ns
+                ),
+            );
+            chart::helm(
+                &c.tb,
+                &[
+                    "install",
+                    release,
+                    chart::path_str(&chart::chart()),
+                    "--namespace",
+                    ns,
+                    "--create-namespace",
+                    "-f",
+                    chart::path_str(&values),
+                    "--wait",
+                    "--timeout",
+                    chart::HELM_TIMEOUT,
+                ],
+            );
+            chart::available(&c.tb, ns, &format!("{release}-initguard")).await;
+            Running::Chart
+        }
+    }
+}
+
+/// Stop what [`start`] started, and take back what it granted.
+fn stop(c: &Case, running: Running) {
+    match running {
+        Running::Host(guard) => {
+            guard.stop();
+            c.tb.kubectl(&["delete", "-f", &rbac_node_stage()]);
+        }
+        Running::Chart => {
+            let (release, ns) = CHART_RELEASE;
+            chart::uninstall(&c.tb, release, ns);
+            c.tb.kubectl(&["delete", "namespace", ns, "--wait=false"]);
+        }
+    }
+}
+
+fn rbac_node_stage() -> String {
+    repo()
+        .join("deploy/rbac-node-stage.yaml")
+        .display()
+        .to_string()
 }
 
 /// An agent DaemonSet on the real node goes away; Deployments and Jobs started meanwhile
@@ -311,27 +427,20 @@ fn evictions(tb: &Testbed) -> Vec<Audit> {
 /// with `OnFailure` completes. An unlabeled pod, a Job's `restartPolicy: Never` pod and a
 /// pod that fails while the agent is up are never evicted. A native sidecar whose startup
 /// probe never passes is reported at its deadline.
-pub(crate) async fn recreates_opted_in_pods_once_their_agent_is_back(tb: Arc<Testbed>) {
-    tb.kubectl(&[
-        "apply",
-        "-f",
-        &repo()
-            .join("deploy/rbac-node-stage.yaml")
-            .display()
-            .to_string(),
-    ]);
-    namespace(&tb, AGENT_NS).await;
-    namespace(&tb, NS).await;
-    tb.apply(&agent(&tb));
-    agent_ready(&tb).await;
-    let guard = tb.guard("node-stage", "initguard", &config()).await;
+pub(crate) async fn outage(c: &Case, guard: Guard) {
+    let tb = c.tb.clone();
+    namespace(&tb, c.agent_ns).await;
+    namespace(&tb, c.ns).await;
+    tb.apply(&agent(c));
+    agent_ready(c).await;
+    let running = start(c, guard).await;
 
     // The agent goes away (a rollout, a crash: its pod is gone from the node).
     tb.kubectl(&[
         "patch",
         "daemonset",
         "-n",
-        AGENT_NS,
+        c.agent_ns,
         AGENT,
         "--type",
         "merge",
@@ -342,39 +451,37 @@ pub(crate) async fn recreates_opted_in_pods_once_their_agent_is_back(tb: Arc<Tes
         POLL,
         "the agent's pod gone and its mark removed",
         || async {
-            (tb.list("pods", AGENT_NS, Some(&format!("app={AGENT}")))
+            (c.tb
+                .list("pods", c.agent_ns, Some(&format!("app={AGENT}")))
                 .is_empty()
-                && !agent_dir(&tb).join("up").exists())
+                && !agent_dir(c).join("up").exists())
             .then_some(())
         },
     )
     .await;
 
     // Workloads start while it is missing.
-    tb.apply(&deployment(&tb, "web", 2, true, false));
+    tb.apply(&deployment(c, "web", 2, true, false));
     tb.apply(&json!({
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": { "name": "web", "namespace": NS },
+        "metadata": { "name": "web", "namespace": c.ns },
         "spec": { "minAvailable": 2, "selector": { "matchLabels": { "app": "web" } } },
     }));
-    tb.apply(&deployment(&tb, "plain", 1, false, false));
-    tb.apply(&job(&tb, "on-failure", "OnFailure", 20));
-    tb.apply(&job(&tb, "never", "Never", 0));
-    tb.apply(&sidecar_deployment());
-    let stuck = |app: &'static str, n: usize| {
-        let tb = tb.clone();
-        async move {
-            eventually_every(
-                POLL,
-                format!("{n} pod(s) of {app} failing {STEP} with {EXIT}"),
-                || async {
-                    let p = pods(&tb, app);
-                    (p.len() == n && p.iter().all(failed_with_exit)).then_some(p)
-                },
-            )
-            .await
-        }
+    tb.apply(&deployment(c, "plain", 1, false, false));
+    tb.apply(&job(c, "on-failure", "OnFailure", 20));
+    tb.apply(&job(c, "never", "Never", 0));
+    tb.apply(&sidecar_deployment(c));
+    let stuck = |app: &'static str, n: usize| async move {
+        eventually_every(
+            POLL,
+            format!("{n} pod(s) of {app} failing {STEP} with {EXIT}"),
+            || async {
+                let p = pods(c, app);
+                (p.len() == n && p.iter().all(failed_with_exit)).then_some(p)
+            },
+        )
+        .await
     };
     let web = stuck("web", 2).await;
     let plain = stuck("plain", 1).await;
@@ -382,7 +489,7 @@ pub(crate) async fn recreates_opted_in_pods_once_their_agent_is_back(tb: Arc<Tes
     let never = stuck("never", 1).await;
     // The guard explains each restartable stuck pod while the agent is down...
     for pod in web.iter().chain(&plain).chain(&on_failure) {
-        let message = explained(&tb, &name_of(pod)).await;
+        let message = explained(c, &name_of(pod)).await;
         assert!(
             message.contains(&format!("exited {EXIT}")) && message.contains("down"),
             "{}: {message}",
@@ -390,7 +497,7 @@ pub(crate) async fn recreates_opted_in_pods_once_their_agent_is_back(tb: Arc<Tes
         );
     }
     // ...and evicts nothing.
-    let early = evictions(&tb);
+    let early = evictions(c);
     assert!(
         early.is_empty(),
         "evicted while the agent was down: {early:#?}"
@@ -401,23 +508,23 @@ pub(crate) async fn recreates_opted_in_pods_once_their_agent_is_back(tb: Arc<Tes
         "patch",
         "daemonset",
         "-n",
-        AGENT_NS,
+        c.agent_ns,
         AGENT,
         "--type",
         "json",
         "-p",
         r#"[{"op":"remove","path":"/spec/template/spec/nodeSelector"}]"#,
     ]);
-    let back = agent_ready(&tb).await;
+    let back = agent_ready(c).await;
     // The guard has seen it back once it evicted something: a pod that fails from now on
     // started while the agent was up.
     eventually_every(POLL, "a first eviction", || async {
-        evictions(&tb).iter().any(|a| a.code == 201).then_some(())
+        evictions(c).iter().any(|a| a.code == 201).then_some(())
     })
     .await;
-    tb.apply(&deployment(&tb, "late", 1, true, true));
+    tb.apply(&deployment(c, "late", 1, true, true));
     let late = stuck("late", 1).await;
-    let message = explained(&tb, &name_of(&late[0])).await;
+    let message = explained(c, &name_of(&late[0])).await;
     assert!(
         message.contains("bound while its owner was already up"),
         "{message}"
@@ -426,7 +533,7 @@ pub(crate) async fn recreates_opted_in_pods_once_their_agent_is_back(tb: Arc<Tes
     // The sidecar runs but never starts: reported at its deadline, not before (the Event's
     // creation against the pod's binding, both on the server's clock).
     let sidecar = eventually_every(POLL, "the sidecar's pod running, not started", || async {
-        pods(&tb, "sidecar").into_iter().find(|p| {
+        pods(c, "sidecar").into_iter().find(|p| {
             p["status"]["initContainerStatuses"]
                 .as_array()
                 .into_iter()
@@ -440,7 +547,7 @@ pub(crate) async fn recreates_opted_in_pods_once_their_agent_is_back(tb: Arc<Tes
     })
     .await;
     let sidecar_name = name_of(&sidecar);
-    let message = explained(&tb, &sidecar_name).await;
+    let message = explained(c, &sidecar_name).await;
     assert!(
         message.contains(&format!("waiting on init container {SIDECAR_STEP}"))
             && message.contains("past its deadline"),
@@ -458,7 +565,7 @@ pub(crate) async fn recreates_opted_in_pods_once_their_agent_is_back(tb: Arc<Tes
         .scenario_audit()
         .into_iter()
         .find(|a| {
-            a.user == GUARD_USER
+            a.user == c.user
                 && a.resource == "events"
                 && a.verb == "create"
                 && a.request["reason"] == "InitContainerWaiting"
@@ -474,7 +581,7 @@ pub(crate) async fn recreates_opted_in_pods_once_their_agent_is_back(tb: Arc<Tes
 
     let originals: BTreeSet<String> = web.iter().map(uid_of).collect();
     let replaced = eventually_every(POLL, "web's pods replaced and initialized", || async {
-        let now = pods(&tb, "web");
+        let now = pods(c, "web");
         (now.len() == 2
             && now.iter().all(|p| {
                 !originals.contains(&uid_of(p))
@@ -484,7 +591,7 @@ pub(crate) async fn recreates_opted_in_pods_once_their_agent_is_back(tb: Arc<Tes
     })
     .await;
     eventually_every(POLL, "Job on-failure complete", || async {
-        let job = tb.get("job", NS, "on-failure")?;
+        let job = tb.get("job", c.ns, "on-failure")?;
         (job["status"]["succeeded"].as_i64() == Some(1)).then_some(())
     })
     .await;
@@ -500,17 +607,17 @@ pub(crate) async fn recreates_opted_in_pods_once_their_agent_is_back(tb: Arc<Tes
             POLL,
             format!("InitContainerRecreated on {kind} {name}"),
             || async {
-                let e = events(&tb, NS, "InitContainerRecreated", kind, &name);
+                let e = events(&tb, c.ns, "InitContainerRecreated", kind, &name);
                 (!e.is_empty()).then_some(e)
             },
         )
         .await;
         assert_eq!(recorded[0]["type"], "Warning", "{recorded:#?}");
     }
-    guard.stop();
+    stop(c, running);
 
     // Exactly the opted-in pods of re-creating controllers, each once, each by its uid.
-    let all = evictions(&tb);
+    let all = evictions(c);
     let evicted: Vec<&Audit> = all.iter().filter(|a| a.code == 201).collect();
     let want: BTreeSet<String> = web.iter().chain(&on_failure).map(name_of).collect();
     let names: BTreeSet<String> = evicted.iter().map(|a| a.name.clone()).collect();
@@ -545,9 +652,7 @@ pub(crate) async fn recreates_opted_in_pods_once_their_agent_is_back(tb: Arc<Tes
     let writes: Vec<Audit> = tb
         .scenario_audit()
         .into_iter()
-        .filter(|a| {
-            a.user == GUARD_USER && a.is_write() && a.resource == "pods" && a.namespace == NS
-        })
+        .filter(|a| a.user == c.user && a.is_write() && a.resource == "pods" && a.namespace == c.ns)
         .collect();
     assert!(
         writes
@@ -557,14 +662,14 @@ pub(crate) async fn recreates_opted_in_pods_once_their_agent_is_back(tb: Arc<Tes
     );
     for pod in plain.iter().chain(&late) {
         assert!(
-            tb.get("pod", NS, &name_of(pod))
+            tb.get("pod", c.ns, &name_of(pod))
                 .is_some_and(|p| uid_of(&p) == uid_of(pod)),
             "{} is still there",
             name_of(pod)
         );
     }
     // The PodDisruptionBudget allowed no disruption throughout (minAvailable = replicas).
-    let pdb = tb.get("pdb", NS, "web").unwrap_or(Value::Null);
+    let pdb = tb.get("pdb", c.ns, "web").unwrap_or(Value::Null);
     assert_eq!(pdb["status"]["disruptionsAllowed"], json!(0), "{pdb:#}");
 
     // One at a time: web's second eviction came after the kubelet reported a replacement
@@ -584,7 +689,7 @@ pub(crate) async fn recreates_opted_in_pods_once_their_agent_is_back(tb: Arc<Tes
         .filter(|a| {
             a.user.starts_with("system:node:")
                 && a.subresource == "status"
-                && a.namespace == NS
+                && a.namespace == c.ns
                 && replacements.contains(&a.name)
                 && a.received > first.received
                 && a.request["status"]["conditions"]
@@ -601,14 +706,6 @@ pub(crate) async fn recreates_opted_in_pods_once_their_agent_is_back(tb: Arc<Tes
         second.received
     );
 
-    tb.kubectl(&["delete", "namespace", NS, "--wait=false"]);
-    tb.kubectl(&["delete", "namespace", AGENT_NS, "--wait=false"]);
-    tb.kubectl(&[
-        "delete",
-        "-f",
-        &repo()
-            .join("deploy/rbac-node-stage.yaml")
-            .display()
-            .to_string(),
-    ]);
+    tb.kubectl(&["delete", "namespace", c.ns, "--wait=false"]);
+    tb.kubectl(&["delete", "namespace", c.agent_ns, "--wait=false"]);
 }
