@@ -240,19 +240,34 @@ async fn read_daemonsets(
     now: SystemTime,
     unread: &mut Vec<String>,
 ) {
-    use k8s_openapi::api::apps::v1::DaemonSet;
-    let listed: std::collections::HashSet<_> = config
-        .init_containers
-        .iter()
-        .filter_map(crate::node_stage::daemonset_owner)
-        .cloned()
-        .collect();
-    for ds in listed {
+    let listed = crate::node_stage::daemonset_owners(config);
+    if listed.is_empty() {
+        return;
+    }
+    // In the group version the server serves them, as the running guard reads them.
+    let resource = match kube_common::ApiSurface::read(client).await {
+        Ok(surface) => surface.daemonsets(),
+        Err(e) => {
+            unread.push(format!(
+                "cannot read discovery ({e}); the node stage's daemonset owners count as unknown"
+            ));
+            return;
+        }
+    };
+    let Some(resource) = resource else {
+        unread.push(format!(
+            "no DaemonSet API served ({}); the node stage's daemonset owners count as unknown",
+            kube_common::daemonset_group_versions()
+        ));
+        return;
+    };
+    for (ds, _) in listed {
         // Listed by name, as the running guard watches it (its RBAC: list and watch only).
-        let api: Api<DaemonSet> = Api::namespaced(client.clone(), &ds.namespace);
+        let api: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(client.clone(), &ds.namespace, &resource);
         let params = ListParams::default().fields(&format!("metadata.name={}", ds.name));
         let read = api.list(&params).await;
-        let Some(agents) = stage.agents_mut(&ds) else {
+        let Some(agents) = stage.agents_mut(ds) else {
             continue;
         };
         match read.map(|list| list.items.into_iter().next()) {
@@ -277,11 +292,9 @@ async fn read_agents(
     now: SystemTime,
     unread: &mut Vec<String>,
 ) {
-    let namespaces: std::collections::BTreeSet<&str> = config
-        .init_containers
-        .iter()
-        .filter_map(crate::node_stage::daemonset_owner)
-        .map(|ds| ds.namespace.as_str())
+    let namespaces: std::collections::BTreeSet<&str> = crate::node_stage::daemonset_owners(config)
+        .into_iter()
+        .map(|(ds, _)| ds.namespace.as_str())
         .collect();
     for namespace in namespaces {
         let api: Api<SlimPod> = Api::namespaced(client.clone(), namespace);

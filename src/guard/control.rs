@@ -105,6 +105,7 @@ impl ControlLoop {
     pub(super) async fn run(
         mut self,
         client: kube::Client,
+        discovery: crate::discovery::Discovery,
         mut replies: mpsc::UnboundedReceiver<Reply>,
         mut leader: watch::Receiver<bool>,
         cancel: CancellationToken,
@@ -132,7 +133,12 @@ impl ControlLoop {
         } else {
             futures::stream::pending().boxed()
         };
-        let mut daemonsets = node_stage::watch_daemonsets(&client_for_jobs, &self.shared);
+        let mut daemonsets = node_stage::watch_daemonsets(
+            &client_for_jobs,
+            discovery,
+            self.shared.clone(),
+            cancel.clone(),
+        );
         let mut daemonset_relists = node_stage::DaemonSetRelists::default();
         let mut owner_changes = self.shared.owners.subscribe();
         // Beat well within the stall window, or an idle loop would look stalled.

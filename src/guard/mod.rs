@@ -210,6 +210,7 @@ impl Guard {
         // Writers, and the loop that decides for the actuator.
         let webhook_clock = clock;
         let eviction = evict::EvictionVersion::default();
+        let stage_discovery = discovery.clone();
         let webhook_guard = webhooks::WebhookGuard {
             client: client.clone(),
             discovery,
@@ -253,7 +254,13 @@ impl Guard {
         let control = ControlLoop::new(shared.clone(), actuator, pods_listed, namespaces_listed);
         life.spawn(
             "control loop",
-            control.run(client.clone(), replies, leader, life.token()),
+            control.run(
+                client.clone(),
+                stage_discovery,
+                replies,
+                leader,
+                life.token(),
+            ),
         );
 
         // Servers, on every replica.

@@ -4,49 +4,86 @@
 //! ([`super::recreate`]) that there are pods to decide about again.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use k8s_openapi::api::apps::v1::DaemonSet;
-use kube::api::Api;
+use kube::api::{Api, DynamicObject};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::watcher::{self, Event};
-use tracing::{info, warn};
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
 
 use super::shared::Shared;
 use crate::config::ObjectRef;
-use crate::node_stage::daemonset_owner;
+use crate::discovery::Discovery;
+use crate::node_stage::daemonset_owners;
 use crate::node_stage::stage::{Applied, Ended, OTHER};
 use crate::pod::SlimPod;
 
-/// One event of the watch of one listed DaemonSet.
-pub(super) type DaemonSetEvent = (ObjectRef, Result<Event<DaemonSet>, watcher::Error>);
+/// One event of the watch of one listed DaemonSet (read in whichever group version the
+/// server serves them: only its uid is read).
+pub(super) type DaemonSetEvent = (ObjectRef, Result<Event<DynamicObject>, watcher::Error>);
 
-/// One watch per DaemonSet listed steps name, merged; pending forever when none is.
+/// What `/readyz` is told about while DaemonSets cannot be watched.
+const READINESS: &str = "daemonsets";
+
+/// One watch per DaemonSet listed steps name, merged, in the group version discovery gives
+/// (apps/v1, apps/v1beta2 in 1.8, extensions/v1beta1 in 1.7); pending forever when none is
+/// named. A server that serves none is said in the log and in `/readyz`, and the steps'
+/// owners stay unknown (never down: nothing is recreated).
 pub(super) fn watch_daemonsets(
     client: &kube::Client,
-    shared: &Shared,
+    discovery: Discovery,
+    shared: Arc<Shared>,
+    cancel: CancellationToken,
 ) -> BoxStream<'static, DaemonSetEvent> {
-    let listed: HashSet<ObjectRef> = shared
-        .config
-        .init_containers
-        .iter()
-        .filter_map(daemonset_owner)
-        .cloned()
+    let listed: Vec<ObjectRef> = daemonset_owners(&shared.config)
+        .into_iter()
+        .map(|(ds, _)| ds.clone())
         .collect();
     if listed.is_empty() {
         return futures::stream::pending().boxed();
     }
-    let streams = listed.into_iter().map(|ds| {
-        let api: Api<DaemonSet> = Api::namespaced(client.clone(), &ds.namespace);
-        let config = watcher::Config::default().fields(&format!("metadata.name={}", ds.name));
-        watcher::watcher(api, config)
-            .default_backoff()
-            .map(move |e| (ds.clone(), e))
-            .boxed()
-    });
-    futures::stream::select_all(streams).boxed()
+    let client = client.clone();
+    let resource = async move {
+        let surface = discovery
+            .surface_until(&cancel, |e| {
+                warn!(error = %e, "cannot read discovery for the node stage's DaemonSets; retrying");
+            })
+            .await?;
+        let found = surface.daemonsets();
+        let reason = found.is_none().then(|| {
+            format!(
+                "no DaemonSet API served ({}): the node stage's daemonset owners stay unknown",
+                kube_common::daemonset_group_versions()
+            )
+        });
+        if let Some(reason) = &reason {
+            error!("{reason}");
+        }
+        shared.readiness.set(READINESS, reason);
+        found
+    };
+    futures::stream::once(resource)
+        .flat_map(move |found| match found {
+            Some(resource) => {
+                let streams = listed.clone().into_iter().map(|ds| {
+                    let api: Api<DynamicObject> =
+                        Api::namespaced_with(client.clone(), &ds.namespace, &resource);
+                    let config =
+                        watcher::Config::default().fields(&format!("metadata.name={}", ds.name));
+                    watcher::watcher(api, config)
+                        .default_backoff()
+                        .map(move |e| (ds.clone(), e))
+                        .boxed()
+                });
+                futures::stream::select_all(streams).boxed()
+            }
+            None => futures::stream::pending().boxed(),
+        })
+        .boxed()
 }
 
 /// The DaemonSets being relisted, each with whether the relist found it.
@@ -336,7 +373,8 @@ initContainers:
             name: "istio-cni-node".into(),
         };
         let mut relists = DaemonSetRelists::default();
-        let object: DaemonSet = serde_json::from_value(json!({
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "extensions/v1beta1", "kind": "DaemonSet",
             "metadata": {"name": "istio-cni-node", "namespace": "istio-system", "uid": "ds"}
         }))
         .expect("a DaemonSet");

@@ -954,21 +954,36 @@ pub struct DaemonSetFindings {
 /// Read each DaemonSet an `initContainers` entry names (apps/v1) and count the nodes where a
 /// pod it controls (by uid) is Ready and not being deleted, as the running guard judges it.
 pub async fn daemonset_owners(client: &kube::Client, config: &Config) -> DaemonSetFindings {
-    use k8s_openapi::api::apps::v1::DaemonSet;
     let mut findings = DaemonSetFindings::default();
-    let mut seen = std::collections::HashSet::new();
-    for step in &config.init_containers {
-        let Some(ds) = crate::node_stage::daemonset_owner(step) else {
-            continue;
-        };
-        if !seen.insert(ds.clone()) {
-            continue;
+    let listed = crate::node_stage::daemonset_owners(config);
+    if listed.is_empty() {
+        return findings;
+    }
+    // In the group version the server serves them, as the running guard reads them.
+    let resource = match ApiSurface::read(client).await {
+        Ok(surface) => surface.daemonsets(),
+        Err(e) => {
+            findings.errors.push(format!(
+                "cannot read discovery for the node stage's DaemonSets: {}",
+                error_chain(&e)
+            ));
+            return findings;
         }
+    };
+    let Some(resource) = resource else {
+        findings.errors.push(format!(
+            "the server serves no DaemonSet API ({}): every daemonset owner stays unknown",
+            kube_common::daemonset_group_versions()
+        ));
+        return findings;
+    };
+    for (ds, step) in listed {
         let what = format!(
             "owner daemonset {}/{} (of init container {})",
             ds.namespace, ds.name, step.name
         );
-        let api: Api<DaemonSet> = Api::namespaced(client.clone(), &ds.namespace);
+        let api: Api<kube::api::DynamicObject> =
+            Api::namespaced_with(client.clone(), &ds.namespace, &resource);
         let found = match api.get_opt(&ds.name).await {
             Ok(Some(found)) => found,
             Ok(None) => {
@@ -986,14 +1001,13 @@ pub async fn daemonset_owners(client: &kube::Client, config: &Config) -> DaemonS
             }
         };
         let uid = found.metadata.uid.clone().unwrap_or_default();
-        let selector = found
-            .spec
-            .as_ref()
-            .and_then(|s| s.selector.match_labels.as_ref())
+        // spec.selector.matchLabels: the same in every group version.
+        let selector = found.data["spec"]["selector"]["matchLabels"]
+            .as_object()
             .map(|labels| {
                 labels
                     .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
+                    .filter_map(|(k, v)| Some(format!("{k}={}", v.as_str()?)))
                     .collect::<Vec<_>>()
                     .join(",")
             })

@@ -15,8 +15,12 @@ use crate::harness::*;
 const STEP: &str = "istio-validation";
 
 fn config(extra: &str) -> std::sync::Arc<initguard::config::Config> {
+    config_for(Mechanism::SchedulingGates, extra)
+}
+
+fn config_for(mechanism: Mechanism, extra: &str) -> std::sync::Arc<initguard::config::Config> {
     crate::harness::config(
-        Mechanism::SchedulingGates,
+        mechanism,
         &format!(
             "initContainers:\n  - name: {STEP}\n    owner: {{ daemonset: istio-system/istio-cni-node }}\n    \
              failedExitCodes: [126]\n    action: recreate\n    repairAfter: 1s\n{extra}"
@@ -25,8 +29,8 @@ fn config(extra: &str) -> std::sync::Arc<initguard::config::Config> {
 }
 
 /// The shipped RBAC with `deploy/rbac-node-stage.yaml` (both of its roles).
-fn node_stage_rbac() -> Rbac {
-    let mut rbac = shipped_rbac(Mechanism::SchedulingGates);
+fn node_stage_rbac(mechanism: Mechanism) -> Rbac {
+    let mut rbac = shipped_rbac(mechanism);
     let stage = Rbac::from_yaml_str(&deploy_file("rbac-node-stage.yaml"), GUARD_USER)
         .unwrap_or_else(|e| panic!("deploy/rbac-node-stage.yaml: {e}"));
     rbac.merge(stage);
@@ -34,14 +38,32 @@ fn node_stage_rbac() -> Rbac {
 }
 
 async fn world() -> (Cluster, String) {
-    let c = Cluster::start(Mechanism::SchedulingGates).await;
-    c.sim.enforce_rbac_policy(GUARD_USER, node_stage_rbac());
+    world_for(Mechanism::SchedulingGates).await
+}
+
+/// The DaemonSet's group version on the server being simulated: apps/v1beta2 on the 1.8
+/// profile (no apps/v1 yet), else apps/v1.
+fn daemonset_api_version() -> &'static str {
+    if kube_version() == Some(kube_sim::KubeVersion::V1_8) {
+        "apps/v1beta2"
+    } else {
+        "apps/v1"
+    }
+}
+
+async fn world_for(mechanism: Mechanism) -> (Cluster, String) {
+    let c = Cluster::start(mechanism).await;
+    c.sim
+        .enforce_rbac_policy(GUARD_USER, node_stage_rbac(mechanism));
     c.namespace("istio-system").await;
     c.namespace("apps").await;
     let ds = c
         .admin_post(
-            "/apis/apps/v1/namespaces/istio-system/daemonsets",
-            &json!({"apiVersion": "apps/v1", "kind": "DaemonSet",
+            &format!(
+                "/apis/{}/namespaces/istio-system/daemonsets",
+                daemonset_api_version()
+            ),
+            &json!({"apiVersion": daemonset_api_version(), "kind": "DaemonSet",
                 "metadata": {"name": "istio-cni-node", "namespace": "istio-system"},
                 "spec": {"selector": {"matchLabels": {"k8s-app": "istio-cni-node"}},
                     "template": {"metadata": {"labels": {"k8s-app": "istio-cni-node"}},
@@ -130,10 +152,15 @@ fn condition_true_at(c: &Cluster, name: &str, kind: &str) -> Option<SystemTime> 
         .map(|ch| ch.time)
 }
 
-#[tokio::test]
-async fn recreates_only_opted_in_pods_once_their_agent_is_back_for_repair_after() {
-    let (c, ds_uid) = world().await;
-    let guard = c.guard(&config("")).await;
+// On every version profile: DaemonSets discovered in apps/v1, or apps/v1beta2 on 1.8; the
+// Eviction in policy/v1 or policy/v1beta1 as `/api/v1` lists it.
+both_mechanisms!(recreates_only_opted_in_pods_once_their_agent_is_back_for_repair_after);
+
+async fn recreates_only_opted_in_pods_once_their_agent_is_back_for_repair_after(
+    mechanism: Mechanism,
+) {
+    let (c, ds_uid) = world_for(mechanism).await;
+    let guard = c.guard(&config_for(mechanism, "")).await;
     // The agent is missing as the pods start: their step fails for good.
     c.sim.fail_init_container(STEP, Some(126));
     workload(&c, "web-a", "web", true).await;
@@ -213,6 +240,22 @@ async fn recreates_only_opted_in_pods_once_their_agent_is_back_for_repair_after(
     }
     assert!(c.sim.get_object("pods", Some("apps"), "batch-a").is_some());
     assert!(evictions(&c).iter().all(|(n, _, _)| n != "batch-a"));
+    // The DaemonSet was read where this server serves it, and nowhere else.
+    let paths: std::collections::BTreeSet<String> = c
+        .sim
+        .requests()
+        .into_iter()
+        .filter(|r| r.user == GUARD_USER && r.resource == "daemonsets")
+        .map(|r| r.path)
+        .collect();
+    let want = format!(
+        "/apis/{}/namespaces/istio-system/daemonsets",
+        daemonset_api_version()
+    );
+    assert!(
+        !paths.is_empty() && paths.iter().all(|p| *p == want),
+        "{paths:?}"
+    );
     c.finish(guard).await;
 }
 

@@ -447,6 +447,20 @@ pub fn daemonset_owner(step: &InitContainerConfig) -> Option<&crate::config::Obj
     }
 }
 
+/// Each DaemonSet the listed steps name, once, with the first step naming it, in the
+/// config's order: what the guard watches, `status` reads and `check-config` checks.
+pub fn daemonset_owners(config: &Config) -> Vec<(&crate::config::ObjectRef, &InitContainerConfig)> {
+    let mut out: Vec<(&crate::config::ObjectRef, &InitContainerConfig)> = Vec::new();
+    for step in &config.init_containers {
+        if let Some(ds) = daemonset_owner(step)
+            && !out.iter().any(|(seen, _)| *seen == ds)
+        {
+            out.push((ds, step));
+        }
+    }
+    out
+}
+
 /// For a Job's pod with `restartPolicy: Never`: the `podFailurePolicy` rule that keeps an
 /// agent outage off the Job's `backoffLimit` (1.26+), for `why`.
 pub fn pod_failure_policy_hint(step: &InitContainerConfig) -> Option<String> {

@@ -20,6 +20,15 @@ pub const DEPLOYMENT_GROUP_VERSIONS: [(&str, &str); 4] = [
     ("extensions", "v1beta1"),
 ];
 
+/// DaemonSet group versions, most preferred first: `apps/v1` from 1.9, `apps/v1beta2` in 1.8,
+/// `extensions/v1beta1` 1.7-1.15 (apps/v1beta1 never served DaemonSets; same source as the
+/// module comment's).
+pub const DAEMONSET_GROUP_VERSIONS: [(&str, &str); 3] = [
+    ("apps", "v1"),
+    ("apps", "v1beta2"),
+    ("extensions", "v1beta1"),
+];
+
 /// Lease group versions, most preferred first (see the module comment).
 pub const LEASE_GROUP_VERSIONS: [(&str, &str); 2] = [
     ("coordination.k8s.io", "v1"),
@@ -70,6 +79,11 @@ impl ApiSurface {
     /// The most preferred Deployment group version served, if any.
     pub fn deployments(&self) -> Option<ApiResource> {
         self.preferred(&DEPLOYMENT_GROUP_VERSIONS, "Deployment", "deployments")
+    }
+
+    /// The most preferred DaemonSet group version served, if any.
+    pub fn daemonsets(&self) -> Option<ApiResource> {
+        self.preferred(&DAEMONSET_GROUP_VERSIONS, "DaemonSet", "daemonsets")
     }
 
     /// The most preferred Lease group version served, if any (none before 1.12).
@@ -128,6 +142,11 @@ pub fn deployment_group_versions() -> String {
     in_words(&DEPLOYMENT_GROUP_VERSIONS)
 }
 
+/// `DAEMONSET_GROUP_VERSIONS` in words, for error messages.
+pub fn daemonset_group_versions() -> String {
+    in_words(&DAEMONSET_GROUP_VERSIONS)
+}
+
 /// `LEASE_GROUP_VERSIONS` in words, for error messages.
 pub fn lease_group_versions() -> String {
     in_words(&LEASE_GROUP_VERSIONS)
@@ -161,6 +180,31 @@ mod tests {
         let current = ApiSurface::from_group_versions([("apps", "v1")]);
         assert_eq!(current.deployments().unwrap().api_version, "apps/v1");
         assert!(ApiSurface::default().deployments().is_none());
+    }
+
+    #[test]
+    fn daemonsets_are_apps_v1_from_1_9_apps_v1beta2_in_1_8_extensions_in_1_7() {
+        // 1.8 serves apps/v1beta1 too, which never had DaemonSets.
+        let v18 = ApiSurface::from_group_versions([
+            ("apps", "v1beta2"),
+            ("apps", "v1beta1"),
+            ("extensions", "v1beta1"),
+        ]);
+        let d = v18.daemonsets().unwrap();
+        assert_eq!(d.api_version, "apps/v1beta2");
+        assert_eq!(
+            (d.kind.as_str(), d.plural.as_str()),
+            ("DaemonSet", "daemonsets")
+        );
+        let v17 = ApiSurface::from_group_versions([("apps", "v1beta1"), ("extensions", "v1beta1")]);
+        assert_eq!(v17.daemonsets().unwrap().api_version, "extensions/v1beta1");
+        let v113 = ApiSurface::from_group_versions([("apps", "v1"), ("extensions", "v1beta1")]);
+        assert_eq!(v113.daemonsets().unwrap().api_version, "apps/v1");
+        assert!(
+            ApiSurface::from_group_versions([("apps", "v1beta1")])
+                .daemonsets()
+                .is_none()
+        );
     }
 
     #[test]

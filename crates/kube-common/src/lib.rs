@@ -13,7 +13,7 @@ pub mod selector;
 pub mod yaml;
 
 pub use api_surface::{
-    ApiSurface, DEPLOYMENT_GROUP_VERSIONS, LEASE_GROUP_VERSIONS, deployment_group_versions,
-    lease_group_versions,
+    ApiSurface, DAEMONSET_GROUP_VERSIONS, DEPLOYMENT_GROUP_VERSIONS, LEASE_GROUP_VERSIONS,
+    daemonset_group_versions, deployment_group_versions, lease_group_versions,
 };
 pub use mechanism::{Mechanism, include_uninitialized};

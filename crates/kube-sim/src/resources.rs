@@ -144,7 +144,7 @@ const EVENT_FIELDS: &[&str] = &[
 /// Every served resource. The first twelve are the canonical ones, in [`Storage`] order; the
 /// others are views of the same objects in other group versions. Which of them a server
 /// serves depends on its Kubernetes version ([`super::version::KubeVersion::serves`]).
-pub(crate) static RESOURCES: [ResourceInfo; 17] = [
+pub(crate) static RESOURCES: [ResourceInfo; 19] = [
     ResourceInfo {
         group: "",
         version: "v1",
@@ -378,6 +378,34 @@ pub(crate) static RESOURCES: [ResourceInfo; 17] = [
         categories: &["all"],
         subresources: &["status"],
         storage: Storage::Deployments,
+        selectable_fields: &[],
+    },
+    // DaemonSets where 1.8 (apps/v1beta2) and 1.7-1.15 (extensions/v1beta1) served them;
+    // apps/v1beta1 never did.
+    ResourceInfo {
+        group: "apps",
+        version: "v1beta2",
+        plural: "daemonsets",
+        singular: "daemonset",
+        kind: "DaemonSet",
+        namespaced: true,
+        short_names: &["ds"],
+        categories: &["all"],
+        subresources: &["status"],
+        storage: Storage::DaemonSets,
+        selectable_fields: &[],
+    },
+    ResourceInfo {
+        group: "extensions",
+        version: "v1beta1",
+        plural: "daemonsets",
+        singular: "daemonset",
+        kind: "DaemonSet",
+        namespaced: true,
+        short_names: &["ds"],
+        categories: &["all"],
+        subresources: &["status"],
+        storage: Storage::DaemonSets,
         selectable_fields: &[],
     },
     ResourceInfo {
