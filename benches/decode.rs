@@ -109,7 +109,10 @@ fn main() -> ExitCode {
 
     let n = args.pods as f64;
     println!("## Decode cost: `SlimPod` vs `k8s_openapi` `Pod`\n");
-    println!("{}\n", machine_line());
+    println!(
+        "{}\n",
+        initguard_test_support::bench::machine_line(env!("CARGO_PKG_VERSION"))
+    );
     println!(
         "{} realistic pods, {:.1} KiB of JSON each on average (managedFields, 2 containers, \
          volumes, tolerations, status with conditions and container statuses, annotations \
@@ -368,26 +371,4 @@ fn suffix(i: usize) -> String {
             c
         })
         .collect()
-}
-
-/// `_machine: …_`: cores, memory, crate version, date and load, printed with every table.
-fn machine_line() -> String {
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let mem_kib = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .unwrap_or(0);
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".to_string());
-    format!(
-        "_machine: {cores} cores, {:.1} GiB memory; initguard {}; {}; load average {load}_",
-        mem_kib as f64 / 1_048_576.0,
-        env!("CARGO_PKG_VERSION"),
-        jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M UTC"),
-    )
 }

@@ -42,7 +42,7 @@ if [ -z "$out" ] && [ "$quick" = 0 ]; then
 fi
 
 # Build first, so compiling neither delays nor disturbs the measurements.
-cargo bench --no-run --bench guard --bench decode --bench real --bench webhook
+cargo bench --no-run --bench guard --bench decode --bench real --bench webhook --bench node_stage
 # Section 6 compares the default build with the shipped one (deploy/Dockerfile).
 cargo build --release --bin initguard
 cargo build --locked --profile dist --no-default-features --bin initguard
@@ -106,6 +106,8 @@ started=$(date -u +%s)
     echo
     echo "_Not run: the test bed is not built (tests/testbed/build)._"
   fi
+  echo
+  cargo bench --quiet --bench node_stage
   echo
   if [ "$two" = 1 ]; then
     if [ "$quick" = 1 ]; then

@@ -2,6 +2,7 @@
 //! so no test target carries its own copy.
 
 pub mod alloc;
+pub mod bench;
 pub mod cpu;
 pub mod differential;
 pub mod harness_args;
