@@ -179,7 +179,7 @@ async fn gather_from(
     // The node stage: its DaemonSets read once, their agents and the waiting pods from the
     // same pods (for one pod: its DaemonSets' pods on its node).
     let mut stage = StageTracker::new(config.clone()).with_clock(clock_for_stage);
-    read_daemonsets(&client, &config, &mut stage, now, &mut unread).await;
+    read_daemonsets(&client, &discovery, &config, &mut stage, now, &mut unread).await;
     match one {
         Some(pod) => {
             if let Some(node) = pod.init.as_ref().map(|p| p.node.clone()) {
@@ -235,6 +235,7 @@ async fn gather_from(
 /// every node); unreadable ones stay unknown and are said in `unread`.
 async fn read_daemonsets(
     client: &kube::Client,
+    discovery: &crate::discovery::Discovery,
     config: &Config,
     stage: &mut StageTracker,
     now: SystemTime,
@@ -245,11 +246,12 @@ async fn read_daemonsets(
         return;
     }
     // In the group version the server serves them, as the running guard reads them.
-    let resource = match kube_common::ApiSurface::read(client).await {
+    let resource = match discovery.surface().await {
         Ok(surface) => surface.daemonsets(),
         Err(e) => {
             unread.push(format!(
-                "cannot read discovery ({e}); the node stage's daemonset owners count as unknown"
+                "cannot read discovery ({}); the node stage's daemonset owners count as unknown",
+                crate::owners::error_chain(&e)
             ));
             return;
         }

@@ -50,7 +50,14 @@ pub(super) fn watch_daemonsets(
     let resource = async move {
         let surface = discovery
             .surface_until(&cancel, |e| {
-                warn!(error = %e, "cannot read discovery for the node stage's DaemonSets; retrying");
+                let why = format!(
+                    "cannot read discovery for the node stage's DaemonSets ({}); their owners \
+                     stay unknown until it is read",
+                    crate::owners::error_chain(e)
+                );
+                warn!("{why}; retrying");
+                shared.metrics.watch_restarted("daemonsets");
+                shared.readiness.set(READINESS, Some(why));
             })
             .await?;
         let found = surface.daemonsets();

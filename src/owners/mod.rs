@@ -38,6 +38,7 @@ pub use model::{
     LeaseRecord, Observed, OwnerReport, deployment_up, owner_target, pod_ready, slice_endpoints,
 };
 pub use state::Owners;
+pub(crate) use watch::error_chain;
 pub use watch::{DaemonSetFindings, PROBE_TIMEOUT, daemonset_owners, missing_owners};
 
 use state::Handle;

@@ -858,7 +858,7 @@ fn rejected_certificate(err: &(dyn StdError + 'static)) -> Option<String> {
 }
 
 /// An error and its sources, `outer: inner: root`.
-fn error_chain(err: &dyn StdError) -> String {
+pub(crate) fn error_chain(err: &dyn StdError) -> String {
     let mut text = err.to_string();
     let mut source = err.source();
     while let Some(cause) = source {
@@ -951,8 +951,9 @@ pub struct DaemonSetFindings {
     pub notes: Vec<String>,
 }
 
-/// Read each DaemonSet an `initContainers` entry names (apps/v1) and count the nodes where a
-/// pod it controls (by uid) is Ready and not being deleted, as the running guard judges it.
+/// Read each DaemonSet an `initContainers` entry names (in the group version discovery gives)
+/// and count the nodes where a pod it controls (by uid) is Ready and not being deleted, as the
+/// running guard judges it.
 pub async fn daemonset_owners(client: &kube::Client, config: &Config) -> DaemonSetFindings {
     let mut findings = DaemonSetFindings::default();
     let listed = crate::node_stage::daemonset_owners(config);

@@ -496,6 +496,20 @@ pub(crate) async fn outage(c: &Case, guard: Guard) {
             name_of(pod)
         );
     }
+    // The PodDisruptionBudget is in force (the disruption controller counted web's pods and
+    // allows none) before anything could be evicted.
+    eventually_every(
+        POLL,
+        "the PodDisruptionBudget observed, allowing none",
+        || async {
+            let pdb = tb.get("pdb", c.ns, "web")?;
+            (pdb["status"]["observedGeneration"] == pdb["metadata"]["generation"]
+                && pdb["status"]["expectedPods"] == json!(2)
+                && pdb["status"]["disruptionsAllowed"] == json!(0))
+            .then_some(())
+        },
+    )
+    .await;
     // ...and evicts nothing.
     let early = evictions(c);
     assert!(
@@ -668,7 +682,7 @@ pub(crate) async fn outage(c: &Case, guard: Guard) {
             name_of(pod)
         );
     }
-    // The PodDisruptionBudget allowed no disruption throughout (minAvailable = replicas).
+    // The PodDisruptionBudget still allows no disruption (minAvailable = replicas).
     let pdb = tb.get("pdb", c.ns, "web").unwrap_or(Value::Null);
     assert_eq!(pdb["status"]["disruptionsAllowed"], json!(0), "{pdb:#}");
 

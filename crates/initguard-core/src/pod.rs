@@ -77,10 +77,13 @@ impl SlimPod {
             .map(|t| SystemTime::from(t.0))
     }
 
-    /// When the pod's deletion was requested, to the second: `deletionTimestamp` is the
-    /// request's time plus the grace period (`deletionGracePeriodSeconds`, whole seconds both),
-    /// so anything created because of the deletion (a replacement) carries a
-    /// `creationTimestamp` at or after this, never necessarily after `deletionTimestamp`.
+    /// When the pod's deletion was requested, to the second: a graceful delete sets
+    /// `deletionTimestamp` to the request's time plus the grace period
+    /// (`deletionGracePeriodSeconds`, whole seconds both), so anything created because of the
+    /// deletion (a replacement) carries a `creationTimestamp` at or after this, not
+    /// necessarily after `deletionTimestamp`. A later, shorter delete keeps the difference,
+    /// or (newer servers, where it would fall in the past) sets both to now: then this is
+    /// later than the request, which is why callers keep the earliest they saw.
     pub fn deletion_requested(&self) -> Option<SystemTime> {
         let at = SystemTime::from(self.metadata.deletion_timestamp.as_ref()?.0);
         let grace = self

@@ -52,7 +52,8 @@ pub const DEFAULT_LISTEN: &str = "0.0.0.0:9777";
 pub const DEFAULT_RESTORE_GRACE: Duration = Duration::from_secs(30);
 /// Default `maxInFlight`.
 pub const DEFAULT_MAX_IN_FLIGHT: usize = 16;
-/// Default `defaults.unlistedAlertAfter`: a gated pod waiting this long alerts, listed or not.
+/// Default `defaults.unlistedAlertAfter`: a pod waiting this long on an unlisted initializer
+/// alerts.
 pub const DEFAULT_UNLISTED_ALERT_AFTER: Duration = Duration::from_secs(3600);
 /// Default `repairAfter` of an `initContainers` entry: how long the owner on the pod's node
 /// must have been up before a recreate.

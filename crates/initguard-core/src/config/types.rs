@@ -511,8 +511,9 @@ pub struct Defaults {
     /// `defaults.probeInterval`: how often http owners are probed.
     #[serde(with = "humantime_serde")]
     pub probe_interval: Duration,
-    /// `defaults.unlistedAlertAfter`: a gated pod waiting this long alerts, listed or not
-    /// (the `InitguardGatedPodsWaiting` alert's threshold; default 1h).
+    /// `defaults.unlistedAlertAfter`: a pod waiting this long on an initializer no entry lists
+    /// alerts (`InitguardStuckInitialization`, through `initguard_unlisted_alert_after_seconds`;
+    /// default 1h).
     #[serde(with = "humantime_serde")]
     pub unlisted_alert_after: Duration,
 }

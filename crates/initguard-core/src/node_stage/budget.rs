@@ -74,17 +74,23 @@ impl Budget {
     }
 
     /// A pod of `controller` created at `created` (`creationTimestamp`) was seen,
-    /// initialized or not.
+    /// initialized or not, being deleted or not (then it is no replacement).
     pub fn pod_seen(
         &mut self,
         controller: &str,
         pod: &str,
         created: SystemTime,
         initialized: bool,
+        deleting: bool,
     ) {
         let Some(ledger) = self.ledgers.get_mut(controller) else {
             return;
         };
+        if deleting {
+            // It will not initialize; its controller makes another.
+            ledger.uninitialized.remove(pod);
+            return;
+        }
         // Same clock, same granularity: the replacement is created in the second of the
         // deletion or later.
         if ledger.cutoff.is_none_or(|cutoff| created < cutoff) {
@@ -177,27 +183,29 @@ mod tests {
             Some(Hold::OneAtATime { until: at(70) })
         );
         // Before the deletion is seen, no pod counts as the replacement.
-        b.pod_seen("rs", "early", at(12), true);
+        b.pod_seen("rs", "early", at(12), true, false);
         assert!(b.hold("rs", at(12), P, 10).is_some());
-        // The evicted pod's deletionTimestamp (server clock): a pod created in that second
-        // is the replacement; one created before is not.
+        // When the evicted pod's deletion was requested (server clock): a pod created in
+        // that second is the replacement; one created before is not, nor one being deleted
+        // (the evicted pod itself).
         b.deleting("rs", at(11));
-        b.pod_seen("rs", "old", at(10), true);
+        b.pod_seen("rs", "old", at(10), true, false);
+        b.pod_seen("rs", "evicted", at(11), true, true);
         assert!(b.hold("rs", at(12), P, 10).is_some());
-        b.pod_seen("rs", "new", at(11), false);
+        b.pod_seen("rs", "new", at(11), false, false);
         assert!(b.hold("rs", at(13), P, 10).is_some());
-        b.pod_seen("rs", "new", at(12), true);
+        b.pod_seen("rs", "new", at(12), true, false);
         assert_eq!(b.hold("rs", at(14), P, 10), None);
         // Patience ends the wait for a replacement that never initializes.
         b.recreated("rs", at(20));
         b.deleting("rs", at(20));
-        b.pod_seen("rs", "new2", at(21), false);
+        b.pod_seen("rs", "new2", at(21), false, false);
         assert!(b.hold("rs", at(79), P, 10).is_some());
         assert_eq!(b.hold("rs", at(80), P, 10), None);
         // A replacement deleted uninitialized no longer holds.
         b.recreated("rs", at(100));
         b.deleting("rs", at(100));
-        b.pod_seen("rs", "new3", at(101), false);
+        b.pod_seen("rs", "new3", at(101), false, false);
         b.pod_gone("rs", "new3");
         assert_eq!(b.hold("rs", at(102), P, 10), None);
         // Controllers are independent.
@@ -210,7 +218,7 @@ mod tests {
         for s in [0, 100, 200] {
             b.recreated("rs", at(s));
             b.deleting("rs", at(s));
-            b.pod_seen("rs", &format!("p{s}"), at(s + 1), true);
+            b.pod_seen("rs", &format!("p{s}"), at(s + 1), true, false);
         }
         assert_eq!(
             b.hold("rs", at(300), P, 3),

@@ -30,7 +30,7 @@ struct Recreating {
     /// The re-creating controller's uid.
     controller: Option<String>,
     /// When the pod's deletion was requested ([`SlimPod::deletion_requested`]), the earliest
-    /// seen (a later, shorter delete moves `deletionTimestamp`).
+    /// seen (a later, shorter delete can make the time derived from the object later).
     cutoff: Option<SystemTime>,
     /// The server accepted the eviction.
     confirmed: bool,
@@ -290,8 +290,10 @@ impl StageTracker {
             }
         }
         if let Some(c) = &controller {
-            // Only Initialized counts: an unscheduled or gated replacement is not there yet.
-            self.budget.pod_seen(&c.uid, uid, created, pod.initialized);
+            // Only Initialized counts: an unscheduled or gated replacement is not there yet;
+            // a pod being deleted is no replacement (nor the evicted pod itself).
+            self.budget
+                .pod_seen(&c.uid, uid, created, pod.initialized, deletion.is_some());
             if self.budget.tracks(&c.uid) {
                 self.dirty_controllers.insert(c.uid.clone());
             }
@@ -596,6 +598,14 @@ impl StageTracker {
             self.budget.recreated(c, now);
             if let Some(cutoff) = record.cutoff {
                 self.budget.deleting(c, cutoff);
+            }
+            // Only a controller's latest eviction sets its cutoff: an earlier evicted pod
+            // still terminating would make pods created after its own eviction (its
+            // replacement, initialized already) count as this one's.
+            for earlier in self.recreating.values_mut() {
+                if earlier.controller.as_deref() == Some(c.as_str()) {
+                    earlier.controller = None;
+                }
             }
             self.dirty_controllers.insert(c.clone());
         }
@@ -985,6 +995,62 @@ mod tests {
     }
 
     #[test]
+    fn an_earlier_evicted_pod_still_terminating_does_not_set_the_next_cutoff() {
+        let mut t = StageTracker::new(config());
+        for (name, uid) in [("a", "ua"), ("b", "ub")] {
+            t.apply(&pod(name, uid, "rs", at(0), failing()), at(1));
+        }
+        agents_up(&mut t, at(2));
+        let deleting = |name: &str, uid: &str, requested: u64| {
+            let mut p = pod(name, uid, "rs", at(0), failing());
+            p.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    jiff::Timestamp::try_from(at(requested + 30)).expect("in range"),
+                ));
+            p.metadata.deletion_grace_period_seconds = Some(30);
+            p
+        };
+        // a evicted at 20; its replacement a2 (created at 20) initializes.
+        t.evicting("apps/a");
+        t.recreated("apps/a", at(20));
+        t.apply(&deleting("a", "ua", 20), at(20));
+        let mut a2 = pod("a2", "ua2", "rs", at(20), json!([]));
+        a2.initialized = true;
+        a2.init = None;
+        t.apply(&a2, at(21));
+        assert_eq!(
+            t.decide("apps/b", false, &never_down, at(22))
+                .map(|o| o.plan),
+            Some(StepPlan::Recreate)
+        );
+        // b evicted at 40; a, with its 30 s grace, is still terminating and updates again.
+        t.evicting("apps/b");
+        t.recreated("apps/b", at(40));
+        t.apply(&deleting("b", "ub", 40), at(40));
+        t.apply(&deleting("a", "ua", 20), at(41));
+        t.apply(&a2, at(42));
+        // a2 is a's replacement, not b's: the controller still waits for b's.
+        t.apply(&pod("c", "uc", "rs", at(0), failing()), at(43));
+        assert!(
+            matches!(
+                t.decide("apps/c", false, &never_down, at(43))
+                    .map(|o| o.plan),
+                Some(StepPlan::Held(Hold::OneAtATime { .. }))
+            ),
+            "held for b's replacement"
+        );
+        let mut b2 = pod("b2", "ub2", "rs", at(40), json!([]));
+        b2.initialized = true;
+        b2.init = None;
+        t.apply(&b2, at(44));
+        assert_eq!(
+            t.decide("apps/c", false, &never_down, at(44))
+                .map(|o| o.plan),
+            Some(StepPlan::Recreate)
+        );
+    }
+
+    #[test]
     fn a_deletion_seen_before_the_evictions_answer_still_counts_and_sets_the_cutoff() {
         let mut t = StageTracker::new(config());
         t.apply(&pod("a", "ua", "rs", at(0), failing()), at(1));
@@ -1141,7 +1207,8 @@ mod tests {
             "{out:?}"
         );
         // The evicted Pending pod turns Failed while it is deleted (kubelet, 1.27+): an
-        // eviction, not a failure; its deletionTimestamp is the replacement's cutoff.
+        // eviction, not a failure; when its deletion was requested is the replacement's
+        // cutoff.
         let mut evicted = pod("a", "ua", "rs", at(0), failing());
         evicted.phase = Some("Failed".into());
         evicted.metadata.deletion_timestamp =
