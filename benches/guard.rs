@@ -224,22 +224,7 @@ fn main() -> ExitCode {
 
 /// `_machine: …_`: cores, memory, crate version, date and load, printed with every table.
 fn machine_line() -> String {
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let mem_kib = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
-        })
-        .unwrap_or(0);
-    format!(
-        "_machine: {cores} cores, {:.1} GiB memory; initguard {}; {}; load average {}_",
-        mem_kib as f64 / 1_048_576.0,
-        env!("CARGO_PKG_VERSION"),
-        jiff::Timestamp::now().strftime("%Y-%m-%d %H:%M UTC"),
-        load_average(),
-    )
+    initguard_test_support::bench::machine_line(env!("CARGO_PKG_VERSION"))
 }
 
 fn load_average() -> String {
